@@ -1,0 +1,15 @@
+//! The pgoutput wire protocol alone: borrowed, zero-copy decoding of every
+//! logical replication message (protocol versions 1 to 4) and of the
+//! walsender's CopyData frames. No Arrow, no I/O.
+#![forbid(unsafe_code)]
+
+mod cursor;
+mod error;
+mod parser;
+mod types;
+mod walsender;
+
+pub use error::ParseError;
+pub use parser::{parse_message, Parser};
+pub use types::*;
+pub use walsender::{parse_copy_data, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData};

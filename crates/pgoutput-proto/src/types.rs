@@ -1,0 +1,377 @@
+//! Borrowed, zero-copy Rust types for every pgoutput message.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A WAL position. Written by PostgreSQL as `X/Y` (high and low 32 bits in hex).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Lsn(pub u64);
+
+impl fmt::Display for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:X}/{:X}", self.0 >> 32, self.0 & 0xFFFF_FFFF)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid LSN {0:?}: expected X/Y with X and Y hexadecimal 32-bit numbers")]
+pub struct LsnParseError(pub String);
+
+impl FromStr for Lsn {
+    type Err = LsnParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || LsnParseError(s.to_string());
+        let (hi, lo) = s.split_once('/').ok_or_else(err)?;
+        let valid = |p: &str| !p.is_empty() && p.len() <= 8 && p.bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid(hi) || !valid(lo) {
+            return Err(err());
+        }
+        let hi = u64::from_str_radix(hi, 16).map_err(|_| err())?;
+        let lo = u64::from_str_radix(lo, 16).map_err(|_| err())?;
+        Ok(Lsn((hi << 32) | lo))
+    }
+}
+
+pub type Xid = u32;
+pub type Oid = u32;
+pub type RelationId = u32;
+/// Microseconds since 2000-01-01 00:00:00 UTC, PostgreSQL's epoch.
+pub type PgTimestamp = i64;
+
+/// Microseconds between the Unix epoch and PostgreSQL's epoch (2000-01-01).
+pub const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReplicaIdentity {
+    /// 'd': the primary key.
+    Default,
+    /// 'n': no old values at all.
+    Nothing,
+    /// 'f': the whole old row.
+    Full,
+    /// 'i': the columns of a chosen unique index.
+    Index,
+}
+
+impl ReplicaIdentity {
+    pub fn as_char(self) -> char {
+        match self {
+            ReplicaIdentity::Default => 'd',
+            ReplicaIdentity::Nothing => 'n',
+            ReplicaIdentity::Full => 'f',
+            ReplicaIdentity::Index => 'i',
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaIdentity::Default => "default",
+            ReplicaIdentity::Nothing => "nothing",
+            ReplicaIdentity::Full => "full",
+            ReplicaIdentity::Index => "index",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Begin {
+    pub final_lsn: Lsn,
+    pub commit_ts: PgTimestamp,
+    pub xid: Xid,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub flags: u8,
+    pub commit_lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub commit_ts: PgTimestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin<'a> {
+    pub commit_lsn: Lsn,
+    pub name: &'a str,
+}
+
+/// A logical decoding message (`pg_logical_emit_message`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogicalMessage<'a> {
+    pub xid: Option<Xid>,
+    pub transactional: bool,
+    pub lsn: Lsn,
+    pub prefix: &'a str,
+    pub content: &'a [u8],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column<'a> {
+    /// Part of the replica identity key (flag bit 1).
+    pub is_key: bool,
+    pub name: &'a str,
+    pub type_oid: Oid,
+    pub type_modifier: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation<'a> {
+    pub xid: Option<Xid>,
+    pub id: RelationId,
+    /// Empty for pg_catalog.
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub replica_identity: ReplicaIdentity,
+    pub columns: Vec<Column<'a>>,
+}
+
+/// A Type message ('Y'): a non-built-in type announced before a Relation uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeInfo<'a> {
+    pub xid: Option<Xid>,
+    pub oid: Oid,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+/// One column value of a TupleData.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell<'a> {
+    Null,
+    /// 'u': an out-of-line value the update did not change; it is not sent.
+    UnchangedToast,
+    /// 't': the type's text output.
+    Text(&'a [u8]),
+    /// 'b': the type's binary send format.
+    Binary(&'a [u8]),
+}
+
+/// A validated TupleData; iterate with [`TupleData::cells`] (no further checks needed).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TupleData<'a> {
+    pub(crate) column_count: u16,
+    /// The column parts, after the Int16 count; already validated.
+    pub(crate) raw: &'a [u8],
+}
+
+impl<'a> TupleData<'a> {
+    pub fn len(&self) -> usize {
+        self.column_count as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.column_count == 0
+    }
+    pub fn cells(&self) -> Cells<'a> {
+        Cells { raw: self.raw, left: self.column_count }
+    }
+}
+
+impl fmt::Debug for TupleData<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.cells()).finish()
+    }
+}
+
+/// Iterator over the cells of a validated TupleData.
+#[derive(Clone)]
+pub struct Cells<'a> {
+    raw: &'a [u8],
+    left: u16,
+}
+
+impl<'a> Iterator for Cells<'a> {
+    type Item = Cell<'a>;
+    fn next(&mut self) -> Option<Cell<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        // The bytes were validated when the TupleData was parsed; `get` keeps
+        // this panic-free even so.
+        let (&kind, rest) = self.raw.split_first()?;
+        match kind {
+            b'n' => {
+                self.raw = rest;
+                Some(Cell::Null)
+            }
+            b'u' => {
+                self.raw = rest;
+                Some(Cell::UnchangedToast)
+            }
+            _ => {
+                let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+                let value = rest.get(4..4 + len)?;
+                self.raw = &rest[4 + len..];
+                Some(if kind == b'b' { Cell::Binary(value) } else { Cell::Text(value) })
+            }
+        }
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for Cells<'_> {}
+
+/// The old values an Update or Delete carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OldTuple<'a> {
+    /// 'K': the replica identity key columns (others are null).
+    Key(TupleData<'a>),
+    /// 'O': the whole old row (REPLICA IDENTITY FULL).
+    Full(TupleData<'a>),
+}
+
+impl<'a> OldTuple<'a> {
+    pub fn tuple(&self) -> &TupleData<'a> {
+        match self {
+            OldTuple::Key(t) | OldTuple::Full(t) => t,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insert<'a> {
+    pub xid: Option<Xid>,
+    pub relation_id: RelationId,
+    pub new: TupleData<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update<'a> {
+    pub xid: Option<Xid>,
+    pub relation_id: RelationId,
+    pub old: Option<OldTuple<'a>>,
+    pub new: TupleData<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delete<'a> {
+    pub xid: Option<Xid>,
+    pub relation_id: RelationId,
+    pub old: OldTuple<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncate {
+    pub xid: Option<Xid>,
+    pub cascade: bool,
+    pub restart_identity: bool,
+    pub relation_ids: Vec<RelationId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamStart {
+    pub xid: Xid,
+    pub first_segment: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamCommit {
+    pub xid: Xid,
+    pub flags: u8,
+    pub commit_lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub commit_ts: PgTimestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamAbort {
+    pub xid: Xid,
+    /// Equal to `xid` when the whole transaction aborted; otherwise the
+    /// subtransaction rolled back (ROLLBACK TO SAVEPOINT).
+    pub subxid: Xid,
+    /// Protocol 4 with `streaming 'parallel'` only.
+    pub abort_lsn: Option<Lsn>,
+    pub abort_ts: Option<PgTimestamp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BeginPrepare<'a> {
+    pub prepare_lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub prepare_ts: PgTimestamp,
+    pub xid: Xid,
+    pub gid: &'a str,
+}
+
+/// Prepare ('P') and Stream Prepare ('p') share this layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepare<'a> {
+    pub flags: u8,
+    pub prepare_lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub prepare_ts: PgTimestamp,
+    pub xid: Xid,
+    pub gid: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPrepared<'a> {
+    pub flags: u8,
+    pub commit_lsn: Lsn,
+    pub end_lsn: Lsn,
+    pub commit_ts: PgTimestamp,
+    pub xid: Xid,
+    pub gid: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollbackPrepared<'a> {
+    pub flags: u8,
+    pub prepare_end_lsn: Lsn,
+    pub rollback_end_lsn: Lsn,
+    pub prepare_ts: PgTimestamp,
+    pub rollback_ts: PgTimestamp,
+    pub xid: Xid,
+    pub gid: &'a str,
+}
+
+/// One pgoutput message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message<'a> {
+    Begin(Begin),
+    Message(LogicalMessage<'a>),
+    Commit(Commit),
+    Origin(Origin<'a>),
+    Relation(Relation<'a>),
+    Type(TypeInfo<'a>),
+    Insert(Insert<'a>),
+    Update(Update<'a>),
+    Delete(Delete<'a>),
+    Truncate(Truncate),
+    StreamStart(StreamStart),
+    StreamStop,
+    StreamCommit(StreamCommit),
+    StreamAbort(StreamAbort),
+    BeginPrepare(BeginPrepare<'a>),
+    Prepare(Prepare<'a>),
+    CommitPrepared(CommitPrepared<'a>),
+    RollbackPrepared(RollbackPrepared<'a>),
+    StreamPrepare(Prepare<'a>),
+}
+
+impl Message<'_> {
+    /// The message's name as the PostgreSQL documentation writes it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Message::Begin(_) => "Begin",
+            Message::Message(_) => "Message",
+            Message::Commit(_) => "Commit",
+            Message::Origin(_) => "Origin",
+            Message::Relation(_) => "Relation",
+            Message::Type(_) => "Type",
+            Message::Insert(_) => "Insert",
+            Message::Update(_) => "Update",
+            Message::Delete(_) => "Delete",
+            Message::Truncate(_) => "Truncate",
+            Message::StreamStart(_) => "Stream Start",
+            Message::StreamStop => "Stream Stop",
+            Message::StreamCommit(_) => "Stream Commit",
+            Message::StreamAbort(_) => "Stream Abort",
+            Message::BeginPrepare(_) => "Begin Prepare",
+            Message::Prepare(_) => "Prepare",
+            Message::CommitPrepared(_) => "Commit Prepared",
+            Message::RollbackPrepared(_) => "Rollback Prepared",
+            Message::StreamPrepare(_) => "Stream Prepare",
+        }
+    }
+}
