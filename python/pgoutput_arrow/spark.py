@@ -482,3 +482,496 @@ def _with_catalog(body: list[tuple[int, bytes]], xid: int, in_stream: bool,
                 state.relations[relid] = wanted
         out.append((lsn, data))
     return out
+
+
+# --------------------------------------------------------------------------- decoding on Spark
+
+_META_KINDS = ("52", "59", "53", "41", "72")  # hex of R, Y, S, A, r
+
+
+def _decoder_module() -> Any:
+    import pgoutput_arrow
+
+    return pgoutput_arrow
+
+
+def _normalized(df: Any, order_col: str | None) -> Any:
+    """``lsn`` as a long (from 'X/Y' text if need be), ``xid`` as a long, ``data`` binary, and a
+    tie-breaker column ``_tb``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    lsn = F.col("lsn")
+    if isinstance(df.schema["lsn"].dataType, StringType):
+        hi = F.conv(F.substring_index(lsn, "/", 1), 16, 10).cast("bigint")
+        lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
+        lsn = F.shiftleft(hi, 32) + lo
+    tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
+    return df.select(lsn.cast("bigint").alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
+                     F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
+
+
+def collect_catalog(ndf: Any) -> RelationCatalog:
+    """The first, small pass: every Relation, Type, Stream Start, Stream Abort and Rollback
+    Prepared row of the capture, collected to the driver."""
+    from pyspark.sql import functions as F
+
+    meta = ndf.where(F.hex(F.substring("data", 1, 1)).isin(*_META_KINDS)).select("lsn", "xid", "data")
+    return RelationCatalog.from_rows((r.lsn, r.xid, bytes(r.data)) for r in meta.collect())
+
+
+def _synthetic_schema_stream(catalog: RelationCatalog) -> list[tuple[int, bytes]]:
+    """Every Relation version, each followed by a row of NULLs, one transaction each: decoding
+    it gives each table's final (unified) schema as the decoder builds it."""
+    stream: list[tuple[int, bytes]] = []
+    xid = 1
+    for lsn, ty in catalog.all_types():
+        stream.append((lsn, ty))
+    for lsn, body in catalog.all_relations():
+        rel = _parse_relation(body, False)
+        ncols = len(rel.type_oids)
+        stream.append((lsn, b"B" + struct.pack(">QqI", lsn, 0, xid)))
+        stream.append((lsn, body))
+        stream.append((lsn, b"I" + _U32.pack(rel.relid) + b"N" + struct.pack(">H", ncols) + b"n" * ncols))
+        stream.append((lsn, b"C" + struct.pack(">BQQq", 0, lsn, lsn, 0)))
+        xid += 1
+    return stream
+
+
+def _feed(decoder: Any, stream: list[tuple[int, bytes]], xids: list[int] | None = None) -> None:
+    if not stream:
+        return
+    if hasattr(decoder, "feed_batch"):
+        lsns = pa.array([lsn for lsn, _ in stream], pa.int64())
+        xs = pa.array(xids if xids is not None else [0] * len(stream), pa.int64())
+        data = pa.array([d for _, d in stream], pa.binary())
+        decoder.feed_batch(pa.record_batch({"lsn": lsns, "xid": xs, "data": data}))
+    else:
+        for lsn, d in stream:
+            decoder.feed(d, lsn)
+
+
+def _decode_streams(stream: list[tuple[int, bytes]], options: dict[str, Any]) -> Any:
+    mod = _decoder_module()
+    decoder = mod.Decoder(**options)
+    _feed(decoder, stream)
+    return decoder.finish()
+
+
+def _table_schemas(catalog: RelationCatalog, options: dict[str, Any]) -> dict[str, pa.Schema]:
+    changes = _decode_streams(_synthetic_schema_stream(catalog), options)
+    return {name: to_spark_arrow_schema(t.schema) for name, t in changes.tables.items()}
+
+
+_INTER_SCHEMA = pa.schema([("table", pa.string()), ("commit_lsn", pa.int64()),
+                           ("n", pa.int64()), ("ipc", pa.binary())])
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue()
+
+
+def _decode_partition_fn(catalog: RelationCatalog, schemas: dict[str, pa.Schema],
+                         options: dict[str, Any]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows: list[tuple[int, int, bytes, int]] = []
+        for b in batches:
+            cols = b.to_pydict()
+            rows.extend(zip(cols["lsn"], cols["xid"], cols["data"], cols["_tb"]))
+        if not rows:
+            return
+        stream: list[tuple[int, bytes]] = []
+        for _, body in canonical_transactions(rows, catalog):
+            stream.extend(body)
+        del rows
+        changes = _decode_streams(stream, options)
+        yield from _intermediate(changes, schemas)
+
+    return run
+
+
+def _intermediate(changes: Any, schemas: dict[str, pa.Schema]) -> Iterator[pa.RecordBatch]:
+    """Per table one IPC blob (``_seq`` replaced by the row's rank within its transaction
+    across all tables), and per transaction its row count (for the global ``_seq``)."""
+    parts = []
+    for ti, (name, table) in enumerate(sorted(changes.tables.items())):
+        if table.num_rows == 0:
+            continue
+        parts.append(pa.table({"commit": table.column("_commit_lsn"), "seq": table.column("_seq"),
+                               "t": pa.array(np.full(table.num_rows, ti, np.int32)),
+                               "row": pa.array(np.arange(table.num_rows, dtype=np.int64))}))
+    if not parts:
+        return
+    allrows = pa.concat_tables(parts).combine_chunks()
+    commit = allrows.column("commit").to_numpy()
+    order = np.lexsort((allrows.column("seq").to_numpy(), commit))
+    c_sorted = commit[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    local = np.empty(len(order), np.int64)
+    local[order] = np.arange(len(order)) - group_start
+    t_idx = allrows.column("t").to_numpy()
+    row_idx = allrows.column("row").to_numpy()
+    counts = np.diff(np.r_[starts, len(order)])
+    yield pa.record_batch({"table": pa.nulls(len(starts), pa.string()),
+                           "commit_lsn": pa.array(c_sorted[starts]),
+                           "n": pa.array(counts.astype(np.int64)),
+                           "ipc": pa.nulls(len(starts), pa.binary())}, schema=_INTER_SCHEMA)
+    for ti, (name, table) in enumerate(sorted(changes.tables.items())):
+        if table.num_rows == 0:
+            continue
+        seq = np.empty(table.num_rows, np.int64)
+        mask = t_idx == ti
+        seq[row_idx[mask]] = local[mask]
+        table = table.set_column(table.schema.get_field_index("_seq"), "_seq", pa.array(seq))
+        target = schemas.get(name) or to_spark_arrow_schema(table.schema)
+        for chunk in table.to_batches(max_chunksize=65536):
+            blob = _ipc(cast_for_spark(chunk, target))
+            yield pa.record_batch({"table": [name], "commit_lsn": [None], "n": [chunk.num_rows],
+                                   "ipc": [blob]}, schema=_INTER_SCHEMA)
+
+
+def _spark_schema(schema: pa.Schema) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+
+
+def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
+           **options: Any) -> dict[str, Any]:
+    """Decode a capture DataFrame (``lsn`` text or long, ``xid``, ``data`` binary) on the
+    executors into ``{"schema.table": DataFrame}`` with the decoder's columns.
+
+    The result does not depend on how ``df`` is partitioned or ordered. ``order_col`` (a
+    capture-time row number, if the capture has one) only breaks ties among messages that share
+    an LSN, which otherwise only decides ``_seq`` among them. ``options`` go to the decoder.
+    The decoded rows are cached (``persist``) so that the per-table DataFrames share one
+    decoding pass.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    spark = df.sparkSession
+    options = dict(options)
+    options.setdefault("views", False)
+    ndf = _normalized(df, order_col)
+    catalog = collect_catalog(ndf)
+    schemas = _table_schemas(catalog, options)
+    n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
+    inter_schema = StructType([StructField("table", StringType()), StructField("commit_lsn", LongType()),
+                               StructField("n", LongType()), StructField("ipc", BinaryType())])
+    inter = (ndf.repartition(n, "xid")
+             .mapInArrow(_decode_partition_fn(catalog, schemas, options), inter_schema)
+             .persist())
+    counts = (inter.where(F.col("table").isNull()).groupBy("commit_lsn").agg(F.sum("n").alias("n"))
+              .orderBy("commit_lsn").collect())
+    commit_lsns = np.array([r.commit_lsn for r in counts], dtype=np.int64)
+    offsets = np.cumsum([0] + [r.n for r in counts])[:-1].astype(np.int64)
+    bc = spark.sparkContext.broadcast((commit_lsns, offsets))
+
+    out: dict[str, Any] = {}
+    for name, schema in schemas.items():
+        out[name] = (inter.where(F.col("table") == name).select("ipc")
+                     .mapInArrow(_finish_table_fn(schema, bc), _spark_schema(schema)))
+    return out
+
+
+def _finish_table_fn(schema: pa.Schema, bc: Any) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        commit_lsns, offsets = bc.value
+        seq_i = schema.get_field_index("_seq")
+        for b in batches:
+            for blob in b.column(0).to_pylist():
+                batch = pa.ipc.open_stream(blob).read_next_batch()
+                commit = batch.column("_commit_lsn").to_numpy(zero_copy_only=False)
+                pos = np.searchsorted(commit_lsns, commit)
+                seq = batch.column(seq_i).to_numpy(zero_copy_only=False) + offsets[pos]
+                arrays = list(batch.columns)
+                arrays[seq_i] = pa.array(seq, pa.int64())
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return run
+
+
+# --------------------------------------------------------------------------- replicas
+
+def apply_changes(changes: Any, keys: Sequence[str]) -> Any:
+    """The latest state per key of one table's changes (as :func:`decode` returns them).
+
+    Changes are applied in commit order (``_commit_lsn``, ``_seq``). Deleted rows are removed.
+    A column listed in ``_unchanged`` (an unchanged TOAST value) keeps the value of the
+    previous version of the row, also across a key change. An update that changed the key
+    (``_before`` carries the old key) removes the old key's row.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    meta = {"_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"}
+    cols = [c for c in changes.columns if c not in meta]
+    before_fields = set()
+    before_type = changes.schema["_before"].dataType
+    if hasattr(before_type, "fieldNames"):
+        before_fields = set(before_type.fieldNames())
+    new_key = F.struct(*[F.col(k).alias(k) for k in keys])
+    if all(k in before_fields for k in keys):
+        old_key = F.when(F.col("_before").isNotNull(),
+                         F.struct(*[F.col("_before")[k].alias(k) for k in keys])).otherwise(new_key)
+    else:
+        old_key = new_key
+    unchanged = F.coalesce(F.col("_unchanged"), F.array().cast("array<string>"))
+    # A value is wrapped in a struct so that "set to NULL" and "not sent" stay apart.
+    vals = [F.when(F.array_contains(unchanged, c), F.lit(None)).otherwise(F.struct(F.col(c).alias("v"))).alias(c)
+            for c in cols]
+    base = changes.select(F.col("_op"), F.col("_commit_lsn"), F.col("_seq"),
+                          new_key.alias("_nk"), old_key.alias("_ok"), *vals)
+    key_changed = (F.col("_op") == "update") & (F.col("_ok") != F.col("_nk"))
+    deletes = base.where((F.col("_op") == "delete") | key_changed).select(
+        F.col("_ok").alias("_k"), "_commit_lsn", "_seq", F.lit(True).alias("_del"),
+        F.lit(None).cast(base.schema["_ok"].dataType).alias("_src"),
+        *[F.lit(None).cast(base.schema[c].dataType).alias(c) for c in cols])
+    upserts = base.where(F.col("_op") != "delete").select(
+        F.col("_nk").alias("_k"), "_commit_lsn", "_seq", F.lit(False).alias("_del"),
+        F.when(key_changed, F.col("_ok")).alias("_src"), *cols)
+    events = deletes.unionByName(upserts)
+    w = (Window.partitionBy("_k").orderBy("_commit_lsn", "_seq", F.col("_del").desc())
+         .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+
+    def carried(ev: Any) -> Any:
+        # After a delete the row starts afresh: a segment id restarts the carry-over.
+        seg = F.sum(F.col("_del").cast("int")).over(
+            Window.partitionBy("_k").orderBy("_commit_lsn", "_seq", F.col("_del").desc())
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        ev = ev.withColumn("_segment", F.when(F.col("_del"), F.lit(-1)).otherwise(seg))
+        ws = (Window.partitionBy("_k", "_segment").orderBy("_commit_lsn", "_seq")
+              .rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        prev = (Window.partitionBy("_k").orderBy("_commit_lsn", "_seq", F.col("_del").desc())
+                .rowsBetween(Window.unboundedPreceding, -1))
+        out = ev
+        for c in cols:
+            out = out.withColumn(c, F.when(F.col("_del"), F.last(F.col(c), True).over(prev))
+                                 .otherwise(F.last(F.col(c), True).over(ws)))
+        return out.drop("_segment")
+
+    # First pass: the state of every key; then an upsert that moved a row from another key
+    # takes its unchanged columns from that key's state at the move, and the state is redone.
+    state = carried(events)
+    moved_from = state.where("_del").select(
+        F.col("_k").alias("_src"), F.col("_commit_lsn").alias("_m_commit"), F.col("_seq").alias("_m_seq"),
+        *[F.col(c).alias(f"_m_{c}") for c in cols])
+    joined = events.join(moved_from, (events["_src"] == moved_from["_src"])
+                         & (events["_commit_lsn"] == moved_from["_m_commit"])
+                         & (events["_seq"] == moved_from["_m_seq"]) & ~events["_del"], "left")
+    events2 = joined.select(events["_k"], events["_commit_lsn"], events["_seq"], events["_del"],
+                            events["_src"], *[F.coalesce(events[c], F.col(f"_m_{c}")).alias(c) for c in cols])
+    final = carried(events2)
+    last = Window.partitionBy("_k").orderBy(F.col("_commit_lsn").desc(), F.col("_seq").desc(), F.col("_del").asc())
+    latest = final.withColumn("_rn", F.row_number().over(last)).where("_rn = 1 AND NOT _del")
+    return latest.select(*[F.col(c)["v"].alias(c) for c in cols])
+
+
+# --------------------------------------------------------------------------- SQL: UDFs and the UDTF
+
+UDTF_SCHEMA = ("table string, op string, lsn bigint, commit_lsn bigint, commit_ts timestamp, "
+               "xid bigint, seq bigint, new map<string,string>, old map<string,string>, "
+               "unchanged array<string>")
+
+_UDTF_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged")
+
+
+def _text_map(table: pa.Table, names: list[str]) -> pa.Array:
+    """Rows as map<string,string> of each column's text (NULLs kept as NULL values)."""
+    n = table.num_rows
+    if not names:
+        return pa.array([[] for _ in range(n)], pa.map_(pa.string(), pa.string()))
+    texts = []
+    for c in names:
+        col = _column(table.column(c), spark_arrow_type(table.schema.field(c).type))
+        if pa.types.is_struct(col.type) or pa.types.is_list(col.type) or pa.types.is_binary(col.type):
+            col = pa.array([None if v is None else (v.hex() if isinstance(v, bytes) else json.dumps(v, default=str))
+                            for v in col.to_pylist()], pa.string())
+        else:
+            col = pc.cast(col, pa.string())
+        texts.append(col)
+    keys = pa.array(np.tile(np.array(names, dtype=object), n), pa.string())
+    items = pa.array(np.stack([t.to_numpy(zero_copy_only=False) for t in texts], axis=1).reshape(-1), pa.string())
+    offsets = pa.array(np.arange(0, len(names) * (n + 1), len(names), dtype=np.int32))
+    return pa.MapArray.from_arrays(offsets, keys, items)
+
+
+def changes_to_generic(changes: Any) -> Iterator[pa.RecordBatch]:
+    """Every table of a decoder result in the UDTF's one generic schema."""
+    ts = pa.timestamp("us", tz="UTC")
+    for name, table in sorted(changes.tables.items()):
+        if table.num_rows == 0:
+            continue
+        cols = [c for c in table.column_names if c not in _UDTF_META]
+        before = table.column("_before").combine_chunks()
+        if before.null_count == len(before):
+            old = pa.nulls(table.num_rows, pa.map_(pa.string(), pa.string()))
+        else:
+            flat = pa.table({f.name: before.field(i) for i, f in enumerate(before.type)})
+            old = pc.if_else(before.is_null(), pa.nulls(table.num_rows, pa.map_(pa.string(), pa.string())),
+                             _text_map(flat, flat.column_names))
+        yield pa.record_batch({
+            "table": pa.array([name] * table.num_rows, pa.string()),
+            "op": _column(table.column("_op"), pa.string()),
+            "lsn": _column(table.column("_lsn"), pa.int64()),
+            "commit_lsn": _column(table.column("_commit_lsn"), pa.int64()),
+            "commit_ts": _column(table.column("_commit_ts"), ts),
+            "xid": _column(table.column("_xid"), pa.int64()),
+            "seq": _column(table.column("_seq"), pa.int64()),
+            "new": _text_map(table, cols),
+            "old": old,
+            "unchanged": _column(table.column("_unchanged"), pa.list_(pa.field("element", pa.string()))),
+        })
+
+
+def decode_rows_locally(rows: Sequence[tuple[int, int, bytes, int]], options: dict[str, Any]) -> Any:
+    """Decode whole transactions in any order in this process (the same canonical rebuilding
+    as :func:`decode`, with the catalog taken from ``rows`` themselves)."""
+    catalog = RelationCatalog.from_rows((l, x, d) for l, x, d, _ in rows if d[:1] in b"RYSAr")
+    stream: list[tuple[int, bytes]] = []
+    for _, body in canonical_transactions(rows, catalog):
+        stream.extend(body)
+    return _decode_streams(stream, options)
+
+
+def _lsn_column(arr: pa.Array) -> list[int]:
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return [lsn_to_int(v) for v in arr.to_pylist()]
+    return arr.to_pylist()
+
+
+class PgoutputChangesUDTF:
+    """``SELECT * FROM pgoutput_changes(TABLE(SELECT lsn, xid, data FROM capture))``.
+
+    Rows reaching one UDTF instance are decoded together at the end (transactions rebuilt as in
+    :func:`decode`), so a capture must reach one instance whole: add ``WITH SINGLE PARTITION``
+    after ``TABLE(...)`` when the capture spans several Spark partitions.
+    """
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, bytes, int]] = []
+
+    def eval(self, batch: pa.RecordBatch) -> Iterator[pa.Table]:
+        lsn = _lsn_column(batch.column(0))
+        self.rows.extend(zip(lsn, batch.column(1).to_pylist(), batch.column(2).to_pylist(), [0] * len(lsn)))
+        return iter(())
+
+    def terminate(self) -> Iterator[pa.Table]:
+        if not self.rows:
+            return
+        changes = decode_rows_locally(self.rows, {"views": False})
+        for b in changes_to_generic(changes):
+            yield pa.Table.from_batches([b])
+
+
+def register(spark: Any) -> None:
+    """Register for SQL: ``pgoutput_changes`` (Arrow UDTF), ``pgoutput_kind``,
+    ``pgoutput_relation``, ``lsn_to_int``, ``lsn_to_text`` (Arrow UDFs), and the ``pgoutput``
+    data source."""
+    from pyspark.sql.functions import arrow_udf, arrow_udtf
+
+    def kind(data: pa.Array) -> pa.Array:
+        first = [None if d is None else message_kind(d) for d in data.to_pylist()]
+        return pa.array(first, pa.string())
+
+    def relation(data: pa.Array) -> pa.Array:
+        out = []
+        for d in data.to_pylist():
+            # Outside streamed chunks, Relation/Insert/Update/Delete start with the relation id.
+            out.append(_U32.unpack_from(d, 1)[0] if d and d[:1] in (b"R", b"I", b"U", b"D") and len(d) >= 5 else None)
+        return pa.array(out, pa.int64())
+
+    def to_int(text: pa.Array) -> pa.Array:
+        return pa.array([None if t is None else lsn_to_int(t) for t in text.to_pylist()], pa.int64())
+
+    def to_text(value: pa.Array) -> pa.Array:
+        return pa.array([None if v is None else lsn_to_text(v) for v in value.to_pylist()], pa.string())
+
+    for name, fn, rtype in (("pgoutput_kind", kind, "string"), ("pgoutput_relation", relation, "bigint"),
+                            ("lsn_to_int", to_int, "bigint"), ("lsn_to_text", to_text, "string")):
+        fn.__annotations__ = {list(fn.__code__.co_varnames)[0]: pa.Array, "return": pa.Array}
+        spark.udf.register(name, arrow_udf(fn, rtype))
+    spark.udtf.register("pgoutput_changes", arrow_udtf(PgoutputChangesUDTF, returnType=UDTF_SCHEMA))
+    try:
+        spark.dataSource.register(PgoutputDataSource)
+    except Exception:  # noqa: BLE001 - pyspark without Python data sources
+        pass
+
+
+# --------------------------------------------------------------------------- data source
+
+def _read_capture(path: str) -> list[tuple[int, int, bytes, int]]:
+    import glob
+    import os
+
+    import pyarrow.parquet as pq
+
+    files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True)) if os.path.isdir(path) else [path]
+    rows: list[tuple[int, int, bytes, int]] = []
+    for f in files:
+        t = pq.read_table(f, columns=["lsn", "xid", "data"])
+        lsn = _lsn_column(t.column("lsn").combine_chunks())
+        rows.extend(zip(lsn, t.column("xid").to_pylist(), t.column("data").to_pylist(), [0] * len(lsn)))
+    return rows
+
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class PgoutputDataSource(DataSource):
+        """``spark.read.format("pgoutput").option("table", "public.t").load(path)``: one table of
+        a capture (Parquet files with ``lsn``, ``xid``, ``data``), typed as :func:`decode` does.
+        Without ``table``, the generic change schema of the ``pgoutput_changes`` UDTF."""
+
+        @classmethod
+        def name(cls) -> str:
+            return "pgoutput"
+
+        def _decoded(self) -> Any:
+            if not hasattr(self, "_changes"):
+                self._changes = decode_rows_locally(_read_capture(self.options["path"]), {"views": False})
+            return self._changes
+
+        def schema(self) -> Any:
+            table = self.options.get("table")
+            if table is None:
+                return UDTF_SCHEMA
+            changes = self._decoded()
+            if table not in changes.tables:
+                raise ValueError(f"table {table!r} is not in the capture; it has {sorted(changes.tables)}")
+            return _spark_schema(to_spark_arrow_schema(changes.tables[table].schema))
+
+        def reader(self, schema: Any) -> "DataSourceReader":
+            return _PgoutputReader(self.options, schema)
+
+    class _PgoutputReader(DataSourceReader):
+        def __init__(self, options: dict[str, str], schema: Any) -> None:
+            self.options = dict(options)
+            self.schema = schema
+
+        def partitions(self) -> list[InputPartition]:
+            # One partition: a capture is one ordered stream, decoded whole.
+            return [InputPartition(0)]
+
+        def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            changes = decode_rows_locally(_read_capture(self.options["path"]), {"views": False})
+            target = to_arrow_schema(self.schema, timezone="UTC")
+            table = self.options.get("table")
+            if table is None:
+                for b in changes_to_generic(changes):
+                    yield pa.RecordBatch.from_arrays(list(b.columns), schema=target)
+                return
+            t = changes.tables.get(table)
+            if t is None:
+                return
+            for chunk in t.to_batches(max_chunksize=65536):
+                yield cast_for_spark(chunk, target)
+except ImportError:  # pragma: no cover - pyspark without Python data sources
+    PgoutputDataSource = None  # type: ignore[assignment,misc]
