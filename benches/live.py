@@ -1,0 +1,219 @@
+"""Drain a replication slot of at least a million changes, live, with three consumers.
+
+* ``pgoutput_arrow``: our live source, ``pgoutput_arrow.stream(dsn, slot=..., publication=...)``,
+  decoding to Arrow;
+* ``pg_recvlogical``: PostgreSQL's own client writing to /dev/null: the server's limit
+  (the walsender decoding the WAL is the same work for every consumer);
+* ``psycopg2+pypgoutput``: psycopg2's ``LogicalReplicationConnection`` feeding each message
+  to pypgoutput's message classes.
+
+Every consumer gets a slot of its own, all created before the workload, so each drains the
+same changes. Each run is one process; repetitions interleave the consumers. The clock of a
+Python consumer starts before it connects (after its imports) and stops once it has seen
+every change; pg_recvlogical is timed as a whole process, stopped by ``--endpos`` at the
+WAL position after the workload.
+
+Protocol version 1, text mode (what all three consumers read).
+
+Usage: ``python benches/live.py [--changes 1000000] [--reps 3] [--out bench-data/live.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+CONSUMERS = ("pgoutput_arrow", "pg_recvlogical", "psycopg2_pypgoutput")
+OPTIONS = {"proto_version": "1", "publication_names": "pub"}
+
+SERVER_SETTINGS = {
+    "logical_decoding_work_mem": "'256MB'",
+    "shared_buffers": "'128MB'",
+    "max_wal_size": "'4GB'",
+    "checkpoint_timeout": "'30min'",
+    "autovacuum": "off",
+    "max_replication_slots": "40",
+    "max_wal_senders": "40",
+    "wal_sender_timeout": "'5min'",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[live {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def consume_pgoutput_arrow(dsn: str, slot: str, expected: int) -> dict[str, Any]:
+    import pgoutput_arrow
+
+    t0 = time.perf_counter()
+    rows = 0
+    batches = 0
+    stream = pgoutput_arrow.stream(dsn, slot=slot, publication="pub")
+    for item in stream:
+        batch = getattr(item, "batch", item)
+        if getattr(item, "kind", "table") == "table":
+            rows += batch.num_rows
+        batches += 1
+        if rows >= expected:
+            break
+    elapsed = time.perf_counter() - t0
+    return {"seconds": elapsed, "changes": rows, "batches": batches}
+
+
+def consume_psycopg2(dsn: str, slot: str, expected: int) -> dict[str, Any]:
+    import psycopg2
+    import psycopg2.extras
+    from pypgoutput import decoders
+
+    by_kind: dict[int, Any] = {
+        ord("B"): decoders.Begin, ord("C"): decoders.Commit, ord("R"): decoders.Relation,
+        ord("I"): decoders.Insert, ord("U"): decoders.Update, ord("D"): decoders.Delete,
+        ord("T"): decoders.Truncate,
+    }
+    t0 = time.perf_counter()
+    conn = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    cur = conn.cursor()
+    cur.start_replication(slot_name=slot, decode=False, options=OPTIONS)
+    state = {"changes": 0, "bytes": 0, "n": 0}
+
+    def consume(msg: Any) -> None:
+        payload = msg.payload
+        state["bytes"] += len(payload)
+        cls = by_kind.get(payload[0])
+        if cls is not None:
+            cls(payload)
+            if payload[0] in (73, 85, 68):  # I, U, D
+                state["changes"] += 1
+        state["n"] += 1
+        if state["n"] % 10_000 == 0:
+            msg.cursor.send_feedback(flush_lsn=msg.data_start)
+        # The workload's last Commit: every change has been seen.
+        if payload[0] == 67 and state["changes"] >= expected:  # C
+            msg.cursor.send_feedback(flush_lsn=msg.data_start)
+            raise psycopg2.extras.StopReplication()
+
+    try:
+        cur.consume_stream(consume)
+    except psycopg2.extras.StopReplication:
+        pass
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return {"seconds": elapsed, "changes": state["changes"], "payload_bytes": state["bytes"]}
+
+
+# --------------------------------------------------------------------------- parent
+
+
+def run_recvlogical(pg: Any, slot: str, end_lsn: int) -> dict[str, Any]:
+    from pg_harness import int_to_lsn
+
+    env = {**os.environ, "PGPASSWORD": pg.password, "LD_LIBRARY_PATH": pg._env["LD_LIBRARY_PATH"]}
+    cmd = [str(pg.bin_dir / "pg_recvlogical"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user,
+           "-d", "bench_live", "--slot", slot, "--start", "--no-loop",
+           "--endpos", int_to_lsn(end_lsn), "-f", "/dev/null",
+           "-o", f"proto_version={OPTIONS['proto_version']}",
+           "-o", f"publication_names={OPTIONS['publication_names']}"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True)
+    return {"seconds": time.perf_counter() - t0}
+
+
+def run_python(consumer: str, dsn: str, slot: str, expected: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", consumer, "--dsn", dsn, "--slot", slot,
+           "--expected", str(expected)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{consumer} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--changes", type=int,
+                    default=int(os.environ.get("PGOUTPUT_LIVE_CHANGES", "1000000")))
+    ap.add_argument("--reps", type=int, default=int(os.environ.get("PGOUTPUT_LIVE_REPS", "3")))
+    ap.add_argument("--consumers", default=",".join(CONSUMERS))
+    ap.add_argument("--out", default=str(ROOT / "bench-data" / "live.json"))
+    ap.add_argument("--worker", choices=("pgoutput_arrow", "psycopg2_pypgoutput"))
+    ap.add_argument("--dsn")
+    ap.add_argument("--slot")
+    ap.add_argument("--expected", type=int)
+    args = ap.parse_args()
+
+    if args.worker:
+        fn = consume_pgoutput_arrow if args.worker == "pgoutput_arrow" else consume_psycopg2
+        print(json.dumps(fn(args.dsn, args.slot, args.expected)))
+        return
+
+    from pg_harness import PgServer
+
+    consumers = args.consumers.split(",")
+    with PgServer(version=18, settings=SERVER_SETTINGS) as pg:
+        pg.execute("CREATE DATABASE bench_live")
+        conn = pg.connect(pg.dsn_for(dbname="bench_live"))
+        cur = conn.cursor()
+        # pgbench_accounts' shape: what a pgbench -i load sends.
+        cur.execute("CREATE TABLE accounts (aid int PRIMARY KEY, bid int, abalance int, "
+                    "filler char(84))")
+        cur.execute("CREATE PUBLICATION pub FOR ALL TABLES")
+        slots = {(c, r): f"live_{c.split('_')[0]}_{r}" for r in range(args.reps) for c in consumers}
+        for slot in slots.values():
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        t0 = time.time()
+        per_txn = 10_000
+        for lo in range(1, args.changes + 1, per_txn):
+            hi = min(args.changes, lo + per_txn - 1)
+            cur.execute("INSERT INTO accounts SELECT i, i / 100000 + 1, 0, '' "
+                        "FROM generate_series(%s, %s) AS i", (lo, hi))
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        from pg_harness import lsn_to_int
+
+        end_lsn = lsn_to_int(cur.fetchone()[0])
+        log(f"workload: {args.changes} inserts in {time.time() - t0:.1f}s; "
+            f"{len(slots)} slots; end LSN {end_lsn:X}")
+        dsn = pg.dsn_for(dbname="bench_live")
+        results: list[dict[str, Any]] = []
+        for r in range(args.reps):
+            for c in consumers:
+                slot = slots[(c, r)]
+                try:
+                    if c == "pg_recvlogical":
+                        res = run_recvlogical(pg, slot, end_lsn)
+                    else:
+                        res = run_python(c, dsn, slot, args.changes)
+                except Exception as e:  # noqa: BLE001 - reported, the others still run
+                    log(f"{c} rep {r}: {e}")
+                    results.append({"consumer": c, "rep": r, "error": str(e)[-1500:]})
+                    continue
+                res.update(consumer=c, rep=r, rate_changes_per_s=args.changes / res["seconds"])
+                log(f"{c:20s} rep {r}: {res['seconds']:.2f}s "
+                    f"({res['rate_changes_per_s'] / 1e3:.0f}k changes/s)")
+                results.append(res)
+    medians = {}
+    for c in consumers:
+        secs = [r["seconds"] for r in results if r["consumer"] == c and "seconds" in r]
+        if secs:
+            medians[c] = {"median_s": statistics.median(secs),
+                          "changes_per_s": args.changes / statistics.median(secs), "runs": len(secs)}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"changes": args.changes, "reps": args.reps, "medians": medians,
+                               "results": results}, indent=2) + "\n")
+    log(f"wrote {out}: {json.dumps(medians)}")
+
+
+if __name__ == "__main__":
+    main()
