@@ -66,14 +66,24 @@ golden: setup ## Regenerate tests/golden/captures from the SQL workloads on PG18
 	$(PY) tests/golden/capture.py
 	$(PY) tests/golden/kinds_coverage.py
 
-fuzz: ## Run every cargo-fuzz target for FUZZ_SECONDS each (needs a nightly toolchain)
+fuzz: ## Fuzz the parser for FUZZ_SECONDS per target, seeded from the golden captures; prints the executions
 	@[ -f $(FUZZ_DIR)/Cargo.toml ] || { echo "error: no $(FUZZ_DIR)/Cargo.toml: there are no fuzz targets yet" >&2; exit 1; }
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-	@targets="$$(cargo +nightly fuzz list --fuzz-dir $(FUZZ_DIR))"; \
+	@# cargo-fuzz needs nightly flags (-Zsanitizer); without a nightly toolchain, stable
+	@# accepts them under RUSTC_BOOTSTRAP=1.
+	@if rustup run nightly rustc --version >/dev/null 2>&1; then tc=+nightly; boot=; \
+	  else tc=; boot=RUSTC_BOOTSTRAP=1; echo "no nightly toolchain: using stable with RUSTC_BOOTSTRAP=1"; fi; \
+	  targets="$$(env $$boot cargo $$tc fuzz list --fuzz-dir $(FUZZ_DIR))"; \
 	  [ -n "$$targets" ] || { echo "error: $(FUZZ_DIR) has no fuzz targets" >&2; exit 1; }; \
+	  mkdir -p $(FUZZ_DIR)/artifacts; \
 	  for t in $$targets; do \
-	    echo "== fuzzing $$t for $(FUZZ_SECONDS)s"; \
-	    cargo +nightly fuzz run --fuzz-dir $(FUZZ_DIR) $$t -- -max_total_time=$(FUZZ_SECONDS); \
+	    python3 $(FUZZ_DIR)/seed.py $(FUZZ_DIR)/corpus/$$t; \
+	    log=$(FUZZ_DIR)/artifacts/$$t.log; \
+	    echo "== fuzzing $$t for $(FUZZ_SECONDS)s (libFuzzer output in $$log)"; \
+	    env $$boot cargo $$tc fuzz run --fuzz-dir $(FUZZ_DIR) $$t -- \
+	      -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 >$$log 2>&1 \
+	      || { tail -n 60 $$log; echo "== $$t: FAILED (crash or build error), see $$log" >&2; exit 1; }; \
+	    sed -n 's/^Done \([0-9]*\) runs in \([0-9]*\) second.*/== '"$$t"': \1 executions in \2 s, no crash/p' $$log; \
 	  done
 
 bench: setup develop ## Run the benchmarks (benches/run.sh)

@@ -166,3 +166,73 @@ pub fn hand_built_corpus() -> Vec<(&'static str, bool, Vec<u8>)> {
     ));
     out
 }
+
+/// One row of a golden capture: what `pg_logical_slot_get_binary_changes`
+/// returned (lsn, xid, data).
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub lsn: u64,
+    pub xid: u32,
+    pub data: Vec<u8>,
+}
+
+/// The directory of the golden captures, `tests/golden/captures` at the
+/// workspace root.
+pub fn captures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/captures")
+}
+
+/// Every `*.bin` capture, sorted by name, with its rows.
+pub fn load_captures() -> Vec<(String, Vec<Row>)> {
+    let dir = captures_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut paths: Vec<_> = entries
+        .map(|e| e.expect("read captures dir").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            let rows = split_rows(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            (name, rows)
+        })
+        .collect()
+}
+
+/// Framing per row: u64 BE lsn, u32 BE xid, u32 BE length, then the bytes.
+pub fn split_rows(mut bytes: &[u8]) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    while !bytes.is_empty() {
+        if bytes.len() < 16 {
+            return Err(format!("row {} header truncated ({} bytes left)", rows.len(), bytes.len()));
+        }
+        let lsn = u64::from_be_bytes(bytes[..8].try_into().unwrap());
+        let xid = u32::from_be_bytes(bytes[8..12].try_into().unwrap());
+        let len = u32::from_be_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let data = bytes.get(16..16 + len).ok_or_else(|| format!("row {} data truncated", rows.len()))?;
+        rows.push(Row { lsn, xid, data: data.to_vec() });
+        bytes = &bytes[16 + len..];
+    }
+    Ok(rows)
+}
+
+/// Every message of the golden captures with the stream state it arrives in
+/// (decided by one Parser per capture), followed by the hand-built corpus.
+pub fn all_messages() -> Vec<(String, bool, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (name, rows) in load_captures() {
+        let mut parser = pgoutput_proto::Parser::new();
+        for (i, row) in rows.iter().enumerate() {
+            let in_stream = parser.in_stream();
+            parser.parse(&row.data).unwrap_or_else(|e| panic!("{name} row {i}: {e}"));
+            out.push((format!("{name} row {i}"), in_stream, row.data.clone()));
+        }
+    }
+    for (name, in_stream, bytes) in hand_built_corpus() {
+        out.push((format!("hand-built {name} (in stream: {in_stream})"), in_stream, bytes));
+    }
+    out
+}
