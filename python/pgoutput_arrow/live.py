@@ -1,0 +1,935 @@
+"""Stream a logical replication slot live, and confirm to the server only what was handled.
+
+Follows section 54.4 of the PostgreSQL 18 documentation (streaming replication protocol) and
+the walsender notes in the project's spec. ::
+
+    import pgoutput_arrow
+
+    with pgoutput_arrow.stream(dsn, slot="s", publication="pub") as changes:
+        for item in changes:                # LiveBatch: .kind, .table, .batch, .ack_lsn
+            store(item.table, item.batch)   # make it durable
+            changes.ack(item.ack_lsn)       # only now may the server discard that WAL
+
+How nothing is lost or emitted twice:
+
+* Batches come out only for committed transactions, at flush points of the decoder;
+  ``ack_lsn`` of the last batch of a flush is the decoder's ``safe_lsn`` (every transaction
+  that ended at or before it is fully out), the other batches of that flush repeat the
+  previous flush's position. The flushed position sent to the server is the highest acked
+  LSN, never more (one exception below), and never beyond an unresolved prepared
+  transaction, which the server would not send again.
+* While nothing is pending (no open transaction in the stream, every batch handed out was
+  acked), the WAL end of the server's keepalives is confirmed as well, so that a slot whose
+  publication sees no changes still advances and does not hold WAL.
+* When the connection breaks (server restart, network), the stream reconnects with
+  exponential backoff and asks the server to start at the highest LSN already handed out; the
+  server then resends only transactions that commit after it, into a fresh decoder (the
+  partial transaction is dropped). Rows whose ``_commit_lsn`` is below that point are
+  filtered out as a second guard.
+* Across process restarts the consumer's durable output is the reference: pass the highest
+  end LSN it holds as ``start_lsn`` (what ``pgoutput-dump --output DIR`` does).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import select
+import struct
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import pyarrow as pa
+
+from .exceptions import (
+    AuthenticationFailed,
+    ConnectionFailed,
+    ConnectionLost,
+    PublicationNotFound,
+    ReplicationError,
+    SlotInUse,
+    SlotNotFound,
+    WalLevelNotLogical,
+)
+
+__all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "lsn_to_str", "parse_lsn",
+           "default_proto_version"]
+
+DEFAULT_CONNECT_TIMEOUT_S = 10
+
+_U32 = struct.Struct("!I")
+_U64 = struct.Struct("!Q")
+
+
+def parse_lsn(value: int | str) -> int:
+    """``'16/B374D848'`` or an int → the LSN as an int."""
+    if isinstance(value, int):
+        if not 0 <= value < 1 << 64:
+            raise ValueError(f"LSN out of range: {value}")
+        return value
+    hi, sep, lo = str(value).strip().partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        high, low = int(hi, 16), int(lo, 16)
+    except ValueError:
+        raise ValueError(f"not an LSN (expected X/Y in hex): {value!r}") from None
+    if high >> 32 or low >> 32:
+        raise ValueError(f"not an LSN (each half is 32 bits): {value!r}")
+    return high << 32 | low
+
+
+def lsn_to_str(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def default_proto_version(server_version_num: int) -> int:
+    """The highest pgoutput protocol a server speaks: 4 on 16+, 3 on 15, 2 on 14, else 1."""
+    if server_version_num >= 160000:
+        return 4
+    if server_version_num >= 150000:
+        return 3
+    if server_version_num >= 140000:
+        return 2
+    return 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveBatch:
+    """One decoded batch of the live stream.
+
+    ``kind`` is ``'table'`` (then ``table`` is ``"schema.table"`` and ``version`` its schema
+    version), ``'truncates'``, ``'messages'`` or ``'transactions'``. ``ack_lsn`` may be passed
+    to :meth:`LiveStream.ack` once this batch and every batch before it are durable.
+    """
+
+    kind: str
+    table: str | None
+    version: int | None
+    batch: pa.RecordBatch
+    ack_lsn: int
+
+    @property
+    def name(self) -> str:
+        """The table name for changes, else the kind (``truncates``, ``messages``, ...)."""
+        return self.table if self.kind == "table" and self.table else self.kind
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.batch.num_rows)
+
+    def commit_lsn_range(self) -> tuple[int, int] | None:
+        """The smallest and largest ``_commit_lsn`` in the batch, when it has that column."""
+        col = _commit_column(self.batch)
+        if col is None or self.batch.num_rows == 0:
+            return None
+        import pyarrow.compute as pc
+
+        mm = pc.min_max(self.batch.column(col))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        return None if lo is None else (int(lo), int(hi))
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStats:
+    """A snapshot of the stream's progress. LSNs are ints (``lsn_to_str`` prints them)."""
+
+    server_wal_end: int
+    received_lsn: int
+    emitted_lsn: int
+    acked_lsn: int
+    confirmed_lsn: int
+    messages: int
+    bytes: int
+    batches: int
+    rows: int
+    elapsed_s: float
+    messages_per_s: float
+    bytes_per_s: float
+    reconnects: int
+
+    @property
+    def lag_bytes(self) -> int:
+        """Server WAL end minus the position confirmed to the server."""
+        return max(0, self.server_wal_end - self.confirmed_lsn)
+
+
+def _commit_column(batch: pa.RecordBatch) -> str | None:
+    names = batch.schema.names
+    for name in ("_commit_lsn", "commit_lsn"):
+        if name in names:
+            return name
+    return None
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _quote_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _one_line(message: str) -> str:
+    return "; ".join(part.strip() for part in str(message).strip().splitlines() if part.strip())
+
+
+def _cstring(data: bytes, offset: int) -> str:
+    end = data.index(b"\0", offset)
+    return data[offset:end].decode("utf-8", "replace")
+
+
+class _TxnTracker:
+    """Follows transaction boundaries from the first byte of each pgoutput message (and the
+    few fields it needs), so the stream knows when nothing is pending and which prepared
+    transactions are still unresolved. Formats: the PostgreSQL 18 message-formats page."""
+
+    def __init__(self) -> None:
+        self.in_txn = False
+        self.streams: set[int] = set()
+        self.prepared: dict[str, int] = {}  # gid → prepare LSN
+
+    @property
+    def idle(self) -> bool:
+        return not self.in_txn and not self.streams and not self.prepared
+
+    def prepared_floor(self) -> int | None:
+        return min(self.prepared.values()) if self.prepared else None
+
+    def see(self, data: bytes) -> None:
+        kind = data[:1]
+        if kind in (b"I", b"U", b"D", b"R", b"Y", b"T", b"M", b"O"):
+            return
+        if kind == b"B" or kind == b"b":
+            self.in_txn = True
+        elif kind == b"C":
+            self.in_txn = False
+        elif kind == b"P":  # Prepare: flags, prepare LSN, end LSN, ts, xid, gid
+            self.in_txn = False
+            self.prepared[_cstring(data, 30)] = _U64.unpack_from(data, 2)[0]
+        elif kind == b"K":  # Commit Prepared: flags, commit LSN, end LSN, ts, xid, gid
+            self.prepared.pop(_cstring(data, 30), None)
+        elif kind == b"r":  # Rollback Prepared: flags, 2 LSNs, 2 timestamps, xid, gid
+            self.prepared.pop(_cstring(data, 38), None)
+        elif kind == b"S":  # Stream Start: xid, first-segment flag
+            self.streams.add(_U32.unpack_from(data, 1)[0])
+        elif kind == b"c":  # Stream Commit: xid, ...
+            self.streams.discard(_U32.unpack_from(data, 1)[0])
+        elif kind == b"A":  # Stream Abort: xid, subxid[, abort LSN, abort ts]
+            xid, subxid = struct.unpack_from("!II", data, 1)
+            if xid == subxid:
+                self.streams.discard(xid)
+        elif kind == b"p":  # Stream Prepare: flags, prepare LSN, end LSN, ts, xid, gid
+            self.streams.discard(_U32.unpack_from(data, 26)[0])
+            self.prepared[_cstring(data, 30)] = _U64.unpack_from(data, 2)[0]
+
+
+def _classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
+    """psycopg2's connect and command errors → the exception hierarchy, one clear line."""
+    text = _one_line(str(exc)) or type(exc).__name__
+    sqlstate = getattr(exc, "pgcode", None)
+    lower = text.lower()
+    if sqlstate == "42704" and "replication slot" in lower:
+        return SlotNotFound(f"{where}: {text}")
+    if sqlstate == "42704" and "publication" in lower:
+        return PublicationNotFound(f"{where}: {text}")
+    if sqlstate == "55006" or "is active for pid" in lower:
+        return SlotInUse(f"{where}: {text} (another process is streaming this slot)")
+    if "wal_level" in lower:
+        return WalLevelNotLogical(f"{where}: {text}")
+    auth_markers = ("password authentication failed", "authentication failed",
+                    "no password supplied", "no pg_hba.conf entry", "pg_hba.conf rejects",
+                    "role \"", "fe_sendauth")
+    if any(m in lower for m in auth_markers) or sqlstate in ("28P01", "28000"):
+        return AuthenticationFailed(f"{where}: {text}", sqlstate=sqlstate)
+    if "timeout expired" in lower:
+        return ConnectionFailed(f"{where}: timed out ({text})", sqlstate=sqlstate)
+    return ConnectionFailed(f"{where}: {text}", sqlstate=sqlstate)
+
+
+class LiveStream:
+    """An iterator of :class:`LiveBatch` over a live replication slot, and a context manager
+    that closes it (after sending the last acknowledged position). See :func:`stream`."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        slot: str,
+        publication: str | Sequence[str] | None = None,
+        create_slot: bool = False,
+        temporary_slot: bool = False,
+        two_phase: bool = False,
+        create_publication: Sequence[str] | str | None = None,
+        proto_version: int | None = None,
+        binary: bool = False,
+        streaming: str | None = None,
+        messages: bool = False,
+        origin: str | None = None,
+        start_lsn: int | str | None = None,
+        status_interval: float = 10.0,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        reconnect_attempts: int = 8,
+        reconnect_timeout: float = 120.0,
+        reconnect_initial_delay: float = 0.2,
+        reconnect_max_delay: float = 10.0,
+        idle_timeout: float | None = None,
+        stop_after: float | None = None,
+        stop_at_lsn: int | str | None = None,
+        flush_interval: float = 1.0,
+        flush_messages: int = 200_000,
+        auto_ack: bool = False,
+        decoder_factory: Callable[[], Any] | None = None,
+        **decoder_options: Any,
+    ) -> None:
+        if not slot:
+            raise ValueError("slot is required")
+        if create_publication is not None and publication is None:
+            publication = slot
+        if publication is None:
+            raise ValueError("publication is required (or create_publication=[tables] / 'ALL')")
+        pubs = [publication] if isinstance(publication, str) else list(publication)
+        self.publications = [p for part in pubs for p in part.split(",") if p.strip()]
+        self.publications = [p.strip() for p in self.publications]
+        if streaming not in (None, "on", "off", "parallel"):
+            raise ValueError(f"streaming must be 'on', 'parallel' or 'off', not {streaming!r}")
+        if origin not in (None, "any", "none"):
+            raise ValueError(f"origin must be 'any' or 'none', not {origin!r}")
+        self.dsn = dsn
+        self.slot = slot
+        self.create_slot = create_slot or temporary_slot
+        self.temporary_slot = temporary_slot
+        self.two_phase = two_phase
+        self.create_publication = create_publication
+        self.requested_proto_version = proto_version
+        self.binary = binary
+        self.streaming = streaming
+        self.messages = messages
+        self.origin = origin
+        self.status_interval = float(status_interval)
+        self.connect_timeout = connect_timeout
+        self.reconnect_attempts = reconnect_attempts
+        self.reconnect_timeout = reconnect_timeout
+        self.reconnect_initial_delay = reconnect_initial_delay
+        self.reconnect_max_delay = reconnect_max_delay
+        self.idle_timeout = idle_timeout
+        self.stop_after = stop_after
+        self.stop_at_lsn = parse_lsn(stop_at_lsn) if stop_at_lsn is not None else None
+        self.flush_interval = flush_interval
+        self.flush_messages = flush_messages
+        self.auto_ack = auto_ack
+        self._decoder_factory = decoder_factory
+        self._decoder_options = decoder_options
+
+        self.proto_version: int | None = None
+        self.server_version: int | None = None
+        self._start_lsn = parse_lsn(start_lsn) if start_lsn is not None else 0
+        self._conn: Any = None
+        self._copy: Any = None
+        self._decoder: Any = None
+        self._feed: Callable[[bytes, int], Any] = lambda data, lsn: None
+        self._txns = _TxnTracker()
+        self._pending: collections.deque[LiveBatch] = collections.deque()
+        self._closed = False
+        self._stop = False
+        self._started = False
+
+        # Positions (ints). emitted: everything at or below was handed out; acked: what the
+        # caller confirmed (plus idle keepalive positions); sent: flushed position last sent.
+        self._floor = self._start_lsn  # transactions committing below were already handled
+        self._emitted = self._start_lsn
+        self._acked = 0
+        self._sent_flush = 0
+        self._received = 0
+        self._wal_end = 0
+        self._last_yield_ack = self._start_lsn
+        self._last_status = 0.0
+        self._status_dirty = False
+
+        self._messages = 0
+        self._bytes = 0
+        self._batches = 0
+        self._rows = 0
+        self._reconnects = 0
+        self._t0 = time.monotonic()
+        self._last_data = self._t0
+        self._rate_window: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=12)
+        self._fed_since_flush = 0
+        self._last_flush = self._t0
+
+    # ------------------------------------------------------------------ public API
+
+    def __enter__(self) -> "LiveStream":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[LiveBatch]:
+        return self
+
+    def __next__(self) -> LiveBatch:
+        if not self._started:
+            self.open()
+        if self.auto_ack and self._last_yield_ack > self._acked:
+            self.ack(self._last_yield_ack)
+        while not self._pending:
+            if self._closed or self._stop:
+                self._finish_stream()
+                if not self._pending:
+                    raise StopIteration
+                break
+            self._pump()
+        item = self._pending.popleft()
+        self._last_yield_ack = item.ack_lsn
+        self._batches += 1
+        self._rows += item.num_rows
+        return item
+
+    def open(self) -> None:
+        """Connect, check the slot and publication (creating them if asked), and start
+        streaming. Called by ``with`` or the first ``next()``."""
+        if self._started:
+            return
+        self._started = True
+        self._connect_and_start(first=True)
+
+    def ack(self, lsn: int | str | None = None) -> None:
+        """Confirm that everything up to ``lsn`` (an ``ack_lsn`` of a yielded batch; default:
+        the last one yielded) is durably handled. Positions only move forward; an LSN beyond
+        what was handed out is refused."""
+        value = self._last_yield_ack if lsn is None else parse_lsn(lsn)
+        if value > max(self._emitted, self._acked):
+            raise ValueError(
+                f"cannot acknowledge {lsn_to_str(value)}: only up to "
+                f"{lsn_to_str(self._emitted)} has been handed out")
+        if value > self._acked:
+            self._acked = value
+            self._status_dirty = True
+
+    def stop(self) -> None:
+        """Ask the iteration to end after the batches already decoded (safe from a signal
+        handler or another thread)."""
+        self._stop = True
+
+    def close(self) -> None:
+        """Send the last acknowledged position and disconnect. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._copy is not None:
+            try:
+                self._send_status(force=True)
+            except Exception:
+                pass
+        self._disconnect()
+
+    @property
+    def confirmed_lsn(self) -> int:
+        """The flushed position last sent to the server."""
+        return self._sent_flush
+
+    @property
+    def acked_lsn(self) -> int:
+        return self._acked
+
+    @property
+    def emitted_lsn(self) -> int:
+        return self._emitted
+
+    @property
+    def server_wal_end(self) -> int:
+        return self._wal_end
+
+    @property
+    def lag_bytes(self) -> int:
+        """Server WAL end minus the confirmed position."""
+        return max(0, self._wal_end - self._sent_flush)
+
+    @property
+    def messages_per_s(self) -> float:
+        return self.stats().messages_per_s
+
+    @property
+    def bytes_per_s(self) -> float:
+        return self.stats().bytes_per_s
+
+    def stats(self) -> StreamStats:
+        now = time.monotonic()
+        window = self._rate_window
+        mps = bps = 0.0
+        if window:
+            t, m, b = window[0]
+            if now - t > 1e-3:
+                mps = (self._messages - m) / (now - t)
+                bps = (self._bytes - b) / (now - t)
+        return StreamStats(
+            server_wal_end=self._wal_end, received_lsn=self._received,
+            emitted_lsn=self._emitted, acked_lsn=self._acked, confirmed_lsn=self._sent_flush,
+            messages=self._messages, bytes=self._bytes, batches=self._batches, rows=self._rows,
+            elapsed_s=now - self._t0, messages_per_s=mps, bytes_per_s=bps,
+            reconnects=self._reconnects)
+
+    # ------------------------------------------------------------------ connecting
+
+    def _connect(self) -> Any:
+        import psycopg2
+        import psycopg2.extensions
+        import psycopg2.extras
+
+        where = "cannot connect"
+        try:
+            params = psycopg2.extensions.parse_dsn(self.dsn)
+        except psycopg2.ProgrammingError as e:
+            raise ReplicationError(f"invalid DSN: {_one_line(str(e))}") from None
+        host = params.get("host") or os.environ.get("PGHOST") or "(default socket)"
+        port = params.get("port") or os.environ.get("PGPORT") or "5432"
+        where = f"cannot connect to {host} port {port}"
+        kwargs: dict[str, Any] = {}
+        if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
+            kwargs["connect_timeout"] = max(1, int(round(self.connect_timeout)))
+        try:
+            conn = psycopg2.connect(
+                self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection,
+                **kwargs)
+        except psycopg2.Error as e:
+            raise _classify_connect_error(e, where) from None
+        return conn
+
+    def _preflight(self, conn: Any) -> None:
+        """Checks that give a clear error before START_REPLICATION, and the creations."""
+        import psycopg2
+
+        cur = conn.cursor()
+        self.server_version = int(conn.server_version)
+        cur.execute("SHOW wal_level")
+        wal_level = cur.fetchone()[0]
+        if wal_level != "logical":
+            raise WalLevelNotLogical(
+                f"the server runs with wal_level = {wal_level}; logical replication needs "
+                f"wal_level = logical (set it in postgresql.conf and restart the server)")
+        cur.execute("SELECT current_database()")
+        dbname = cur.fetchone()[0]
+        self._ensure_publication(cur, dbname)
+        cur.execute(
+            "SELECT plugin, slot_type, database, active_pid FROM pg_replication_slots "
+            "WHERE slot_name = %s", (self.slot,))
+        row = cur.fetchone()
+        if row is None:
+            if not self.create_slot:
+                raise SlotNotFound(
+                    f'replication slot "{self.slot}" does not exist (create it with '
+                    f"--create-slot / create_slot=True, or pg_create_logical_replication_slot)")
+            try:
+                cur.execute(self._create_slot_command())
+                cur.fetchall()
+            except psycopg2.Error as e:
+                if getattr(e, "pgcode", None) == "42710":  # created concurrently: use it
+                    return
+                raise _classify_connect_error(
+                    e, f'cannot create replication slot "{self.slot}"') from None
+            return
+        plugin, slot_type, database, active_pid = row
+        if slot_type != "logical" or plugin != "pgoutput":
+            raise ReplicationError(
+                f'replication slot "{self.slot}" is a {slot_type} slot with plugin {plugin}; '
+                f"expected a logical slot with plugin pgoutput")
+        if database != dbname:
+            raise ReplicationError(
+                f'replication slot "{self.slot}" belongs to database {database}, '
+                f"but the connection is to {dbname}")
+        if active_pid is not None:
+            raise SlotInUse(
+                f'replication slot "{self.slot}" is active for PID {active_pid} '
+                f"(another process is streaming this slot)")
+
+    def _ensure_publication(self, cur: Any, dbname: str) -> None:
+        import psycopg2
+
+        cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
+                    (self.publications,))
+        existing = {r[0] for r in cur.fetchall()}
+        missing = [p for p in self.publications if p not in existing]
+        if not missing:
+            return
+        if self.create_publication is None:
+            raise PublicationNotFound(
+                f'publication {", ".join(missing)} does not exist in database {dbname} '
+                f"(create it with CREATE PUBLICATION, or --create-publication)")
+        target = self.create_publication
+        if isinstance(target, str) and target.upper() == "ALL":
+            what = "FOR ALL TABLES"
+        else:
+            tables = [target] if isinstance(target, str) else list(target)
+            if not tables:
+                raise ValueError("create_publication needs table names or 'ALL'")
+            what = "FOR TABLE " + ", ".join(
+                ".".join(_quote_ident(part) for part in t.split(".", 1)) for t in tables)
+        for name in missing:
+            try:
+                cur.execute(f"CREATE PUBLICATION {_quote_ident(name)} {what}")
+            except psycopg2.Error as e:
+                if getattr(e, "pgcode", None) == "42710":
+                    continue
+                raise ReplicationError(
+                    f"cannot create publication {name}: {_one_line(str(e))}") from None
+
+    def _create_slot_command(self) -> str:
+        assert self.server_version is not None
+        parts = [f"CREATE_REPLICATION_SLOT {_quote_ident(self.slot)}"]
+        if self.temporary_slot:
+            parts.append("TEMPORARY")
+        parts.append("LOGICAL pgoutput")
+        if self.server_version >= 150000:
+            opts = ["SNAPSHOT 'nothing'"] + (["TWO_PHASE"] if self.two_phase else [])
+            parts.append("(" + ", ".join(opts) + ")")
+        else:
+            parts.append("NOEXPORT_SNAPSHOT")
+            if self.two_phase:
+                if self.server_version < 140000:
+                    raise ReplicationError("two_phase slots need PostgreSQL 14 or later")
+                parts.append("TWO_PHASE")
+        return " ".join(parts)
+
+    def _start_command(self, start_lsn: int) -> str:
+        assert self.server_version is not None
+        highest = default_proto_version(self.server_version)
+        proto = self.requested_proto_version or highest
+        if proto > highest:
+            raise ReplicationError(
+                f"proto_version {proto} is not supported by this server "
+                f"(PostgreSQL {self.server_version // 10000} speaks up to {highest})")
+        self.proto_version = proto
+        streaming = self.streaming if self.streaming is not None else ("on" if proto >= 2 else None)
+        if streaming == "parallel" and proto < 4:
+            raise ReplicationError("streaming 'parallel' needs proto_version 4 (PostgreSQL 16+)")
+        opts = [("proto_version", str(proto)),
+                ("publication_names", ",".join(_quote_ident(p) for p in self.publications))]
+        if self.binary:
+            opts.append(("binary", "true"))
+        if self.messages:
+            opts.append(("messages", "true"))
+        if streaming and streaming != "off":
+            opts.append(("streaming", streaming))
+        if self.two_phase:
+            opts.append(("two_phase", "true"))
+        if self.origin:
+            opts.append(("origin", self.origin))
+        options = ", ".join(f"{k} {_quote_literal(v)}" for k, v in opts)
+        return (f"START_REPLICATION SLOT {_quote_ident(self.slot)} LOGICAL "
+                f"{lsn_to_str(start_lsn)} ({options})")
+
+    def _connect_and_start(self, first: bool) -> None:
+        import psycopg2
+
+        from ._libpq import CopyBoth
+
+        conn = self._connect()
+        try:
+            self._preflight(conn)
+            start = self._resume_lsn()
+            cur = conn.cursor()
+            try:
+                cur.start_replication_expert(self._start_command(start), decode=False)
+            except psycopg2.Error as e:
+                raise _classify_connect_error(
+                    e, f'cannot stream replication slot "{self.slot}"') from None
+            copy = CopyBoth(conn)
+        except BaseException:
+            try:
+                conn.close()
+            except Exception:
+                pass
+            raise
+        self._conn, self._copy = conn, copy
+        self._new_decoder()
+        self._last_status = time.monotonic()
+        self._last_data = time.monotonic()
+
+    def _resume_lsn(self) -> int:
+        """Where to ask the server to start: after everything handed out, but not past an
+        unresolved prepared transaction (the server would not send its changes again)."""
+        start = max(self._emitted, self._acked, self._start_lsn)
+        floor = self._txns.prepared_floor()
+        if floor is not None:
+            start = min(start, floor)
+        return start
+
+    def _new_decoder(self) -> None:
+        if self._decoder_factory is not None:
+            dec = self._decoder_factory()
+        else:
+            from . import Decoder  # the package's incremental decoder
+
+            dec = Decoder(**self._decoder_options)
+        feed = getattr(dec, "feed", None)
+        if feed is not None:
+            self._feed = feed
+        else:
+            push = dec.push
+            self._feed = lambda data, lsn: push(lsn, data)
+        self._decoder = dec
+        self._txns = _TxnTracker()
+        self._fed_since_flush = 0
+
+    def _disconnect(self) -> None:
+        conn, self._conn, self._copy = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _reconnect(self, cause: BaseException) -> None:
+        """Reconnect with exponential backoff, resuming after what was handed out."""
+        self._disconnect()
+        if self.temporary_slot:
+            raise ConnectionLost(
+                f"the replication connection was lost ({_one_line(str(cause))}) and the "
+                f'temporary slot "{self.slot}" went with it: cannot resume') from None
+        deadline = time.monotonic() + self.reconnect_timeout
+        delay = self.reconnect_initial_delay
+        last: BaseException = cause
+        for attempt in range(1, self.reconnect_attempts + 1):
+            if self._stop or time.monotonic() > deadline:
+                break
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, self.reconnect_max_delay)
+            try:
+                self._floor = max(self._floor, self._emitted)
+                self._connect_and_start(first=False)
+                self._reconnects += 1
+                return
+            except (AuthenticationFailed, SlotNotFound, PublicationNotFound, WalLevelNotLogical):
+                raise
+            except (ConnectionFailed, SlotInUse) as e:  # server restarting, old walsender
+                last = e
+            except Exception as e:  # noqa: BLE001 - any other transient failure: try again
+                last = e
+        raise ConnectionLost(
+            f"lost the replication connection ({_one_line(str(cause))}) and could not "
+            f"resume within {self.reconnect_attempts} attempts / {self.reconnect_timeout:.0f}s: "
+            f"{_one_line(str(last))}") from None
+
+    # ------------------------------------------------------------------ streaming
+
+    def _pump(self) -> None:
+        """Read what is there, feed the decoder, and return once batches are ready or after
+        at most a short wait; handles keepalives, status updates and reconnects."""
+        from ._libpq import CopyBothEnded
+
+        if self._copy is None:
+            self._reconnect(ConnectionLost("not connected"))
+        try:
+            self._read_available()
+        except CopyBothEnded as e:
+            self._flush_decoder()  # keep what fully arrived: it is complete and in order
+            if self._pending:
+                # Hand those out first; reconnect on the next call.
+                self._disconnect()
+                return
+            if e.sqlstate and e.sqlstate not in ("57P01", "57P02", "57P03", "08006", "08003"):
+                raise _classify_connect_error(_SqlError(str(e), e.sqlstate),
+                                              "the replication stream failed") from None
+            self._reconnect(e)
+
+    def _read_available(self) -> None:
+        copy = self._copy
+        feed = self._feed
+        see = self._txns.see
+        deadline = time.monotonic() + self.flush_interval
+        n = 0
+        while True:
+            frame = copy.read()
+            if frame is None:
+                break
+            kind, fields = frame
+            if kind == "w":
+                start, end, _clock, payload = fields
+                feed(payload, start)
+                see(payload)
+                self._messages += 1
+                self._bytes += len(payload)
+                self._fed_since_flush += 1
+                if end > self._wal_end:
+                    self._wal_end = end
+                if end > self._received:
+                    self._received = end
+                n += 1
+                if n & 1023 == 0:
+                    now = time.monotonic()
+                    self._tick(now)
+                    if now - self._last_status >= self.status_interval:
+                        self._send_status(force=True)
+                    if self._fed_since_flush >= self.flush_messages or now >= deadline:
+                        self._flush_decoder()
+                        if self._pending:
+                            return
+                        deadline = now + self.flush_interval
+            else:
+                end, _clock, reply = fields
+                if end > self._wal_end:
+                    self._wal_end = end
+                if end > self._received:
+                    self._received = end
+                if reply:
+                    self._send_status(force=True)
+        now = time.monotonic()
+        if n:
+            self._last_data = now
+        # Caught up with the server: hand out what is complete.
+        if self._fed_since_flush:
+            self._flush_decoder()
+        self._tick(now)
+        if self._pending:
+            return
+        self._idle_advance()
+        if self._status_dirty or now - self._last_status >= self.status_interval:
+            self._send_status(force=True)
+        if self._should_stop(now):
+            self._stop = True
+            return
+        wait = min(0.5, max(0.0, self._last_status + self.status_interval - now))
+        if n == 0:
+            select.select([copy], [], [], wait)
+
+    def _should_stop(self, now: float) -> bool:
+        if self.stop_after is not None and now - self._t0 >= self.stop_after:
+            return True
+        if self.idle_timeout is not None and now - self._last_data >= self.idle_timeout:
+            return True
+        if (self.stop_at_lsn is not None and self._wal_end >= self.stop_at_lsn
+                and self._txns.idle and not self._pending):
+            return True
+        return False
+
+    def _tick(self, now: float) -> None:
+        window = self._rate_window
+        if not window or now - window[-1][0] >= 0.5:
+            window.append((now, self._messages, self._bytes))
+
+    def _flush_decoder(self) -> None:
+        dec = self._decoder
+        if dec is None:
+            return
+        dec.flush()
+        items = dec.take()
+        safe = int(dec.safe_lsn or 0)
+        floor = self._txns.prepared_floor()
+        if floor is not None:
+            safe = min(safe, floor)
+        self._fed_since_flush = 0
+        self._last_flush = time.monotonic()
+        batches = [b for b in (self._to_live(item) for item in items) if b is not None]
+        group_ack = max(safe, self._emitted)
+        previous = self._emitted
+        for i, (kind, table, version, batch) in enumerate(batches):
+            ack = group_ack if i == len(batches) - 1 else previous
+            self._pending.append(LiveBatch(kind, table, version, batch, ack))
+        if not batches and self._acked >= previous and self._last_yield_ack <= self._acked:
+            # Nothing to store (e.g. transactions that touched no published table): the
+            # position is handled as soon as everything before it is.
+            self._acked = max(self._acked, group_ack)
+            self._last_yield_ack = self._acked
+            self._status_dirty = True
+        self._emitted = group_ack
+
+    def _to_live(self, item: Any) -> tuple[str, str | None, int | None, pa.RecordBatch] | None:
+        if isinstance(item, tuple):
+            kind, table, version, batch = item
+        else:
+            kind, table = item.kind, getattr(item, "table", None)
+            version, batch = getattr(item, "version", None), item.batch
+        if not isinstance(batch, pa.RecordBatch):
+            batch = pa.record_batch(batch)
+        batch = self._drop_already_handled(batch)
+        if batch.num_rows == 0:
+            return None
+        return kind, table, version, batch
+
+    def _drop_already_handled(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Second guard against duplicates after a resume: rows of transactions that
+        committed before the resume point were handled already."""
+        if self._floor <= 0:
+            return batch
+        col = _commit_column(batch)
+        if col is None or batch.num_rows == 0:
+            return batch
+        import pyarrow.compute as pc
+
+        values = batch.column(col)
+        if pc.min(values).as_py() is None or pc.min(values).as_py() >= self._floor:
+            return batch
+        keep = pc.or_kleene(pc.greater_equal(values, pa.scalar(self._floor, values.type)),
+                            pc.is_null(values))
+        return batch.filter(pc.fill_null(keep, True))
+
+    def _idle_advance(self) -> None:
+        """Nothing pending and everything handed out acknowledged: confirm the server's WAL
+        end, so an idle publication does not hold WAL."""
+        if (self._txns.idle and not self._pending and self._acked >= self._emitted
+                and self._last_yield_ack <= self._acked and self._wal_end > self._acked):
+            self._acked = self._wal_end
+            self._emitted = max(self._emitted, self._wal_end)
+            self._last_yield_ack = self._acked
+            self._status_dirty = True
+
+    def _send_status(self, force: bool = False) -> None:
+        copy = self._copy
+        if copy is None:
+            return
+        flush = self._acked
+        floor = self._txns.prepared_floor()
+        if floor is not None:
+            flush = min(flush, floor)
+        flush = max(flush, self._sent_flush)
+        written = max(self._received, flush)
+        copy.send_status(written, flush, flush)
+        self._sent_flush = flush
+        self._last_status = time.monotonic()
+        self._status_dirty = False
+
+    def _finish_stream(self) -> None:
+        """At the end of the iteration: hand out whatever complete batches remain, then
+        confirm and disconnect."""
+        if self._decoder is not None and self._fed_since_flush:
+            try:
+                self._flush_decoder()
+            except Exception:
+                pass
+        if not self._pending and not self._closed:
+            self.close()
+
+
+class _SqlError(Exception):
+    def __init__(self, message: str, pgcode: str | None) -> None:
+        super().__init__(message)
+        self.pgcode = pgcode
+
+
+def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:
+    """Stream the logical replication slot ``slot`` (plugin pgoutput) live, decoded.
+
+    ``dsn`` is a libpq keyword string or URI (``host=... user=... password=... sslmode=
+    verify-full sslrootcert=...``; PGPASSWORD, ``~/.pgpass`` and the other PG* variables
+    apply). Options:
+
+    * ``publication`` (name or list; required unless ``create_publication``),
+      ``create_publication`` (list of tables, or ``'ALL'``; publication defaults to slot);
+    * ``create_slot`` (create if missing), ``temporary_slot``, ``two_phase``;
+    * ``proto_version`` (default: the server's highest: 4 on 16+, 3 on 15, 2 on 14, else 1),
+      ``binary``, ``streaming`` (``'on'``/``'parallel'``; default ``'on'`` from protocol 2),
+      ``messages``, ``origin`` (``'any'``/``'none'``), ``start_lsn`` (``'X/Y'`` or int);
+    * ``status_interval`` (s between standby status updates), ``connect_timeout`` (s),
+      ``reconnect_attempts``, ``reconnect_timeout`` (s), ``auto_ack`` (acknowledge a batch when
+      the next one is asked for);
+    * ``idle_timeout`` (stop after that many seconds without data), ``stop_after`` (s),
+      ``stop_at_lsn`` (stop once the server's WAL end reached it and nothing is pending);
+    * anything else goes to :class:`pgoutput_arrow.Decoder`.
+
+    Returns a :class:`LiveStream`: iterate it for :class:`LiveBatch` items, ``ack(lsn)`` what
+    is durable, use it in ``with`` to close cleanly.
+    """
+    return LiveStream(dsn, slot=slot, **options)
