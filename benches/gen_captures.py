@@ -141,8 +141,8 @@ def run_pgbench(pg: PgServer, w: Workload, target: int) -> None:
     subprocess.run([pgbench, "-i", "-q", "-s", str(scale), "--no-vacuum", *conn_args, w.db],
                    env=env, check=True, stdout=subprocess.DEVNULL)
     have = w.text_bytes()
-    # About 560 text bytes per pgbench transaction (Begin, 3 Updates, 1 Insert, Commit).
-    txns = max(100, int((target - have) / 560))
+    # About 300 text bytes per pgbench transaction (Begin, 3 Updates, 1 Insert, Commit).
+    txns = max(100, int((target - have) / 300))
     log(f"pgbench -t {txns} (slot holds {have / 1e6:.1f} MB)")
     clients = 4
     subprocess.run([pgbench, "-n", "-c", str(clients), "-j", "2", "-t", str(max(1, txns // clients)),
