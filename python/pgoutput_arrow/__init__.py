@@ -1,0 +1,252 @@
+"""PostgreSQL's logical replication stream (pgoutput) decoded into typed Apache Arrow tables.
+
+>>> import pgoutput_arrow
+>>> changes = pgoutput_arrow.decode("capture.parquet")      # doctest: +SKIP
+>>> changes.tables["public.orders"]                          # doctest: +SKIP
+pyarrow.Table
+id: int32 ...
+
+``decode`` reads a whole capture; :class:`Decoder` decodes a stream incrementally. Every
+table and batch they return is a real pyarrow object whose buffers were built in Rust and
+handed over through the Arrow C stream interface, without copying.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, Literal, NamedTuple
+
+import pyarrow as pa
+
+from . import _internal
+from . import exceptions as _exceptions
+from .capture import Capture, capture_from, lsn_to_int, lsn_to_str, open_capture
+from .exceptions import *  # noqa: F403  (the whole hierarchy is public)
+
+__version__: str = _internal.__version__
+
+__all__ = [
+    "__version__",
+    "decode",
+    "Decoder",
+    "Changes",
+    "Output",
+    "Capture",
+    "open_capture",
+    "lsn_to_int",
+    "lsn_to_str",
+]
+__all__ += _exceptions.__all__
+
+SpecialValues = Literal["error", "null", "text"]
+EmitMode = Literal["committed", "immediate"]
+OutputKind = Literal["table", "truncates", "messages", "transactions"]
+
+
+class Output(NamedTuple):
+    """One batch that :meth:`Decoder.take` hands out.
+
+    ``kind`` is ``"table"`` for changes of a relation (then ``table`` is ``"schema.table"``
+    and ``version`` the number of its schema version, which a new Relation message
+    increments), or ``"truncates"``, ``"messages"``, ``"transactions"``.
+    """
+
+    kind: OutputKind
+    table: str | None
+    version: int | None
+    batch: pa.RecordBatch
+
+
+def _to_pyarrow_table(native: Any) -> pa.Table:
+    # pa.table() imports through __arrow_c_stream__: the buffers stay where Rust made them.
+    return pa.table(native)
+
+
+class Changes:
+    """Everything decoded from a stream.
+
+    ``tables``
+        ``"schema.table"`` → ``pyarrow.Table`` of its changes in commit order, with the
+        newest column set (older rows cast losslessly, dropped columns kept).
+    ``table_versions``
+        ``"schema.table"`` → list of ``pyarrow.Table``, one per schema version, as decoded.
+    ``truncates``, ``messages``, ``transactions``
+        ``pyarrow.Table`` s of TRUNCATEs, logical decoding messages and transactions.
+    """
+
+    tables: dict[str, pa.Table]
+    table_versions: dict[str, list[pa.Table]]
+    truncates: pa.Table
+    messages: pa.Table
+    transactions: pa.Table
+
+    def __init__(self, native: dict[str, Any]) -> None:
+        self.tables = {name: _to_pyarrow_table(t) for name, t in native["tables"].items()}
+        self.table_versions = {
+            name: [_to_pyarrow_table(t) for t in versions]
+            for name, versions in native["table_versions"].items()
+        }
+        self.truncates = _to_pyarrow_table(native["truncates"])
+        self.messages = _to_pyarrow_table(native["messages"])
+        self.transactions = _to_pyarrow_table(native["transactions"])
+
+    def __repr__(self) -> str:
+        tables = ", ".join(f"{name!r}: {t.num_rows} rows" for name, t in self.tables.items())
+        return (
+            f"Changes(tables={{{tables}}}, truncates={self.truncates.num_rows}, "
+            f"messages={self.messages.num_rows}, transactions={self.transactions.num_rows})"
+        )
+
+    def __getitem__(self, table: str) -> pa.Table:
+        """``changes["public.t"]`` is ``changes.tables["public.t"]``."""
+        return self.tables[table]
+
+
+class Decoder:
+    """Incremental decoder: feed messages as they arrive, take batches as they complete.
+
+    Options (all keyword-only):
+
+    ``special_values``
+        What to do with a value no Arrow value of its column's type can hold (``infinity``
+        in a date, a BC date, ``24:00:00``, NaN in ``numeric(p,s)``): ``"error"`` (the
+        default) raises :class:`DecodeValueError` naming table, column and LSN; ``"null"``
+        stores NULL; ``"text"`` decodes that column as PostgreSQL's text instead.
+    ``views``
+        Build text and binary columns as view arrays that point into the input messages
+        (zero copy, the default) instead of copying values into contiguous buffers.
+    ``batch_size``
+        Rows per output batch.
+    ``memory_limit``
+        Bytes of buffered changes of open transactions kept in memory before spilling to
+        ``spill_dir`` (a temporary directory when None).
+    ``emit``
+        ``"committed"`` (the default): changes come out at their transaction's commit, in
+        commit order. ``"immediate"``: as they arrive, with their status.
+
+    Typical loop::
+
+        dec = Decoder()
+        for lsn, data in messages:
+            dec.feed(data, lsn)
+            for out in dec.take():
+                store(out.kind, out.table, out.batch)
+            confirm(dec.safe_lsn)
+        changes = dec.finish()
+
+    A Decoder is not meant to be shared between threads: a call made while another
+    thread is decoding raises RuntimeError instead of waiting.
+    """
+
+    def __init__(
+        self,
+        *,
+        special_values: SpecialValues = "error",
+        views: bool = True,
+        batch_size: int | None = None,
+        memory_limit: int | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+        emit: EmitMode = "committed",
+    ) -> None:
+        self._native = _internal.Decoder(
+            special_values=special_values,
+            views=views,
+            batch_size=batch_size,
+            memory_limit=memory_limit,
+            spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
+            emit=emit,
+        )
+
+    def feed(self, data: bytes | bytearray | memoryview, lsn: int | str | None = None) -> None:
+        """Feeds one pgoutput message (the ``data`` of one row, or the payload of one
+        XLogData frame) and the LSN it came with (int, ``'X/Y'``, or None for unknown: 0).
+        The bytes are copied once; use :meth:`feed_batch` for many messages at a time."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        self._native.push(_lsn_value(lsn), data)
+
+    def feed_batch(self, batch: Any) -> int:
+        """Feeds every row of a capture-shaped Arrow object (columns ``lsn`` and ``data``):
+        a pyarrow Table, RecordBatch or RecordBatchReader, or any object with
+        ``__arrow_c_stream__``. Messages are not copied. Returns the number fed."""
+        return self.feed_capture(capture_from(batch))
+
+    def feed_capture(self, capture: Capture) -> int:
+        """Feeds a whole :class:`Capture` (see :func:`open_capture`)."""
+        fed: int = self._native.push_stream(capture.reader)
+        return fed
+
+    def take(self) -> list[Output]:
+        """The batches completed so far (each handed out once)."""
+        return [
+            Output(kind, table, version, pa.record_batch(native))
+            for kind, table, version, native in self._native.take()
+        ]
+
+    def __iter__(self) -> Iterator[Output]:
+        """Iterating takes what is ready: ``for out in dec: ...``."""
+        return iter(self.take())
+
+    def flush(self) -> None:
+        """Completes the pending batches of committed changes, even if smaller than
+        ``batch_size``, so that the next :meth:`take` returns them."""
+        self._native.flush()
+
+    @property
+    def safe_lsn(self) -> int:
+        """The LSN up to which every change has been handed out by :meth:`take`: what a
+        consumer may confirm to the server (as flushed) once it has stored them."""
+        lsn: int = self._native.safe_lsn
+        return lsn
+
+    def finish(self) -> Changes:
+        """Ends the stream and returns every change not yet taken, as whole tables.
+        Transactions still open at the end are not included."""
+        return Changes(self._native.finish())
+
+    def __repr__(self) -> str:
+        return repr(self._native)
+
+
+def _lsn_value(lsn: int | str | None) -> int:
+    if lsn is None:
+        return 0
+    if isinstance(lsn, str):
+        return lsn_to_int(lsn)
+    return int(lsn)
+
+
+def decode(
+    source: Any,
+    *,
+    special_values: SpecialValues = "error",
+    views: bool = True,
+    batch_size: int | None = None,
+    memory_limit: int | None = None,
+    spill_dir: str | os.PathLike[str] | None = None,
+) -> Changes:
+    """Decodes a whole capture and returns its :class:`Changes`.
+
+    ``source`` is one of:
+
+    * a path (``str`` or ``os.PathLike``) to a capture file: Parquet, Arrow IPC (file or
+      stream; memory-mapped) or CSV, recognised by content, with the columns that
+      ``pg_logical_slot_get_binary_changes`` returns: ``lsn`` (text ``'X/Y'``, int64 or
+      uint64), ``xid`` (ignored) and ``data`` (binary; in CSV bytea hex ``\\x...``);
+    * a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader`` with those columns, or
+      any object with ``__arrow_c_stream__`` (polars, DuckDB results, ...);
+    * an iterable of ``(lsn, data)`` pairs (lsn an int, ``'X/Y'`` or None) or of bare
+      ``bytes`` messages, whose LSN is then 0 (PostgreSQL's invalid LSN: unknown).
+
+    The options are :class:`Decoder`'s. The GIL is released while decoding.
+    """
+    decoder = Decoder(
+        special_values=special_values,
+        views=views,
+        batch_size=batch_size,
+        memory_limit=memory_limit,
+        spill_dir=spill_dir,
+    )
+    decoder.feed_capture(capture_from(source))
+    return decoder.finish()
