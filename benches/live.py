@@ -55,25 +55,26 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------- workers
 
 
-def consume_pgoutput_arrow(dsn: str, slot: str, expected: int) -> dict[str, Any]:
+def consume_pgoutput_arrow(dsn: str, slot: str, expected: int, end_lsn: int) -> dict[str, Any]:
     import pgoutput_arrow
 
     t0 = time.perf_counter()
     rows = 0
     batches = 0
-    stream = pgoutput_arrow.stream(dsn, slot=slot, publication="pub")
-    for item in stream:
-        batch = getattr(item, "batch", item)
-        if getattr(item, "kind", "table") == "table":
-            rows += batch.num_rows
-        batches += 1
-        if rows >= expected:
-            break
+    # The same protocol as the other consumers; acknowledged as consumed, like theirs.
+    with pgoutput_arrow.stream(dsn, slot=slot, publication="pub", proto_version=1,
+                               auto_ack=True, stop_at_lsn=end_lsn) as stream:
+        for item in stream:
+            if item.kind == "table":
+                rows += item.batch.num_rows
+            batches += 1
+            if rows >= expected:
+                break
     elapsed = time.perf_counter() - t0
     return {"seconds": elapsed, "changes": rows, "batches": batches}
 
 
-def consume_psycopg2(dsn: str, slot: str, expected: int) -> dict[str, Any]:
+def consume_psycopg2(dsn: str, slot: str, expected: int, end_lsn: int) -> dict[str, Any]:
     import psycopg2
     import psycopg2.extras
     from pypgoutput import decoders
@@ -131,9 +132,10 @@ def run_recvlogical(pg: Any, slot: str, end_lsn: int) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0}
 
 
-def run_python(consumer: str, dsn: str, slot: str, expected: int) -> dict[str, Any]:
+def run_python(consumer: str, dsn: str, slot: str, expected: int, end_lsn: int
+               ) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", consumer, "--dsn", dsn, "--slot", slot,
-           "--expected", str(expected)]
+           "--expected", str(expected), "--end-lsn", str(end_lsn)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{consumer} failed:\n{proc.stderr[-3000:]}")
@@ -151,11 +153,12 @@ def main() -> None:
     ap.add_argument("--dsn")
     ap.add_argument("--slot")
     ap.add_argument("--expected", type=int)
+    ap.add_argument("--end-lsn", type=int)
     args = ap.parse_args()
 
     if args.worker:
         fn = consume_pgoutput_arrow if args.worker == "pgoutput_arrow" else consume_psycopg2
-        print(json.dumps(fn(args.dsn, args.slot, args.expected)))
+        print(json.dumps(fn(args.dsn, args.slot, args.expected, args.end_lsn)))
         return
 
     from pg_harness import PgServer
@@ -193,7 +196,7 @@ def main() -> None:
                     if c == "pg_recvlogical":
                         res = run_recvlogical(pg, slot, end_lsn)
                     else:
-                        res = run_python(c, dsn, slot, args.changes)
+                        res = run_python(c, dsn, slot, args.changes, end_lsn)
                 except Exception as e:  # noqa: BLE001 - reported, the others still run
                     log(f"{c} rep {r}: {e}")
                     results.append({"consumer": c, "rep": r, "error": str(e)[-1500:]})
