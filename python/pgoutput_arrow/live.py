@@ -330,7 +330,10 @@ class LiveStream:
         self._decoder: Any = None
         self._feed: Callable[[bytes, int], Any] = lambda data, lsn: None
         self._txns = _TxnTracker()
-        self._pending: collections.deque[LiveBatch] = collections.deque()
+        # Decoded groups not yet handed out: the batches of one decoder flush, and the
+        # position that is handled once all of them are.
+        self._pending: collections.deque[tuple[list[LiveBatch], int]] = collections.deque()
+        self._current: collections.deque[LiveBatch] = collections.deque()
         self._closed = False
         self._stop = False
         self._started = False
@@ -375,18 +378,54 @@ class LiveStream:
             self.open()
         if self.auto_ack and self._last_yield_ack > self._acked:
             self.ack(self._last_yield_ack)
-        while not self._pending:
-            if self._closed or self._stop:
-                self._finish_stream()
-                if not self._pending:
-                    raise StopIteration
-                break
-            self._pump()
-        item = self._pending.popleft()
+        while not self._current:
+            group = self._next_group(wait=True)
+            if group is None:
+                raise StopIteration
+            self._current.extend(group[0])
+        item = self._current.popleft()
         self._last_yield_ack = item.ack_lsn
         self._batches += 1
         self._rows += item.num_rows
         return item
+
+    def groups(self, linger: float = 0.0) -> Iterator[tuple[list[LiveBatch], int]]:
+        """Whole decoder flushes instead of single batches: ``(batches, ack_lsn)``, where
+        ``ack_lsn`` is handled once every batch of the group is. With ``linger`` > 0, the
+        flushes that arrive within that many seconds of the first are merged into one group
+        (fewer, larger files for a sink). Do not mix with plain iteration."""
+        if not self._started:
+            self.open()
+        while True:
+            group = self._next_group(wait=True)
+            if group is None:
+                return
+            batches, ack = list(group[0]), group[1]
+            t_first = time.monotonic()
+            while linger > 0 and time.monotonic() - t_first < linger and not self._stop:
+                more = self._next_group(wait=False)
+                if more is None:
+                    continue
+                batches += more[0]
+                ack = more[1]
+            self._last_yield_ack = ack
+            self._batches += len(batches)
+            self._rows += sum(b.num_rows for b in batches)
+            yield batches, ack
+
+    def _next_group(self, wait: bool) -> tuple[list[LiveBatch], int] | None:
+        """The next decoded group; None at the end of the stream (or, with ``wait`` False,
+        when nothing arrived during one short read)."""
+        while not self._pending:
+            if self._closed or self._stop:
+                self._finish_stream()
+                if self._pending:
+                    break
+                return None
+            self._pump()
+            if not wait and not self._pending:
+                return None
+        return self._pending.popleft()
 
     def open(self) -> None:
         """Connect, check the slot and publication (creating them if asked), and start
@@ -825,9 +864,11 @@ class LiveStream:
         batches = [b for b in (self._to_live(item) for item in items) if b is not None]
         group_ack = max(safe, self._emitted)
         previous = self._emitted
-        for i, (kind, table, version, batch) in enumerate(batches):
-            ack = group_ack if i == len(batches) - 1 else previous
-            self._pending.append(LiveBatch(kind, table, version, batch, ack))
+        group = [LiveBatch(kind, table, version, batch,
+                           group_ack if i == len(batches) - 1 else previous)
+                 for i, (kind, table, version, batch) in enumerate(batches)]
+        if group:
+            self._pending.append((group, group_ack))
         if not batches and self._acked >= previous and self._last_yield_ack <= self._acked:
             # Nothing to store (e.g. transactions that touched no published table): the
             # position is handled as soon as everything before it is.
@@ -869,7 +910,8 @@ class LiveStream:
     def _idle_advance(self) -> None:
         """Nothing pending and everything handed out acknowledged: confirm the server's WAL
         end, so an idle publication does not hold WAL."""
-        if (self._txns.idle and not self._pending and self._acked >= self._emitted
+        if (self._txns.idle and not self._pending and not self._current
+                and self._acked >= self._emitted
                 and self._last_yield_ack <= self._acked and self._wal_end > self._acked):
             self._acked = self._wal_end
             self._emitted = max(self._emitted, self._wal_end)
