@@ -14,8 +14,9 @@ Ways in:
 Partition independence (see docs/spark.md, "How decoding is distributed"): the SQL interface's
 ``xid`` column holds, for every message of a transaction, the top-level xid (checked on
 PostgreSQL 18 and 15 for Begin…Commit, every streamed chunk, Stream Abort, Prepare, Commit
-Prepared and Rollback Prepared; non-transactional messages have 0). Rows are therefore
-shuffled by ``xid`` so that each transaction lands whole in one partition, and each
+Prepared and Rollback Prepared; non-transactional messages have 0), except a
+subtransaction's Stream Abort, whose xid column holds the subtransaction's xid: its body names
+the top-level one. Rows are therefore shuffled by that transaction key so that each transaction lands whole in one partition, and each
 transaction is rebuilt into a canonical, self-contained message stream — ordered by LSN and
 message kind, streamed chunks merged into one Stream Start…Stop, Relation and Type messages
 that the transaction relies on but that the server sent in another transaction injected from a
@@ -257,7 +258,12 @@ def message_kind(data: bytes) -> str | None:
     return KIND_NAMES.get(chr(data[0]), "unknown")
 
 
-_U32 = struct.Struct(">I")
+def _u32(data: bytes, pos: int) -> int:
+    return int.from_bytes(data[pos:pos + 4], "big")
+
+
+def _p32(value: int) -> bytes:
+    return value.to_bytes(4, "big")
 
 
 def _cstring_end(data: bytes, pos: int) -> int:
@@ -279,7 +285,7 @@ class _Relation:
 def _parse_relation(data: bytes, in_stream: bool) -> _Relation:
     pos = 5 if in_stream else 1
     body = b"R" + data[pos:]
-    relid = _U32.unpack_from(data, pos)[0]
+    relid = _u32(data, pos)
     p = pos + 4
     e = _cstring_end(data, p)
     namespace = data[p:e - 1].decode()
@@ -291,8 +297,10 @@ def _parse_relation(data: bytes, in_stream: bool) -> _Relation:
     oids = []
     for _ in range(ncols):
         p = _cstring_end(data, p + 1)
-        oids.append(_U32.unpack_from(data, p)[0])
+        oids.append(_u32(data, p))
         p += 8
+    if p != len(data):
+        raise ValueError(f"Relation message: {len(data) - p} bytes left over (in_stream={in_stream})")
     return _Relation(relid, namespace, name, tuple(oids), body)
 
 
@@ -301,16 +309,16 @@ def _relation_ids(data: bytes, in_stream: bool) -> tuple[int, ...]:
     k = data[:1]
     pos = 5 if in_stream else 1
     if k in (b"I", b"U", b"D"):
-        return (_U32.unpack_from(data, pos)[0],)
+        return (_u32(data, pos),)
     if k == b"T":
-        (n,) = _U32.unpack_from(data, pos)
+        n = _u32(data, pos)
         return struct.unpack_from(f">{n}I", data, pos + 5)
     return ()
 
 
 def _in_stream_body(data: bytes, xid: int) -> bytes:
     """A Relation/Type body re-encoded as sent inside Stream Start…Stop (with the xid)."""
-    return data[:1] + _U32.pack(xid & 0xFFFFFFFF) + data[1:]
+    return data[:1] + _p32(xid & 0xFFFFFFFF) + data[1:]
 
 
 # --------------------------------------------------------------------------- partition independence
@@ -359,10 +367,10 @@ class RelationCatalog:
             if d[:1] not in (b"R", b"Y") or xid in aborted_top:
                 continue
             in_stream = xid in streamed
-            if in_stream and _U32.unpack_from(d, 1)[0] in aborted_sub:
+            if in_stream and _u32(d, 1) in aborted_sub:
                 continue
             body = d[:1] + d[5:] if in_stream else bytes(d)
-            oid = _U32.unpack_from(body, 1)[0]
+            oid = _u32(body, 1)
             (rels if d[:1] == b"R" else types)[oid].append((lsn, body))
         for table in (rels, types):
             for versions in table.values():
@@ -419,7 +427,8 @@ def canonical_transactions(
     state = state or _DecoderState()
     groups: dict[int, list[tuple[int, int, bytes, int]]] = defaultdict(list)
     for r in rows:
-        groups[r[1]].append(r)
+        # A subtransaction's Stream Abort has the subtransaction's xid in the xid column.
+        groups[_u32(r[2], 1) if r[2][:1] == b"A" else r[1]].append(r)
     for xid in sorted(groups):
         yield xid, _canonical_one(xid, groups[xid], catalog, state)
 
@@ -447,7 +456,7 @@ def _canonical_one(xid: int, rows: list[tuple[int, int, bytes, int]], catalog: R
         return (rank, r[0], r[3], d)
 
     tail = sorted((r for r in rows if r[2][0] in tail_rank), key=tail_key)
-    body = [(inner[0][0], b"S" + _U32.pack(xid & 0xFFFFFFFF) + b"\x01")]
+    body = [(inner[0][0], b"S" + _p32(xid & 0xFFFFFFFF) + b"\x01")]
     body += _with_catalog([(lsn, d) for lsn, _, d, _ in inner], xid, True, catalog, state)
     body.append((inner[-1][0], b"E"))
     body += [(lsn, d) for lsn, _, d, _ in tail]
@@ -464,7 +473,7 @@ def _with_catalog(body: list[tuple[int, bytes]], xid: int, in_stream: bool,
             state.relations[rel.relid] = rel.body
         elif k == b"Y":
             plain = data[:1] + data[5:] if in_stream else data
-            state.types[_U32.unpack_from(plain, 1)[0]] = plain
+            state.types[_u32(plain, 1)] = plain
         else:
             for relid in _relation_ids(data, in_stream):
                 wanted = catalog.relation_at(relid, lsn)
@@ -507,8 +516,13 @@ def _normalized(df: Any, order_col: str | None) -> Any:
         lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
         lsn = F.shiftleft(hi, 32) + lo
     tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
+    data = F.col("data").cast("binary")
+    # The transaction a row belongs to: its xid, but a subtransaction's Stream Abort names its
+    # top-level transaction in its body (bytes 2-5) and the subtransaction in the xid column.
+    top = F.when(F.hex(F.substring(data, 1, 1)) == "41",
+                 F.conv(F.hex(F.substring(data, 2, 4)), 16, 10).cast("bigint")).otherwise(F.col("xid").cast("bigint"))
     return df.select(lsn.cast("bigint").alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
-                     F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
+                     data.alias("data"), tb.alias("_tb"), top.alias("_txn"))
 
 
 def collect_catalog(ndf: Any) -> RelationCatalog:
@@ -532,7 +546,7 @@ def _synthetic_schema_stream(catalog: RelationCatalog) -> list[tuple[int, bytes]
         ncols = len(rel.type_oids)
         stream.append((lsn, b"B" + struct.pack(">QqI", lsn, 0, xid)))
         stream.append((lsn, body))
-        stream.append((lsn, b"I" + _U32.pack(rel.relid) + b"N" + struct.pack(">H", ncols) + b"n" * ncols))
+        stream.append((lsn, b"I" + _p32(rel.relid) + b"N" + struct.pack(">H", ncols) + b"n" * ncols))
         stream.append((lsn, b"C" + struct.pack(">BQQq", 0, lsn, lsn, 0)))
         xid += 1
     return stream
@@ -663,7 +677,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
     inter_schema = StructType([StructField("table", StringType()), StructField("commit_lsn", LongType()),
                                StructField("n", LongType()), StructField("ipc", BinaryType())])
-    inter = (ndf.repartition(n, "xid")
+    inter = (ndf.repartition(n, "_txn")
              .mapInArrow(_decode_partition_fn(catalog, schemas, options), inter_schema)
              .persist())
     counts = (inter.where(F.col("table").isNull()).groupBy("commit_lsn").agg(F.sum("n").alias("n"))
@@ -880,10 +894,19 @@ def register(spark: Any) -> None:
         return pa.array(first, pa.string())
 
     def relation(data: pa.Array) -> pa.Array:
+        """Relation id of Relation messages (streamed or not) and of Insert/Update/Delete
+        outside streamed chunks (inside them the first field is the xid)."""
         out = []
         for d in data.to_pylist():
             # Outside streamed chunks, Relation/Insert/Update/Delete start with the relation id.
-            out.append(_U32.unpack_from(d, 1)[0] if d and d[:1] in (b"R", b"I", b"U", b"D") and len(d) >= 5 else None)
+            # (A Relation inside a streamed chunk has the xid first: its length tells.)
+            if d and d[:1] == b"R":
+                try:
+                    out.append(_parse_relation(d, False).relid)
+                except (ValueError, struct.error, IndexError):
+                    out.append(_parse_relation(d, True).relid)
+            else:
+                out.append(_u32(d, 1) if d and d[:1] in (b"I", b"U", b"D") and len(d) >= 5 else None)
         return pa.array(out, pa.int64())
 
     def to_int(text: pa.Array) -> pa.Array:

@@ -1,0 +1,312 @@
+"""pgoutput_arrow.spark on a real local Spark (local[2]) and a real PostgreSQL capture.
+
+One SparkSession for the whole test session, with Arrow schema validation on. Tests that need
+the native decoder (``pgoutput_arrow._internal``) are skipped until it is built.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import random
+import sys
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPARK_PY = os.path.join(HERE, "..", "python", "pgoutput_arrow", "spark.py")
+
+try:
+    from pgoutput_arrow import spark as sp  # the built package
+
+    HAVE_DECODER = True
+except ImportError:
+    # The native extension is not built: load spark.py alone for the decoder-free tests, and
+    # ship it to the Spark workers by value.
+    _spec = importlib.util.spec_from_file_location("pgoutput_arrow_spark", SPARK_PY)
+    sp = importlib.util.module_from_spec(_spec)
+    sys.modules["pgoutput_arrow_spark"] = sp
+    _spec.loader.exec_module(sp)
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sp)
+    HAVE_DECODER = False
+
+needs_decoder = pytest.mark.skipif(not HAVE_DECODER, reason="pgoutput_arrow._internal is not built")
+
+from spark_workload import run_workload  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    # The workers must run this interpreter (with pyarrow and, when built, the decoder).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("pgoutput-arrow-tests")
+               .config("spark.sql.execution.arrow.pyspark.validateSchema.enabled", "true")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "1g")
+               .getOrCreate())
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def capture(pg18: Any) -> tuple[list[tuple[int, int, bytes]], list[str], Any]:
+    return run_workload(pg18, "spark_cap")
+
+
+def _capture_df(spark: Any, rows: list[tuple[int, int, bytes]], lsn_text: bool = True) -> Any:
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    schema = StructType([StructField("lsn", StringType() if lsn_text else LongType()),
+                         StructField("xid", LongType()), StructField("data", BinaryType())])
+    data = [(sp.lsn_to_text(l) if lsn_text else l, x, bytearray(d)) for l, x, d in rows]
+    return spark.createDataFrame(data, schema)
+
+
+def _effective_relations(stream: list[tuple[int, bytes]]) -> collections.Counter:
+    """Each change message with the Relation message in effect for it, as a decoder sees them."""
+    in_stream = False
+    rel: dict[int, bytes] = {}
+    out: collections.Counter = collections.Counter()
+    for _, d in stream:
+        k = d[:1]
+        if k == b"S":
+            in_stream = True
+        elif k == b"E":
+            in_stream = False
+        elif k == b"R":
+            r = sp._parse_relation(d, in_stream)
+            rel[r.relid] = r.body
+        elif k in (b"I", b"U", b"D", b"T"):
+            out[(d, tuple(rel[i] for i in sp._relation_ids(d, in_stream)))] += 1
+    return out
+
+
+# --------------------------------------------------------------------------- decoder-free
+
+def test_capture_xid_column_is_top_level_xid(capture: Any) -> None:
+    """The fact partition independence rests on: every message of a transaction (streamed
+    chunks, Stream Commit, Prepare, Commit Prepared, Rollback Prepared) carries its top-level
+    xid in the SQL interface's xid column, except a subtransaction's Stream Abort, which carries
+    the subtransaction's xid (its body names the top-level one); non-transactional messages
+    carry 0."""
+    rows, _, _ = capture
+    begin_xid: dict[int, int] = {}
+    kinds_by_xid: dict[int, set[str]] = collections.defaultdict(set)
+    for _, xid, d in rows:
+        kinds_by_xid[xid].add(chr(d[0]))
+        if d[:1] in (b"B",):
+            begin_xid[xid] = int.from_bytes(d[17:21], "big")
+        if d[:1] in (b"S", b"c"):
+            assert int.from_bytes(d[1:5], "big") == xid
+        if d[:1] == b"A":
+            top, sub = int.from_bytes(d[1:5], "big"), int.from_bytes(d[5:9], "big")
+            assert xid == sub and (top != sub or sub == xid)
+    assert all(k == x for k, x in begin_xid.items())
+    assert kinds_by_xid[0] <= {"M"}
+    assert any(d[:1] == b"A" and d[1:5] != d[5:9] for _, _, d in rows), "no subtransaction abort"
+    streamed = [x for x, ks in kinds_by_xid.items() if "S" in ks]
+    assert streamed and all({"S", "E", "I"} <= kinds_by_xid[x] for x in streamed)
+    assert any({"b", "P", "K"} <= ks for ks in kinds_by_xid.values())
+    assert any({"b", "P", "r"} <= ks for ks in kinds_by_xid.values())
+
+
+def test_canonical_transactions_keep_each_changes_relation(capture: Any) -> None:
+    rows, _, _ = capture
+    original = _effective_relations([(l, d) for l, _, d in rows])
+    catalog = sp.RelationCatalog.from_rows(r for r in rows if r[2][:1] in b"RYSAr")
+    shuffled = [(l, x, d, 0) for l, x, d in rows]
+    random.Random(7).shuffle(shuffled)
+    stream = [m for _, body in sp.canonical_transactions(shuffled, catalog) for m in body]
+    assert _effective_relations(stream) == original
+    # Split into halves that each see only some transactions: still the same.
+    xids = sorted({x for _, x, _ in rows})
+    halves = [[r for r in shuffled if r[1] in set(xids[i::2])] for i in range(2)]
+    split_stream = [m for h in halves for _, body in sp.canonical_transactions(h, catalog) for m in body]
+    assert _effective_relations(split_stream) == original
+
+
+def test_canonical_streams_same_for_any_partitioning(spark: Any, capture: Any) -> None:
+    """The executor half of decode(): the rebuilt streams do not depend on partitioning."""
+    rows, _, _ = capture
+    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+    df = sp._normalized(_capture_df(spark, rows), None)
+    catalog = sp.collect_catalog(df)
+    out_schema = StructType([StructField("xid", LongType()), StructField("pos", LongType()),
+                             StructField("lsn", LongType()), StructField("data", BinaryType())])
+
+    def rebuild(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        got = []
+        for b in batches:
+            c = b.to_pydict()
+            got.extend(zip(c["lsn"], c["xid"], c["data"], c["_tb"]))
+        for xid, body in sp.canonical_transactions(got, catalog):
+            yield pa.record_batch({"xid": [xid] * len(body), "pos": list(range(len(body))),
+                                   "lsn": [l for l, _ in body], "data": [d for _, d in body]})
+
+    def run(frame: Any) -> dict[int, list[tuple[int, bytes]]]:
+        res: dict[int, list[tuple[int, int, bytes]]] = collections.defaultdict(list)
+        for r in frame.mapInArrow(rebuild, out_schema).collect():
+            res[r.xid].append((r.pos, r.lsn, bytes(r.data)))
+        return {x: [(l, d) for _, l, d in sorted(v)] for x, v in res.items()}
+
+    one = run(df.coalesce(1))
+    many = run(df.repartition(5).repartition(3, "_txn"))
+    # Injected Relation messages depend on what the decoder saw before in the same
+    # partition; the changes and their effective relations must not.
+    assert one.keys() == many.keys()
+    for xid in one:
+        strip = lambda body: [(l, d) for l, d in body if d[:1] not in (b"R", b"Y")]  # noqa: E731
+        assert strip(one[xid]) == strip(many[xid]), xid
+    flat = lambda res: [m for x in sorted(res) for m in res[x]]  # noqa: E731
+    original = _effective_relations([(l, d) for l, _, d in rows])
+    assert _effective_relations(flat(one)) == original
+
+
+def test_types_accepted_by_spark(spark: Any) -> None:
+    import datetime
+    import uuid
+
+    from pyspark.sql import Row
+
+    u = uuid.UUID("12345678-9abc-def0-1234-56789abcdef0")
+    src = pa.table({
+        "oid": pa.array([1, 4294967295, None], pa.uint32()),
+        "u": pa.array([u.bytes, None, b"\x00" * 16], pa.binary(16)),
+        "iv": pa.array([pa.scalar((1, 2, 3000), pa.month_day_nano_interval()).as_py(), None,
+                        pa.scalar((-1, 0, -5), pa.month_day_nano_interval()).as_py()], pa.month_day_nano_interval()),
+        "tm": pa.array([datetime.time(1, 2, 3, 4), None, datetime.time(23, 59, 59, 999999)], pa.time64("us")),
+        "sv": pa.array(["a", None, "ccc"], pa.string_view()),
+        "bv": pa.array([b"a", None, b"c"], pa.binary_view()),
+        "ls": pa.array(["x", "y", None], pa.large_string()),
+        "lst": pa.array([[1, None], None, []], pa.list_(pa.uint32())),
+        "st": pa.array([{"k": 1, "v": "a"}, None, {"k": None, "v": None}],
+                       pa.struct([("k", pa.uint32()), ("v", pa.string_view())])),
+        "ts": pa.array([1, None, 2], pa.timestamp("us", tz="UTC")),
+    })
+    target = sp.to_spark_arrow_schema(src.schema)
+    batch = sp.cast_for_spark(src.to_batches()[0], target)
+    spark_schema = sp._spark_schema(target)
+    blob = sp._ipc(batch)
+
+    def emit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            yield pa.ipc.open_stream(blob).read_next_batch()
+
+    rows = spark.range(1).coalesce(1).mapInArrow(emit, spark_schema).collect()
+    assert [r.oid for r in rows] == [1, 4294967295, None]
+    assert rows[0].u == str(u) and rows[1].u is None and rows[2].u == str(uuid.UUID(int=0))
+    assert rows[0].iv == Row(months=1, days=2, nanos=3000) and rows[1].iv is None
+    assert rows[0].tm == datetime.time(1, 2, 3, 4)
+    assert [r.sv for r in rows] == ["a", None, "ccc"]
+    assert [r.bv for r in rows] == [bytearray(b"a"), None, bytearray(b"c")]
+    assert rows[0].lst == [1, None] and rows[1].lst is None and rows[2].lst == []
+    assert rows[0].st == Row(k=1, v="a") and rows[1].st is None
+
+
+def test_udfs_from_sql(spark: Any, capture: Any) -> None:
+    rows, _, _ = capture
+    sp.register(spark)
+    _capture_df(spark, rows).createOrReplaceTempView("udf_capture")
+    got = {r.kind: r.n for r in spark.sql(
+        "SELECT pgoutput_kind(data) AS kind, count(*) AS n FROM udf_capture GROUP BY 1").collect()}
+    want = collections.Counter(sp.KIND_NAMES[chr(d[0])] for _, _, d in rows)
+    assert got == dict(want)
+    back = spark.sql("SELECT lsn, lsn_to_int(lsn) AS i, lsn_to_text(lsn_to_int(lsn)) AS t "
+                     "FROM udf_capture").collect()
+    assert all(r.t == r.lsn and r.i == sp.lsn_to_int(r.lsn) for r in back)
+    relids = {r.rel for r in spark.sql(
+        "SELECT DISTINCT pgoutput_relation(data) AS rel FROM udf_capture "
+        "WHERE pgoutput_kind(data) = 'relation'").collect()}
+    catalog = sp.RelationCatalog.from_rows(rows)
+    assert relids == set(catalog.relations)
+
+
+# --------------------------------------------------------------------------- with the decoder
+
+def _normalize_table(t: pa.Table) -> list[tuple]:
+    """Rows sorted by commit order; _seq replaced by its rank among rows of the same LSN."""
+    rows = t.to_pylist()
+    for r in rows:
+        r.pop("_seq", None)
+    return sorted((tuple(sorted((k, repr(v)) for k, v in r.items())) for r in rows))
+
+
+@needs_decoder
+def test_decode_partition_independent_equals_single_process(spark: Any, capture: Any) -> None:
+    import pgoutput_arrow
+
+    rows, tables, options = capture
+    local = pgoutput_arrow.Decoder(views=False)
+    for l, _, d in rows:
+        local.feed(d, l)
+    expected = local.finish().tables
+    df = _capture_df(spark, rows)
+    one = sp.decode(df.coalesce(1), num_partitions=1)
+    many = sp.decode(df.repartition(7), num_partitions=5)
+    for name in tables:
+        exp = sp.cast_for_spark(expected[name].combine_chunks().to_batches()[0])
+        a = one[name].toArrow()
+        b = many[name].toArrow()
+        assert _normalize_table(a) == _normalize_table(b) == _normalize_table(pa.table(exp)), name
+        # _seq differs only among changes sharing an LSN: order by (_commit_lsn, _seq) agrees
+        # on _lsn sequence with the single-process result.
+        def lsn_order(t: pa.Table) -> list[int]:
+            return [r["_lsn"] for r in sorted(t.to_pylist(), key=lambda r: (r["_commit_lsn"], r["_seq"]))]
+        assert lsn_order(a) == lsn_order(b) == lsn_order(pa.table(exp))
+
+
+@needs_decoder
+def test_udtf_from_sql(spark: Any, capture: Any) -> None:
+    rows, tables, _ = capture
+    sp.register(spark)
+    _capture_df(spark, rows).coalesce(1).createOrReplaceTempView("udtf_capture")
+    got = spark.sql("SELECT `table`, op, count(*) AS n FROM pgoutput_changes("
+                    "TABLE(SELECT lsn, xid, data FROM udtf_capture) WITH SINGLE PARTITION) "
+                    "GROUP BY 1, 2").collect()
+    import pgoutput_arrow
+
+    dec = pgoutput_arrow.Decoder(views=False)
+    for l, _, d in rows:
+        dec.feed(d, l)
+    want = collections.Counter()
+    for name, t in dec.finish().tables.items():
+        for op in t.column("_op").to_pylist():
+            want[(name, op)] += 1
+    assert {(r.table, r.op): r.n for r in got} == dict(want)
+
+
+@needs_decoder
+def test_apply_changes_equals_postgres(spark: Any, pg18: Any, capture: Any) -> None:
+    rows, tables, _ = capture
+    decoded = sp.decode(_capture_df(spark, rows))
+    for name, keys, order in ((tables[0], ["id"], "id"), (tables[1], ["id"], "id")):
+        state = sp.apply_changes(decoded[name], keys).orderBy(order).collect()
+        cols = [c for c in decoded[name].columns if not c.startswith("_")]
+        want = pg18.query(f"SELECT {', '.join(cols)} FROM {name} ORDER BY {order}")
+        assert [tuple(r[c] for c in cols) for r in state] == [tuple(w) for w in want], name
+
+
+@needs_decoder
+def test_batch_data_source(spark: Any, capture: Any, tmp_path: Any) -> None:
+    import pyarrow.parquet as pq
+
+    rows, tables, _ = capture
+    path = str(tmp_path / "capture.parquet")
+    pq.write_table(pa.table({"lsn": [sp.lsn_to_text(l) for l, _, _ in rows],
+                             "xid": [x for _, x, _ in rows], "data": [d for _, _, d in rows]}), path)
+    sp.register(spark)
+    df = spark.read.format("pgoutput").option("table", tables[0]).load(path)
+    decoded = sp.decode(_capture_df(spark, rows))
+    assert _normalize_table(df.toArrow()) == _normalize_table(decoded[tables[0]].toArrow())
