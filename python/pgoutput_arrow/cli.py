@@ -174,10 +174,13 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     """Where the messages come from. A live source adds its options here (--dsn, --slot)
     and a branch to :func:`open_source`; it yields the same :class:`Chunk` groups."""
     p.add_argument(
-        "input", metavar="CAPTURE",
+        "input", metavar="CAPTURE", nargs="?",
         help="capture file (Parquet, Arrow IPC file or stream, CSV), or - for an Arrow IPC "
-        "stream on stdin",
+        "stream on stdin; or --dsn/--slot for a live replication slot",
     )
+    from .live_cli import add_arguments as add_live_arguments
+
+    add_live_arguments(p)
 
 
 # --- sources ---------------------------------------------------------------------------
@@ -761,6 +764,14 @@ def _write_atomically(table: pa.Table, path: Path, fmt: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.dsn is not None:
+        if args.input is not None:
+            raise UsageError("give a CAPTURE or --dsn, not both")
+        from .live_cli import run_live
+
+        return run_live(args)
+    if args.input is None:
+        raise UsageError("a CAPTURE file (or - for stdin), or --dsn and --slot, is required")
     fmt = args.format or ("pretty" if sys.stdout.isatty() else "jsonl")
     if fmt in ("parquet", "arrow") and args.output is None:
         raise UsageError(f"--format {fmt} needs --output DIR")
@@ -838,7 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PgoutputError, OSError, pa.ArrowException, ValueError, TypeError) as e:
         if args.debug:
             raise
-        where = f"{args.input}: " if isinstance(e, PgoutputError) and args.input != "-" \
+        where = f"{args.input}: " if isinstance(e, PgoutputError) and args.input not in ("-", None) \
             and not str(e).startswith(str(args.input)) else ""
         sys.stderr.write(f"{PROG}: error: {where}{_one_line(e)}\n")
         return 1
