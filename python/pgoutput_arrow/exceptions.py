@@ -150,3 +150,40 @@ class PublicationNotFound(ReplicationError):
 
 class WalLevelNotLogical(ReplicationError):
     """The server runs with ``wal_level`` below ``logical``: no logical decoding at all."""
+
+
+class ConnectionFailed(ReplicationError):
+    """The server could not be reached: refused, unreachable, timed out, TLS failed, or the
+    server is starting up or shutting down. ``sqlstate`` is set when the server sent one."""
+
+    sqlstate: str | None
+
+    def __init__(self, message: str, *, lsn: int | None = None, sqlstate: str | None = None) -> None:
+        super().__init__(message, lsn=lsn)
+        self.sqlstate = sqlstate
+
+
+class AuthenticationFailed(ConnectionFailed):
+    """The server refused the credentials (wrong password, no pg_hba.conf entry, unknown
+    role): retrying does not help."""
+
+
+class ConnectionLost(ConnectionFailed):
+    """The stream broke and could not be resumed within the reconnect budget (or cannot be
+    resumed at all: a temporary slot dies with its connection)."""
+
+
+class SlotNotFound(ReplicationError):
+    """The replication slot does not exist (and ``create_slot`` was not asked for)."""
+
+
+class SlotInUse(ReplicationError):
+    """The replication slot is being streamed by another process (``active_pid``)."""
+
+
+class PublicationNotFound(ReplicationError):
+    """A publication named in ``publication_names`` does not exist in the database."""
+
+
+class WalLevelNotLogical(ReplicationError):
+    """The server runs with ``wal_level`` below ``logical``: no logical decoding at all."""
