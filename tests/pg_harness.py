@@ -265,7 +265,8 @@ def _library_path(bin_dir: Path) -> str:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _set_parent_death_signal() -> None:
@@ -601,13 +602,30 @@ class PgServer:
         upto_nchanges: int | None = None,
     ) -> list[tuple[int, int, bytes]]:
         """Rows of ``pg_logical_slot_{get,peek}_binary_changes``: (lsn, xid, pgoutput message),
-        in the order the server returned them (that order, not the LSN, is the stream order)."""
+        in the order the server returned them (that order, not the LSN, is the stream order).
+
+        Only flushed WAL is decoded: after a ROLLBACK or a non-transactional message as the
+        last thing written, call :meth:`flush_wal` first."""
         func = "pg_logical_slot_peek_binary_changes" if peek else "pg_logical_slot_get_binary_changes"
         flat = _flatten_options(options)
         rows = self.query(
             f"SELECT lsn::text, xid::text, data FROM {func}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])",
             (slot, int_to_lsn(upto_lsn) if upto_lsn is not None else None, upto_nchanges, flat))
         return [(lsn_to_int(lsn), int(xid), bytes(data)) for lsn, xid, data in rows]
+
+    def flush_wal(self) -> None:
+        """Make all WAL written so far visible to the decoding functions.
+
+        They decode only WAL that is flushed, and some records are not flushed when they
+        are written: an abort (ROLLBACK), a non-transactional message, anything after an
+        asynchronous commit. A CHECKPOINT flushes everything before its own record and adds
+        nothing to a pgoutput stream. (A commit does not do it when its transaction wrote
+        no other WAL.)"""
+        target = self.scalar("SELECT pg_current_wal_insert_lsn()::text")
+        self.execute("CHECKPOINT")
+        flushed = self.scalar("SELECT pg_current_wal_flush_lsn()::text")
+        if lsn_to_int(flushed) < lsn_to_int(target):
+            raise PgServerError(f"WAL flushed to {flushed} only, after CHECKPOINT; wanted {target}")
 
     def current_wal_lsn(self) -> int:
         return lsn_to_int(self.scalar("SELECT pg_current_wal_lsn()::text"))
