@@ -1,0 +1,191 @@
+//! The relation catalog: what each relation id means at each point of the stream.
+//!
+//! A Relation message takes effect from where it arrives. Inside a streamed
+//! transaction it is that transaction's own (pgoutput tracks the schema it sent per
+//! streamed transaction, and a subscriber applies it when it replays the stream at
+//! commit): it goes to an overlay that becomes the global definition at Stream
+//! Commit / Stream Prepare and disappears at Stream Abort. Identical definitions
+//! share one version, so the schema that pgoutput re-sends at each session or
+//! streamed transaction does not split a table into batches of one version each.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pgoutput_proto::{Oid, Relation, RelationId, ReplicaIdentity, Xid};
+
+use crate::types::PgColumnType;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RelColumn {
+    pub name: String,
+    pub ty: PgColumnType,
+    pub is_key: bool,
+}
+
+/// One definition of a relation: an immutable schema version.
+#[derive(Debug)]
+pub(crate) struct RelVersion {
+    pub relation_id: RelationId,
+    /// "schema.table"; an empty namespace is pg_catalog.
+    pub table: Arc<str>,
+    /// Index of `table` among the table names seen.
+    pub table_index: u32,
+    /// 1, 2, ... per table name, in order of first appearance.
+    pub version: u32,
+    pub replica_identity: ReplicaIdentity,
+    pub columns: Vec<RelColumn>,
+}
+
+impl RelVersion {
+    fn same_definition(&self, relation_id: RelationId, table: &str, ri: ReplicaIdentity, columns: &[RelColumn]) -> bool {
+        self.relation_id == relation_id && &*self.table == table && self.replica_identity == ri && self.columns == columns
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Catalog {
+    versions: Vec<Arc<RelVersion>>,
+    /// When each version last became the global definition of its relation (0: never).
+    activated: Vec<u64>,
+    activations: u64,
+    global: HashMap<RelationId, u32>,
+    /// Definitions sent inside streamed transactions, by top-level xid.
+    overlays: HashMap<Xid, HashMap<RelationId, u32>>,
+    /// Per table name: its index and the schema ids of its versions, oldest first.
+    tables: HashMap<Arc<str>, (u32, Vec<u32>)>,
+    table_names: Vec<Arc<str>>,
+    /// Names of non-built-in types from Type messages.
+    type_names: HashMap<Oid, String>,
+}
+
+/// "schema.table" as PostgreSQL names it; the Relation message leaves pg_catalog empty.
+pub(crate) fn qualified_name(namespace: &str, name: &str) -> String {
+    let namespace = if namespace.is_empty() { "pg_catalog" } else { namespace };
+    format!("{namespace}.{name}")
+}
+
+impl Catalog {
+    pub fn type_message(&mut self, oid: Oid, namespace: &str, name: &str) {
+        // As format_type would show it from a default search_path.
+        let shown = if namespace.is_empty() || namespace == "pg_catalog" || namespace == "public" {
+            name.to_string()
+        } else {
+            format!("{namespace}.{name}")
+        };
+        self.type_names.insert(oid, shown);
+    }
+
+    /// Takes a Relation message into account; `scope` is the top-level xid of the
+    /// streamed transaction it arrived in. Returns the schema id now in force.
+    pub fn relation(&mut self, rel: &Relation<'_>, scope: Option<Xid>) -> u32 {
+        let table = qualified_name(rel.namespace, rel.name);
+        let columns: Vec<RelColumn> = rel
+            .columns
+            .iter()
+            .map(|c| RelColumn {
+                name: c.name.to_string(),
+                ty: PgColumnType {
+                    oid: c.type_oid,
+                    typmod: c.type_modifier,
+                    type_name: self.type_names.get(&c.type_oid).cloned(),
+                },
+                is_key: c.is_key,
+            })
+            .collect();
+        let same = |v: &RelVersion| v.same_definition(rel.id, &table, rel.replica_identity, &columns);
+        // The definition in force in this scope, then any earlier identical one.
+        let existing = self
+            .lookup(rel.id, scope)
+            .filter(|&id| same(&self.versions[id as usize]))
+            .or_else(|| {
+                let (_, ids) = self.tables.get(table.as_str())?;
+                ids.iter().rev().copied().find(|&id| same(&self.versions[id as usize]))
+            });
+        let schema_id = match existing {
+            Some(id) => id,
+            None => {
+                let schema_id = self.versions.len() as u32;
+                let table: Arc<str> = Arc::from(table);
+                let next_index = self.table_names.len() as u32;
+                let entry = self.tables.entry(table.clone()).or_insert_with(|| (next_index, Vec::new()));
+                if entry.0 == next_index {
+                    self.table_names.push(table.clone());
+                }
+                entry.1.push(schema_id);
+                let version = entry.1.len() as u32;
+                let table_index = entry.0;
+                self.versions.push(Arc::new(RelVersion {
+                    relation_id: rel.id,
+                    table,
+                    table_index,
+                    version,
+                    replica_identity: rel.replica_identity,
+                    columns,
+                }));
+                self.activated.push(0);
+                schema_id
+            }
+        };
+        match scope {
+            Some(xid) => {
+                self.overlays.entry(xid).or_default().insert(rel.id, schema_id);
+            }
+            None => self.activate(rel.id, schema_id),
+        }
+        schema_id
+    }
+
+    fn activate(&mut self, relation_id: RelationId, schema_id: u32) {
+        self.global.insert(relation_id, schema_id);
+        self.activations += 1;
+        self.activated[schema_id as usize] = self.activations;
+    }
+
+    /// The schema id of a relation as a change in `scope` sees it.
+    pub fn lookup(&self, relation_id: RelationId, scope: Option<Xid>) -> Option<u32> {
+        scope
+            .and_then(|xid| self.overlays.get(&xid))
+            .and_then(|o| o.get(&relation_id))
+            .or_else(|| self.global.get(&relation_id))
+            .copied()
+    }
+
+    /// A streamed transaction committed (or prepared): its definitions become global.
+    pub fn commit_scope(&mut self, xid: Xid) {
+        if let Some(overlay) = self.overlays.remove(&xid) {
+            let mut pairs: Vec<_> = overlay.into_iter().collect();
+            pairs.sort_by_key(|&(_, schema_id)| schema_id);
+            for (relation_id, schema_id) in pairs {
+                self.activate(relation_id, schema_id);
+            }
+        }
+    }
+
+    /// A streamed transaction aborted: its definitions are forgotten.
+    pub fn drop_scope(&mut self, xid: Xid) {
+        self.overlays.remove(&xid);
+    }
+
+    pub fn version(&self, schema_id: u32) -> &Arc<RelVersion> {
+        &self.versions[schema_id as usize]
+    }
+
+    pub fn table_count(&self) -> usize {
+        self.table_names.len()
+    }
+
+    /// Every table name with the schema ids of its versions, oldest first.
+    pub fn tables(&self) -> impl Iterator<Item = (&Arc<str>, &[u32])> {
+        self.tables.iter().map(|(name, (_, ids))| (name, ids.as_slice()))
+    }
+
+    /// Whether a version was ever the global definition of its relation.
+    pub fn was_active(&self, schema_id: u32) -> bool {
+        self.activated[schema_id as usize] != 0
+    }
+
+    /// The version of a table that became the global definition last.
+    pub fn newest(&self, ids: &[u32]) -> Option<u32> {
+        ids.iter().copied().filter(|&id| self.was_active(id)).max_by_key(|&id| self.activated[id as usize])
+    }
+}

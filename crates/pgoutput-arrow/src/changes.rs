@@ -1,0 +1,112 @@
+//! Everything a decoder produced, as whole tables.
+
+use std::collections::{BTreeMap, HashMap};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use arrow_select::concat::concat_batches;
+
+use crate::catalog::Catalog;
+use crate::decoder::Output;
+use crate::error::DecodeError;
+use crate::meta::{messages_schema, transactions_schema, truncates_schema};
+use crate::table::{column_fields, table_schema};
+use crate::types::{ColumnBuilder, TypeOptions};
+use crate::unify::unify;
+
+/// A table's changes under one schema.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Table {
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// All batches as one.
+    pub fn concat(&self) -> Result<RecordBatch, DecodeError> {
+        concat_batches(&self.schema, &self.batches).map_err(|e| DecodeError::arrow("a table", e))
+    }
+}
+
+/// The changes of one definition of a table.
+#[derive(Debug, Clone)]
+pub struct TableVersion {
+    pub version: u32,
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+}
+
+/// Everything decoded, by table.
+#[derive(Debug, Clone)]
+pub struct Changes {
+    /// Per "schema.table": every version's rows under the newest schema (see [`unify`](crate::unify())).
+    pub tables: BTreeMap<String, Table>,
+    /// Per "schema.table": each version's rows under its own schema, oldest first.
+    pub table_versions: BTreeMap<String, Vec<TableVersion>>,
+    pub truncates: RecordBatch,
+    pub messages: RecordBatch,
+    pub transactions: RecordBatch,
+}
+
+pub(crate) fn assemble(
+    catalog: &Catalog,
+    types: &TypeOptions,
+    arrived: bool,
+    outputs: Vec<Output>,
+) -> Result<Changes, DecodeError> {
+    let mut by_version: HashMap<(String, u32), Vec<RecordBatch>> = HashMap::new();
+    let (mut truncates, mut messages, mut transactions) = (Vec::new(), Vec::new(), Vec::new());
+    for output in outputs {
+        match output {
+            Output::Table { name, version, batch } => by_version.entry((name, version)).or_default().push(batch),
+            Output::Truncates(b) => truncates.push(b),
+            Output::Messages(b) => messages.push(b),
+            Output::Transactions(b) => transactions.push(b),
+        }
+    }
+    let mut tables = BTreeMap::new();
+    let mut table_versions = BTreeMap::new();
+    for (name, ids) in catalog.tables() {
+        let mut versions = Vec::new();
+        for &id in ids {
+            let rel = catalog.version(id);
+            let batches = by_version.remove(&(name.to_string(), rel.version)).unwrap_or_default();
+            // Definitions that only an aborted streamed transaction had are left out.
+            if batches.is_empty() && !catalog.was_active(id) {
+                continue;
+            }
+            let schema = match batches.first() {
+                Some(b) => b.schema(),
+                None => {
+                    let builders: Vec<ColumnBuilder> = rel.columns.iter().map(|c| ColumnBuilder::new(&c.ty, types)).collect();
+                    table_schema(rel, &column_fields(rel, &builders), arrived)
+                }
+            };
+            versions.push((id, TableVersion { version: rel.version, schema, batches }));
+        }
+        if versions.is_empty() {
+            continue;
+        }
+        // Unify towards the definition in force last: move it to the end.
+        let newest = catalog.newest(ids);
+        let mut ordered: Vec<TableVersion> = versions.iter().filter(|(id, _)| Some(*id) != newest).map(|(_, v)| v.clone()).collect();
+        ordered.extend(versions.iter().filter(|(id, _)| Some(*id) == newest).map(|(_, v)| v.clone()));
+        let (schema, batches) = unify(&ordered)?;
+        tables.insert(name.to_string(), Table { schema, batches });
+        table_versions.insert(name.to_string(), versions.into_iter().map(|(_, v)| v).collect());
+    }
+    let concat = |schema: SchemaRef, batches: Vec<RecordBatch>, what: &str| {
+        concat_batches(&schema, &batches).map_err(|e| DecodeError::arrow(what, e))
+    };
+    Ok(Changes {
+        tables,
+        table_versions,
+        truncates: concat(truncates_schema(arrived), truncates, "the truncates table")?,
+        messages: concat(messages_schema(arrived), messages, "the messages table")?,
+        transactions: concat(transactions_schema(), transactions, "the transactions table")?,
+    })
+}

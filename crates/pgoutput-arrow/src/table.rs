@@ -1,0 +1,331 @@
+//! The rows of one relation version, built column by column into a RecordBatch:
+//! the published columns, then the change metadata columns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{Int64Builder, NullBufferBuilder, StringBuilder, TimestampMicrosecondBuilder};
+use arrow_array::{new_null_array, ArrayRef, Int64Array, ListArray, RecordBatch, StringArray, StructArray};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
+use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
+
+use crate::catalog::RelVersion;
+use crate::error::DecodeError;
+use crate::types::{ColumnBuilder, Source, TypeOptions};
+
+/// Names of the metadata columns, after the published columns, in order.
+pub const META_COLUMNS: [&str; 8] = ["_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"];
+/// Added in [`EmitMode::Arrived`](crate::EmitMode::Arrived).
+pub const ARRIVED_COLUMNS: [&str; 2] = ["_status", "_subxid"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Insert = 0,
+    Update = 1,
+    Delete = 2,
+}
+
+const OP_NAMES: [&str; 3] = ["insert", "update", "delete"];
+
+/// The transaction facts every row of a change carries.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TxnMeta {
+    pub commit_lsn: Option<u64>,
+    /// PostgreSQL microseconds since 2000-01-01.
+    pub commit_ts: Option<i64>,
+    pub xid: u32,
+    /// Arrived mode only.
+    pub status: Option<&'static str>,
+}
+
+/// Where the message being decoded came from, for zero copy and error messages.
+pub(crate) struct MessageCtx<'a> {
+    pub base: &'a Buffer,
+    pub buffer_id: u64,
+    pub message: &'a [u8],
+    pub lsn: u64,
+    pub seq: u64,
+    /// The xid carried inside a stream block (Arrived mode's `_subxid`).
+    pub subxid: Option<u32>,
+}
+
+impl MessageCtx<'_> {
+    fn source(&self, value: &[u8]) -> Source<'_> {
+        // Values are slices of `message`, which is a slice of `base`: their distance
+        // from the start of `base` is their offset in it.
+        Source { buffer: self.base, buffer_id: self.buffer_id, offset: value.as_ptr() as usize - self.base.as_ptr() as usize }
+    }
+
+    fn offset_in_message(&self, value: &[u8]) -> usize {
+        value.as_ptr() as usize - self.message.as_ptr() as usize
+    }
+}
+
+fn utc() -> Option<Arc<str>> {
+    Some(Arc::from("UTC"))
+}
+
+/// The Arrow field of each published column, with the pg.* metadata.
+pub(crate) fn column_fields(rel: &RelVersion, builders: &[ColumnBuilder]) -> Fields {
+    rel.columns
+        .iter()
+        .zip(builders)
+        .map(|(c, b)| {
+            let field = b.field(&c.name);
+            let mut md = field.metadata().clone();
+            md.insert("pg.key".to_string(), c.is_key.to_string());
+            Arc::new(field.with_metadata(md))
+        })
+        .collect()
+}
+
+/// The schema of a relation version's table.
+pub(crate) fn table_schema(rel: &RelVersion, fields: &Fields, arrived: bool) -> SchemaRef {
+    let mut all: Vec<FieldRef> = fields.iter().cloned().collect();
+    all.extend(meta_fields(fields, arrived));
+    let metadata = HashMap::from([
+        ("pg.relation_id".to_string(), rel.relation_id.to_string()),
+        ("pg.replica_identity".to_string(), rel.replica_identity.name().to_string()),
+        ("pg.table".to_string(), rel.table.to_string()),
+        ("pg.version".to_string(), rel.version.to_string()),
+    ]);
+    Arc::new(Schema::new_with_metadata(all, metadata))
+}
+
+/// The metadata fields that follow the published columns `fields`.
+pub fn meta_fields(fields: &Fields, arrived: bool) -> Vec<FieldRef> {
+    let mut out = vec![
+        Arc::new(Field::new("_op", DataType::Utf8, false)),
+        Arc::new(Field::new("_lsn", DataType::Int64, false)),
+        Arc::new(Field::new("_commit_lsn", DataType::Int64, true)),
+        Arc::new(Field::new("_commit_ts", DataType::Timestamp(TimeUnit::Microsecond, utc()), true)),
+        Arc::new(Field::new("_xid", DataType::Int64, false)),
+        Arc::new(Field::new("_seq", DataType::Int64, false)),
+        Arc::new(Field::new("_before", DataType::Struct(fields.clone()), true)),
+        Arc::new(Field::new("_unchanged", unchanged_type(), false)),
+    ];
+    if arrived {
+        out.push(Arc::new(Field::new("_status", DataType::Utf8, false)));
+        out.push(Arc::new(Field::new("_subxid", DataType::Int64, true)));
+    }
+    out
+}
+
+pub(crate) fn unchanged_type() -> DataType {
+    DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
+}
+
+pub(crate) struct TableBuilder {
+    pub rel: Arc<RelVersion>,
+    pub schema: SchemaRef,
+    columns: Vec<ColumnBuilder>,
+    before: Vec<ColumnBuilder>,
+    before_fields: Fields,
+    before_nulls: NullBufferBuilder,
+    /// Rows without old values not yet appended to the `_before` children: a batch
+    /// without any old values gets an all-null struct without per-row work.
+    before_pending: usize,
+    ops: Vec<u8>,
+    lsn: Vec<i64>,
+    commit_lsn: Int64Builder,
+    commit_ts: TimestampMicrosecondBuilder,
+    xid: Vec<i64>,
+    seq: Vec<i64>,
+    unchanged_offsets: Vec<i32>,
+    unchanged: Vec<u16>,
+    arrived: Option<(StringBuilder, Int64Builder)>,
+    len: usize,
+}
+
+impl TableBuilder {
+    pub fn new(rel: Arc<RelVersion>, opts: &TypeOptions, arrived: bool) -> Self {
+        let columns: Vec<ColumnBuilder> = rel.columns.iter().map(|c| ColumnBuilder::new(&c.ty, opts)).collect();
+        let before: Vec<ColumnBuilder> = rel.columns.iter().map(|c| ColumnBuilder::new(&c.ty, opts)).collect();
+        let fields = column_fields(&rel, &columns);
+        let schema = table_schema(&rel, &fields, arrived);
+        TableBuilder {
+            rel,
+            schema,
+            columns,
+            before,
+            before_fields: fields,
+            before_nulls: NullBufferBuilder::new(0),
+            before_pending: 0,
+            ops: Vec::new(),
+            lsn: Vec::new(),
+            commit_lsn: Int64Builder::new(),
+            commit_ts: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
+            xid: Vec::new(),
+            seq: Vec::new(),
+            unchanged_offsets: vec![0],
+            unchanged: Vec::new(),
+            arrived: arrived.then(|| (StringBuilder::new(), Int64Builder::new())),
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends one change. `row` fills the published columns (the new tuple, or the
+    /// old one of a Delete); `old` fills `_before`. The tuples' lengths were checked
+    /// against the relation when the message arrived.
+    pub fn append(
+        &mut self,
+        op: Op,
+        row: &TupleData<'_>,
+        old: Option<&TupleData<'_>>,
+        ctx: &MessageCtx<'_>,
+        txn: &TxnMeta,
+    ) -> Result<(), DecodeError> {
+        let n = self.columns.len();
+        if row.len() != n || old.is_some_and(|o| o.len() != n) {
+            return Err(DecodeError::Protocol {
+                lsn: ctx.lsn,
+                index: ctx.seq,
+                kind: "change",
+                message: format!(
+                    "a tuple of {} values for {}, whose Relation message announced {} columns",
+                    if row.len() != n { row.len() } else { old.map_or(0, |o| o.len()) },
+                    self.rel.table,
+                    n
+                ),
+            });
+        }
+        let track_unchanged = op != Op::Delete;
+        for (i, (cell, col)) in row.cells().zip(self.columns.iter_mut()).enumerate() {
+            let result = match cell {
+                Cell::Null => {
+                    col.append_null();
+                    Ok(())
+                }
+                Cell::UnchangedToast => {
+                    col.append_null();
+                    if track_unchanged {
+                        self.unchanged.push(i as u16);
+                    }
+                    Ok(())
+                }
+                Cell::Text(v) => col.append_text(v, Some(ctx.source(v))).map_err(|e| (v, e)),
+                Cell::Binary(v) => col.append_binary(v, Some(ctx.source(v))).map_err(|e| (v, e)),
+            };
+            if let Err((v, e)) = result {
+                return Err(value_error(&self.rel, i, ctx, v, e.message));
+            }
+        }
+        match old {
+            Some(old) => {
+                for c in &mut self.before {
+                    for _ in 0..self.before_pending {
+                        c.append_null();
+                    }
+                }
+                self.before_pending = 0;
+                for (i, (cell, col)) in old.cells().zip(self.before.iter_mut()).enumerate() {
+                    let result = match cell {
+                        // An unchanged TOAST value in an old row is not sent either.
+                        Cell::Null | Cell::UnchangedToast => {
+                            col.append_null();
+                            Ok(())
+                        }
+                        Cell::Text(v) => col.append_text(v, Some(ctx.source(v))).map_err(|e| (v, e)),
+                        Cell::Binary(v) => col.append_binary(v, Some(ctx.source(v))).map_err(|e| (v, e)),
+                    };
+                    if let Err((v, e)) = result {
+                        return Err(value_error(&self.rel, i, ctx, v, e.message));
+                    }
+                }
+                self.before_nulls.append_non_null();
+            }
+            None => {
+                self.before_pending += 1;
+                self.before_nulls.append_null();
+            }
+        }
+        self.ops.push(op as u8);
+        self.lsn.push(ctx.lsn as i64);
+        self.commit_lsn.append_option(txn.commit_lsn.map(|l| l as i64));
+        self.commit_ts.append_option(txn.commit_ts.map(|t| t.saturating_add(PG_EPOCH_OFFSET_MICROS)));
+        self.xid.push(txn.xid as i64);
+        self.seq.push(ctx.seq as i64);
+        self.unchanged_offsets.push(self.unchanged.len() as i32);
+        if let Some((status, subxid)) = &mut self.arrived {
+            status.append_value(txn.status.unwrap_or("committed"));
+            subxid.append_option(ctx.subxid.map(i64::from));
+        }
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The rows so far as a batch; the builder starts again empty.
+    pub fn finish(&mut self) -> Result<RecordBatch, DecodeError> {
+        let len = std::mem::take(&mut self.len);
+        let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
+        let before_type = DataType::Struct(self.before_fields.clone());
+        let before: ArrayRef = if self.before.first().is_none_or(|c| c.is_empty()) {
+            // No row of this batch carried old values (or there are no columns).
+            self.before_nulls = NullBufferBuilder::new(0);
+            self.before_pending = 0;
+            if self.before.is_empty() {
+                let nulls = self.before_nulls_finish(len);
+                Arc::new(StructArray::new_empty_fields(len, nulls))
+            } else {
+                new_null_array(&before_type, len)
+            }
+        } else {
+            for c in &mut self.before {
+                for _ in 0..self.before_pending {
+                    c.append_null();
+                }
+            }
+            self.before_pending = 0;
+            let children: Vec<ArrayRef> = self.before.iter_mut().map(|c| c.finish()).collect();
+            let nulls = self.before_nulls.finish();
+            Arc::new(
+                StructArray::try_new(self.before_fields.clone(), children, nulls)
+                    .map_err(|e| DecodeError::arrow(format!("_before of {}", self.rel.table), e))?,
+            )
+        };
+        arrays.push(Arc::new(StringArray::from_iter_values(self.ops.drain(..).map(|o| OP_NAMES[o as usize]))));
+        arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.lsn))));
+        arrays.push(Arc::new(self.commit_lsn.finish()));
+        arrays.push(Arc::new(self.commit_ts.finish()));
+        arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.xid))));
+        arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.seq))));
+        arrays.push(before);
+        arrays.push(self.finish_unchanged()?);
+        if let Some((status, subxid)) = &mut self.arrived {
+            arrays.push(Arc::new(status.finish()));
+            arrays.push(Arc::new(subxid.finish()));
+        }
+        RecordBatch::try_new(self.schema.clone(), arrays)
+            .map_err(|e| DecodeError::arrow(format!("a batch of {}", self.rel.table), e))
+    }
+
+    fn before_nulls_finish(&mut self, len: usize) -> Option<arrow_buffer::NullBuffer> {
+        Some(arrow_buffer::NullBuffer::new_null(len)).filter(|_| len > 0)
+    }
+
+    fn finish_unchanged(&mut self) -> Result<ArrayRef, DecodeError> {
+        let names: StringArray =
+            self.unchanged.drain(..).map(|i| Some(self.rel.columns[i as usize].name.as_str())).collect();
+        let offsets = std::mem::replace(&mut self.unchanged_offsets, vec![0]);
+        let field = Arc::new(Field::new("item", DataType::Utf8, false));
+        let list = ListArray::try_new(field, OffsetBuffer::new(ScalarBuffer::from(offsets)), Arc::new(names), None)
+            .map_err(|e| DecodeError::arrow(format!("_unchanged of {}", self.rel.table), e))?;
+        Ok(Arc::new(list))
+    }
+}
+
+fn value_error(rel: &RelVersion, column: usize, ctx: &MessageCtx<'_>, value: &[u8], message: String) -> DecodeError {
+    DecodeError::Value {
+        table: rel.table.to_string(),
+        column: rel.columns[column].name.clone(),
+        lsn: ctx.lsn,
+        message,
+        index: ctx.seq,
+        offset: ctx.offset_in_message(value),
+    }
+}

@@ -1,0 +1,156 @@
+//! Open transactions: the messages they buffered until their outcome is known.
+//!
+//! A buffered message is a cheap clone of the Arrow buffer it arrived in and its
+//! range there, never a copy. Beyond the decoder's memory limit the oldest
+//! buffered messages of the largest transactions go to a spill file; at commit
+//! the spilled prefix is read back before the in-memory suffix, so order holds.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_buffer::Buffer;
+use pgoutput_proto::Xid;
+
+use crate::error::DecodeError;
+use crate::spill::{EntryHeader, SpillFile};
+
+pub(crate) struct Entry {
+    pub h: EntryHeader,
+    /// The buffer the message arrived in (a whole capture's values, or the message).
+    pub base: Buffer,
+    pub buffer_id: u64,
+    pub start: usize,
+    pub len: usize,
+}
+
+/// Memory a buffered message costs besides its bytes.
+pub(crate) const ENTRY_COST: usize = std::mem::size_of::<Entry>();
+
+/// A buffered message handed back for decoding.
+pub(crate) struct EntryRef<'a> {
+    pub h: EntryHeader,
+    pub base: &'a Buffer,
+    pub buffer_id: u64,
+    pub message: &'a [u8],
+}
+
+pub(crate) struct Txn {
+    /// The top-level transaction id.
+    pub xid: Xid,
+    /// LSN and stream position of its first message (Begin, Begin Prepare or the
+    /// first Stream Start).
+    pub begin_lsn: u64,
+    /// From Begin: the commit LSN and timestamp, known in advance.
+    pub final_lsn: Option<u64>,
+    pub commit_ts: Option<i64>,
+    pub origin: Option<(String, u64)>,
+    pub gid: Option<String>,
+    /// From Begin Prepare / Prepare / Stream Prepare.
+    pub prepare_lsn: Option<u64>,
+    pub streamed: bool,
+    /// Messages in memory, after those in `spill`.
+    pub entries: Vec<Entry>,
+    pub memory: usize,
+    pub spill: Option<SpillFile>,
+    /// Subtransactions rolled back (ROLLBACK TO SAVEPOINT): their messages are skipped.
+    pub aborted_subxids: HashSet<Xid>,
+    /// The relations of each buffered Truncate, resolved when it arrived.
+    pub truncates: Vec<Arc<[Arc<str>]>>,
+    /// Row changes buffered (Insert, Update, Delete), aborted subtransactions included.
+    pub changes: u64,
+}
+
+impl Txn {
+    pub fn new(xid: Xid, begin_lsn: u64, streamed: bool) -> Self {
+        Txn {
+            xid,
+            begin_lsn,
+            final_lsn: None,
+            commit_ts: None,
+            origin: None,
+            gid: None,
+            prepare_lsn: None,
+            streamed,
+            entries: Vec::new(),
+            memory: 0,
+            spill: None,
+            aborted_subxids: HashSet::new(),
+            truncates: Vec::new(),
+            changes: 0,
+        }
+    }
+
+    /// Buffers a message; returns the memory it costs.
+    pub fn push(&mut self, entry: Entry) -> usize {
+        let cost = entry.len + ENTRY_COST;
+        self.entries.push(entry);
+        self.memory += cost;
+        cost
+    }
+
+    /// Writes the in-memory messages to the spill file; returns the memory freed.
+    pub fn spill(&mut self, dir: Option<&Path>) -> Result<usize, DecodeError> {
+        if self.entries.is_empty() {
+            return Ok(0);
+        }
+        let file = match &mut self.spill {
+            Some(file) => file,
+            None => self.spill.insert(SpillFile::new(dir)?),
+        };
+        for e in &self.entries {
+            file.write(&e.h, &e.base.as_slice()[e.start..e.start + e.len])?;
+        }
+        self.entries = Vec::new();
+        Ok(std::mem::take(&mut self.memory))
+    }
+
+    pub fn spilled_bytes(&self) -> u64 {
+        self.spill.as_ref().map_or(0, |s| s.bytes())
+    }
+
+    /// Drops the changes of a rolled-back subtransaction; returns the memory freed.
+    pub fn abort_subtransaction(&mut self, subxid: Xid) -> usize {
+        // Spilled messages cannot be removed from the file: they are skipped on replay.
+        self.aborted_subxids.insert(subxid);
+        let before = self.memory;
+        self.entries.retain(|e| !(e.h.in_stream && e.h.xid == subxid));
+        self.memory = self.entries.iter().map(|e| e.len + ENTRY_COST).sum();
+        before - self.memory
+    }
+
+    /// Hands every buffered message to `f` in arrival order (spilled ones first),
+    /// skipping those of rolled-back subtransactions.
+    pub fn replay(
+        &mut self,
+        next_buffer_id: &mut u64,
+        mut f: impl FnMut(EntryRef<'_>) -> Result<(), DecodeError>,
+    ) -> Result<(), DecodeError> {
+        let skip = |h: &EntryHeader, aborted: &HashSet<Xid>| h.in_stream && !aborted.is_empty() && aborted.contains(&h.xid);
+        if let Some(spill) = self.spill.take() {
+            let mut reader = spill.into_reader()?;
+            while let Some(chunk) = reader.next_chunk()? {
+                let buffer_id = *next_buffer_id;
+                *next_buffer_id += 1;
+                for &(h, start, len) in &chunk.entries {
+                    if skip(&h, &self.aborted_subxids) {
+                        continue;
+                    }
+                    f(EntryRef { h, base: &chunk.buffer, buffer_id, message: &chunk.buffer.as_slice()[start..start + len] })?;
+                }
+            }
+        }
+        for e in &self.entries {
+            if skip(&e.h, &self.aborted_subxids) {
+                continue;
+            }
+            f(EntryRef {
+                h: e.h,
+                base: &e.base,
+                buffer_id: e.buffer_id,
+                message: &e.base.as_slice()[e.start..e.start + e.len],
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! Schema evolution: the batches of a table's versions brought to one schema.
+//!
+//! The unified schema has the newest version's published columns in its order,
+//! then the columns that only older versions have (dropped since), newest first,
+//! then the metadata columns (with `_before` holding the unified columns). Rows of
+//! a version that lacks a column get null there.
+//!
+//! When a column's type changed (ALTER COLUMN … TYPE), the unified type is the one
+//! that holds both losslessly: the newer type when the older casts to it without
+//! loss (int4 → int8, numeric(10,2) → numeric(12,2), int → numeric, date →
+//! timestamp, varchar → text), else the older when the newer casts to it without
+//! loss (int8 → int4 keeps int8). Two types that neither hold (text → int, int →
+//! bool) fall back to utf8 for both, rendered by Arrow's cast (which is not always
+//! PostgreSQL's text output: a timestamp shows as `2024-01-01T00:00:00`); the field
+//! then gets the metadata `pg.unified` = `text`. A type Arrow cannot render as text
+//! is an error.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch, StructArray};
+use arrow_cast::{can_cast_types, cast_with_options, CastOptions};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
+
+use crate::changes::TableVersion;
+use crate::error::DecodeError;
+
+/// Published columns carry the PostgreSQL type in their metadata; the metadata
+/// columns do not.
+fn is_data_field(f: &Field) -> bool {
+    f.metadata().contains_key("pg.type_oid")
+}
+
+fn table_name(schema: &Schema) -> String {
+    schema.metadata().get("pg.table").cloned().unwrap_or_else(|| "the table".to_string())
+}
+
+/// Whether every value of `from` is a value of `to`, with the same meaning.
+pub fn lossless(from: &DataType, to: &DataType) -> bool {
+    use DataType::*;
+    if from == to {
+        return true;
+    }
+    let int_digits = |t: &DataType| match t {
+        Int8 | UInt8 => Some(3),
+        Int16 | UInt16 => Some(5),
+        Int32 | UInt32 => Some(10),
+        Int64 => Some(19),
+        UInt64 => Some(20),
+        _ => None,
+    };
+    match (from, to) {
+        (Null, _) => true,
+        (Int8, Int16 | Int32 | Int64) | (Int16, Int32 | Int64) | (Int32, Int64) => true,
+        (UInt8, UInt16 | UInt32 | UInt64 | Int16 | Int32 | Int64)
+        | (UInt16, UInt32 | UInt64 | Int32 | Int64)
+        | (UInt32, UInt64 | Int64) => true,
+        (Int8 | Int16 | UInt8 | UInt16, Float32 | Float64) | (Int32 | UInt32, Float64) | (Float32, Float64) => true,
+        (Decimal128(p1, s1), Decimal128(p2, s2)) => s2 >= s1 && (*p2 as i16 - *s2 as i16) >= (*p1 as i16 - *s1 as i16),
+        (f, Decimal128(p, s)) if int_digits(f).is_some() => {
+            *s >= 0 && (*p as i16 - *s as i16) >= int_digits(f).unwrap_or(99)
+        }
+        (Utf8, Utf8View | LargeUtf8) | (Utf8View, Utf8 | LargeUtf8) | (LargeUtf8, Utf8View) => true,
+        (Binary, BinaryView | LargeBinary) | (BinaryView, Binary | LargeBinary) | (LargeBinary, BinaryView) => true,
+        (Date32, Timestamp(TimeUnit::Microsecond, None)) => true,
+        (List(a), List(b)) | (LargeList(a), LargeList(b)) | (List(a), LargeList(b)) => {
+            lossless(a.data_type(), b.data_type())
+        }
+        _ => false,
+    }
+}
+
+/// The type both `older` and `newer` are cast to, and whether it is the text fallback.
+fn common_type(older: &DataType, newer: &DataType) -> Option<(DataType, bool)> {
+    if lossless(older, newer) {
+        Some((newer.clone(), false))
+    } else if lossless(newer, older) {
+        Some((older.clone(), false))
+    } else if can_cast_types(older, &DataType::Utf8) && can_cast_types(newer, &DataType::Utf8) {
+        Some((DataType::Utf8, true))
+    } else {
+        None
+    }
+}
+
+/// The field `f` with type `t`: extension metadata is dropped when the type is not
+/// the field's own any more.
+fn retyped(f: &Field, t: &DataType, text: bool) -> Field {
+    if f.data_type() == t {
+        return f.clone();
+    }
+    let mut md: HashMap<String, String> =
+        f.metadata().iter().filter(|(k, _)| !k.starts_with("ARROW:extension:")).map(|(k, v)| (k.clone(), v.clone())).collect();
+    if text {
+        md.insert("pg.unified".to_string(), "text".to_string());
+    }
+    Field::new(f.name(), t.clone(), true).with_metadata(md)
+}
+
+/// The schema that every version's batches can be brought to; `schemas` oldest
+/// first, the last is the newest definition.
+pub fn unify_schemas(schemas: &[SchemaRef]) -> Result<SchemaRef, DecodeError> {
+    let Some(newest) = schemas.last() else {
+        return Err(DecodeError::Input("no schema to unify".into()));
+    };
+    let mut data: Vec<Field> = newest.fields().iter().filter(|f| is_data_field(f)).map(|f| f.as_ref().clone()).collect();
+    for older in schemas.iter().rev().skip(1) {
+        for f in older.fields().iter().filter(|f| is_data_field(f)) {
+            match data.iter_mut().find(|d| d.name() == f.name()) {
+                Some(d) if d.data_type() == f.data_type() => {}
+                Some(d) => {
+                    let Some((t, text)) = common_type(f.data_type(), d.data_type()) else {
+                        return Err(DecodeError::Schema {
+                            table: table_name(newest),
+                            column: f.name().clone(),
+                            message: format!(
+                                "its type changed from {} to {}, and neither holds the other nor can be shown as text",
+                                f.data_type(),
+                                d.data_type()
+                            ),
+                        });
+                    };
+                    // The metadata of the version whose type was kept.
+                    let from = if !text && &t == f.data_type() { f } else { &*d };
+                    *d = retyped(from, &t, text);
+                }
+                None => data.push(f.as_ref().clone()),
+            }
+        }
+    }
+    let data: Fields = data.into_iter().map(Arc::new).collect();
+    let mut fields: Vec<FieldRef> = data.iter().cloned().collect();
+    for f in newest.fields().iter().filter(|f| !is_data_field(f)) {
+        if f.name() == "_before" {
+            fields.push(Arc::new(Field::new("_before", DataType::Struct(data.clone()), true)));
+        } else {
+            fields.push(f.clone());
+        }
+    }
+    Ok(Arc::new(Schema::new_with_metadata(fields, newest.metadata().clone())))
+}
+
+fn cast_column(array: &ArrayRef, to: &DataType, table: &str, column: &str) -> Result<ArrayRef, DecodeError> {
+    if array.data_type() == to {
+        return Ok(array.clone());
+    }
+    let options = CastOptions { safe: false, ..Default::default() };
+    cast_with_options(array, to, &options).map_err(|e| DecodeError::Schema {
+        table: table.to_string(),
+        column: column.to_string(),
+        message: format!("casting {} to {}: {e}", array.data_type(), to),
+    })
+}
+
+/// Children of `target` taken by name from `source` (cast, or null when missing).
+fn conform_columns(
+    source_fields: &Fields,
+    source: &[ArrayRef],
+    target: &Fields,
+    rows: usize,
+    table: &str,
+) -> Result<Vec<ArrayRef>, DecodeError> {
+    target
+        .iter()
+        .map(|f| match source_fields.iter().position(|s| s.name() == f.name() && is_data_field(s)) {
+            Some(i) => cast_column(&source[i], f.data_type(), table, f.name()),
+            None => Ok(new_null_array(f.data_type(), rows)),
+        })
+        .collect()
+}
+
+/// A batch of one version brought to a unified schema.
+pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, DecodeError> {
+    if batch.schema().fields() == target.fields() {
+        return batch.clone().with_schema(target.clone()).map_err(|e| DecodeError::arrow("a unified batch", e));
+    }
+    let table = table_name(target);
+    let rows = batch.num_rows();
+    let schema = batch.schema();
+    let data: Fields = target.fields().iter().filter(|f| is_data_field(f)).cloned().collect();
+    let mut columns = conform_columns(schema.fields(), batch.columns(), &data, rows, &table)?;
+    for f in target.fields().iter().filter(|f| !is_data_field(f)) {
+        let Some((i, _)) = schema.fields().iter().enumerate().find(|(_, s)| s.name() == f.name() && !is_data_field(s)) else {
+            columns.push(new_null_array(f.data_type(), rows));
+            continue;
+        };
+        let column = batch.column(i);
+        match (f.data_type(), column.as_any().downcast_ref::<StructArray>()) {
+            (DataType::Struct(target_children), Some(before)) if f.name() == "_before" => {
+                let children = conform_columns(before.fields(), before.columns(), target_children, rows, &table)?;
+                let array = StructArray::try_new(target_children.clone(), children, before.nulls().cloned())
+                    .map_err(|e| DecodeError::arrow(format!("_before of {table}"), e))?;
+                columns.push(Arc::new(array));
+            }
+            _ => columns.push(cast_column(column, f.data_type(), &table, f.name())?),
+        }
+    }
+    RecordBatch::try_new(target.clone(), columns).map_err(|e| DecodeError::arrow(format!("a unified batch of {table}"), e))
+}
+
+/// The batches of every version of a table, brought to one schema; `versions`
+/// oldest first, the last is the newest definition.
+pub fn unify(versions: &[TableVersion]) -> Result<(SchemaRef, Vec<RecordBatch>), DecodeError> {
+    let schemas: Vec<SchemaRef> = versions.iter().map(|v| v.schema.clone()).collect();
+    let target = unify_schemas(&schemas)?;
+    let mut batches = Vec::new();
+    for v in versions {
+        for b in &v.batches {
+            batches.push(conform(b, &target)?);
+        }
+    }
+    Ok((target, batches))
+}

@@ -1,0 +1,653 @@
+//! The decoder on hand-built pgoutput streams: output model, transaction
+//! assembly (interleaved streams, savepoints, aborts, two-phase), schema changes,
+//! TOAST, old tuples, errors, spilling and zero copy.
+
+mod common;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_buffer::Buffer;
+use arrow_schema::DataType;
+use common::*;
+use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, Output};
+
+const TS: i64 = 800_000_000_000_000; // 2025-05-08 in PostgreSQL's epoch
+
+fn one_table_stream() -> Stream {
+    let mut s = Stream::new();
+    s.begin(700, 0x5000, TS);
+    s.relation(16384, "public", "t", b'd', &[("id", INT4, -1, true), ("v", TEXT, -1, false)]);
+    s.insert(16384, &[t("1"), t("hello")]);
+    s.update(16384, None, &[t("1"), t("a value longer than twelve bytes")]);
+    s.delete(16384, b'K', &[t("1"), C::N]);
+    s.commit(0x5000, 0x5010, TS);
+    s
+}
+
+#[test]
+fn rows_columns_and_metadata() {
+    let s = one_table_stream();
+    let c = decode(&s);
+    assert_eq!(
+        table_rows(&c, "public.t", &["id", "v", "_op", "_lsn", "_commit_lsn", "_xid", "_seq"]),
+        vec![
+            "1|hello|insert|4128|20480|700|2",
+            "1|a value longer than twelve bytes|update|4144|20480|700|3",
+            "1|∅|delete|4160|20480|700|4",
+        ]
+    );
+    let table = &c.tables["public.t"];
+    let schema = &table.schema;
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(
+        names,
+        ["id", "v", "_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"]
+    );
+    let id = schema.field_with_name("id").unwrap();
+    assert_eq!(id.data_type(), &DataType::Int32);
+    assert_eq!(id.metadata()["pg.type_oid"], "23");
+    assert_eq!(id.metadata()["pg.type_name"], "int4");
+    assert_eq!(id.metadata()["pg.typmod"], "-1");
+    assert_eq!(id.metadata()["pg.key"], "true");
+    assert_eq!(schema.field_with_name("v").unwrap().metadata()["pg.key"], "false");
+    assert_eq!(schema.metadata()["pg.relation_id"], "16384");
+    assert_eq!(schema.metadata()["pg.replica_identity"], "default");
+    assert_eq!(schema.metadata()["pg.table"], "public.t");
+    assert_eq!(
+        schema.field_with_name("_commit_ts").unwrap().data_type(),
+        &DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into()))
+    );
+    let batch = &table.batches[0];
+    let ts = batch.column_by_name("_commit_ts").unwrap().as_primitive::<TimestampMicrosecondType>();
+    assert_eq!(ts.value(0), TS + 946_684_800_000_000);
+    // The transaction.
+    assert_eq!(
+        rows(&[c.transactions.clone()], &["xid", "begin_lsn", "commit_lsn", "end_lsn", "outcome", "streamed", "changes"]),
+        vec!["700|4096|20480|20496|committed|false|3"]
+    );
+}
+
+#[test]
+fn namespace_empty_is_pg_catalog() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "", "pg_thing", b'n', &[("x", INT4, -1, false)]);
+    s.insert(1, &[t("5")]);
+    s.commit(0x100, 0x110, TS);
+    let c = decode(&s);
+    assert_eq!(table_rows(&c, "pg_catalog.pg_thing", &["x"]), vec!["5"]);
+    assert_eq!(c.tables["pg_catalog.pg_thing"].schema.metadata()["pg.replica_identity"], "nothing");
+}
+
+/// Streamed transactions interleaved with each other and with one sent whole:
+/// rows come out in commit order.
+#[test]
+fn commit_order_across_interleaved_streams() {
+    let mut s = Stream::new();
+    let cols: &[Col<'_>] = &[("id", INT4, -1, true)];
+    s.relation(1, "public", "a", b'd', cols);
+    s.stream_start(100, true);
+    s.relation(1, "public", "a", b'd', cols); // re-sent in the stream: same version
+    s.insert(1, &[t("1")]);
+    s.insert(1, &[t("2")]);
+    s.stream_stop();
+    s.stream_start(200, true);
+    s.relation(1, "public", "a", b'd', cols);
+    s.insert(1, &[t("10")]);
+    s.stream_stop();
+    s.begin(300, 0x9000, TS);
+    s.insert(1, &[t("20")]);
+    s.commit(0x9000, 0x9010, TS);
+    s.stream_start(100, false);
+    s.insert(1, &[t("3")]);
+    s.stream_stop();
+    s.stream_commit(200, 0x9100, 0x9110, TS + 1);
+    s.stream_commit(100, 0x9200, 0x9210, TS + 2);
+    let c = decode(&s);
+    assert_eq!(
+        table_rows(&c, "public.a", &["id", "_xid", "_commit_lsn"]),
+        vec!["20|300|36864", "10|200|37120", "1|100|37376", "2|100|37376", "3|100|37376"]
+    );
+    assert_eq!(c.table_versions["public.a"].len(), 1);
+    let t = &c.tables["public.a"].batches[0];
+    // _commit_lsn then _seq orders them as they came out.
+    let commit = col_i64(t, "_commit_lsn");
+    let seq = col_i64(t, "_seq");
+    let mut keys: Vec<_> = commit.iter().zip(&seq).collect();
+    let sorted = {
+        let mut k = keys.clone();
+        k.sort();
+        k
+    };
+    assert_eq!(keys, sorted);
+    keys.dedup();
+    assert_eq!(keys.len(), 5);
+    assert_eq!(
+        rows(&[c.transactions.clone()], &["xid", "outcome", "streamed", "changes"]),
+        vec!["300|committed|false|1", "200|committed|true|1", "100|committed|true|3"]
+    );
+}
+
+/// ROLLBACK TO SAVEPOINT inside a streamed transaction: Stream Abort with the
+/// subtransaction's xid drops only the changes that carry it.
+#[test]
+fn savepoint_rollback_within_stream() {
+    for limit in [usize::MAX, 1] {
+        let mut s = Stream::new();
+        s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+        s.stream_start(500, true);
+        s.insert_sub(None, 1, &[t("1")]);
+        s.insert_sub(Some(501), 1, &[t("2")]);
+        s.insert_sub(Some(502), 1, &[t("3")]);
+        s.insert_sub(Some(501), 1, &[t("22")]);
+        s.stream_stop();
+        s.stream_abort(500, 501);
+        s.stream_start(500, false);
+        s.insert_sub(Some(503), 1, &[t("4")]);
+        s.stream_stop();
+        s.stream_abort(500, 503); // rolled back too, after more chunks
+        s.stream_start(500, false);
+        s.insert_sub(Some(504), 1, &[t("5")]);
+        s.stream_stop();
+        s.stream_commit(500, 0x9000, 0x9010, TS);
+        let c = decode_with(&s, DecoderOptions { memory_limit: limit, ..Default::default() });
+        assert_eq!(table_rows(&c, "public.a", &["id", "_xid"]), vec!["1|500", "3|500", "5|500"], "memory_limit {limit}");
+        assert_eq!(rows(&[c.transactions.clone()], &["xid", "changes"]), vec!["500|3"]);
+    }
+}
+
+#[test]
+fn aborted_stream_and_unknown_abort() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.stream_start(600, true);
+    s.insert(1, &[t("1")]);
+    s.message(true, 0x700, "p", b"lost");
+    s.stream_stop();
+    s.stream_abort_parallel(600, 600, 0x8000, TS);
+    // PostgreSQL 18 reports aborts of transactions it never streamed.
+    s.stream_abort(999, 999);
+    s.stream_abort(998, 997);
+    s.begin(601, 0x9000, TS);
+    s.insert(1, &[t("2")]);
+    s.commit(0x9000, 0x9010, TS);
+    let c = decode(&s);
+    assert_eq!(table_rows(&c, "public.a", &["id"]), vec!["2"]);
+    assert_eq!(c.messages.num_rows(), 0);
+    assert_eq!(
+        rows(&[c.transactions.clone()], &["xid", "outcome", "end_lsn", "streamed", "changes"]),
+        vec!["600|aborted|32768|true|0", "601|committed|36880|false|1"]
+    );
+}
+
+/// A Relation message inside an aborted streamed transaction does not change the
+/// definition other transactions see.
+#[test]
+fn relation_in_aborted_stream_is_forgotten() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.stream_start(600, true);
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true), ("added", TEXT, -1, false)]);
+    s.insert(1, &[t("1"), t("x")]);
+    s.stream_stop();
+    s.begin(601, 0x9000, TS);
+    s.insert(1, &[t("2")]);
+    s.commit(0x9000, 0x9010, TS);
+    s.stream_abort(600, 600);
+    s.begin(602, 0x9100, TS);
+    s.insert(1, &[t("3")]);
+    s.commit(0x9100, 0x9110, TS);
+    let c = decode(&s);
+    assert_eq!(table_rows(&c, "public.a", &["id"]), vec!["2", "3"]);
+    assert_eq!(c.table_versions["public.a"].len(), 1);
+    assert!(c.tables["public.a"].schema.field_with_name("added").is_err());
+}
+
+#[test]
+fn two_phase_commit_and_rollback() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.begin_prepare(700, "g1", 0xA000, 0xA010, TS);
+    s.insert(1, &[t("7")]);
+    s.prepare(700, "g1", 0xA000, 0xA010, TS);
+    s.begin_prepare(701, "g2", 0xA100, 0xA110, TS);
+    s.insert(1, &[t("8")]);
+    s.prepare(701, "g2", 0xA100, 0xA110, TS);
+    // A streamed transaction prepared with Stream Prepare.
+    s.stream_start(702, true);
+    s.insert(1, &[t("9")]);
+    s.stream_stop();
+    s.stream_prepare(702, "g3", 0xA200, 0xA210, TS);
+    s.begin(703, 0xA300, TS);
+    s.insert(1, &[t("10")]);
+    s.commit(0xA300, 0xA310, TS);
+    s.commit_prepared(700, "g1", 0xB000, 0xB010, TS + 5);
+    s.rollback_prepared(701, "g2", 0xA110, 0xB110, TS + 6);
+    s.commit_prepared(702, "g3", 0xB200, 0xB210, TS + 7);
+    let mut d = Decoder::new(DecoderOptions::default());
+    let n = s.messages.len();
+    for (i, (lsn, m)) in s.messages.iter().enumerate() {
+        d.push(*lsn, &Buffer::from(m.clone())).unwrap();
+        if i == n - 4 {
+            // After the non-prepared commit: the prepared ones hold the safe LSN back.
+            d.flush().unwrap();
+            assert_eq!(d.pending_transactions(), 3);
+            assert_eq!(d.safe_lsn(), 0xA000);
+        }
+    }
+    d.flush().unwrap();
+    assert_eq!(d.safe_lsn(), 0xB210);
+    assert_eq!(d.pending_transactions(), 0);
+    let c = d.finish().unwrap();
+    assert_eq!(
+        table_rows(&c, "public.a", &["id", "_xid", "_commit_lsn"]),
+        vec!["10|703|41728", "7|700|45056", "9|702|45568"]
+    );
+    assert_eq!(
+        rows(&[c.transactions.clone()], &["xid", "gid", "outcome", "streamed", "changes"]),
+        vec![
+            "703|∅|committed|false|1",
+            "700|g1|prepared-committed|false|1",
+            "701|g2|prepared-rolled-back|false|0",
+            "702|g3|prepared-committed|true|1",
+        ]
+    );
+}
+
+#[test]
+fn truncate_and_messages() {
+    let mut s = Stream::new();
+    s.message(false, 0x50, "audit", b"outside");
+    s.begin(800, 0x9000, TS);
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.relation(2, "sales", "b", b'd', &[("id", INT4, -1, true)]);
+    s.truncate(&[1, 2], true, true);
+    s.message(true, 0x8F00, "app", b"\x00\x01inside");
+    s.commit(0x9000, 0x9010, TS);
+    s.begin(801, 0x9100, TS);
+    s.truncate(&[2], false, false);
+    s.commit(0x9100, 0x9110, TS);
+    let c = decode(&s);
+    assert_eq!(
+        rows(&[c.truncates.clone()], &["relations", "cascade", "restart_identity", "_commit_lsn", "_xid"]),
+        vec!["[public.a, sales.b]|true|true|36864|800", "[sales.b]|false|false|37120|801"]
+    );
+    assert_eq!(
+        rows(&[c.messages.clone()], &["prefix", "content", "transactional", "_lsn", "_commit_lsn", "_xid", "_seq"]),
+        vec!["audit|6f757473696465|false|80|∅|∅|0", "app|0001696e73696465|true|36608|36864|800|5"]
+    );
+    // Tables announced but without rows are there, empty.
+    assert_eq!(c.tables["sales.b"].num_rows(), 0);
+}
+
+#[test]
+fn schema_change_unified() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("a", TEXT, -1, false), ("c", TEXT, -1, false)]);
+    s.insert(1, &[t("1"), t("x"), t("42")]);
+    s.commit(0x100, 0x110, TS);
+    s.begin(2, 0x200, TS);
+    // ALTER id TYPE int8, ADD b int4, c TYPE int4
+    s.relation(
+        1,
+        "public",
+        "t",
+        b'd',
+        &[("id", INT8, -1, true), ("a", TEXT, -1, false), ("c", INT4, -1, false), ("b", INT4, -1, false)],
+    );
+    s.insert(1, &[t("2"), t("y"), t("43"), t("5")]);
+    s.commit(0x200, 0x210, TS);
+    s.begin(3, 0x300, TS);
+    // DROP a
+    s.relation(1, "public", "t", b'd', &[("id", INT8, -1, true), ("c", INT4, -1, false), ("b", INT4, -1, false)]);
+    s.insert(1, &[t("3"), t("44"), t("6")]);
+    s.update(1, Some((b'K', &[t("3"), C::N, C::N])), &[t("4"), t("44"), t("6")]);
+    s.commit(0x300, 0x310, TS);
+    let c = decode(&s);
+    let table = &c.tables["public.t"];
+    let fields: Vec<(String, DataType)> =
+        table.schema.fields().iter().take(4).map(|f| (f.name().clone(), f.data_type().clone())).collect();
+    assert_eq!(
+        fields,
+        vec![
+            ("id".to_string(), DataType::Int64),
+            ("c".to_string(), DataType::Utf8),
+            ("b".to_string(), DataType::Int32),
+            ("a".to_string(), DataType::Utf8View),
+        ]
+    );
+    assert_eq!(table.schema.field_with_name("c").unwrap().metadata()["pg.unified"], "text");
+    assert_eq!(table.schema.field(4).name(), "_op");
+    assert_eq!(
+        table_rows(&c, "public.t", &["id", "c", "b", "a", "_op"]),
+        vec!["1|42|∅|x|insert", "2|43|5|y|insert", "3|44|6|∅|insert", "4|44|6|∅|update"]
+    );
+    // _before follows the unified columns.
+    let before = table.batches[2].column_by_name("_before").unwrap().as_struct();
+    assert_eq!(before.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["id", "c", "b", "a"]);
+    assert_eq!(before.column(0).as_primitive::<Int64Type>().value(1), 3);
+    let versions = &c.table_versions["public.t"];
+    assert_eq!(versions.iter().map(|v| v.version).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(versions[0].schema.field(0).data_type(), &DataType::Int32);
+    assert_eq!(versions[2].schema.fields().len(), 3 + 8);
+    assert_eq!(versions[1].batches[0].num_rows(), 1);
+}
+
+#[test]
+fn unchanged_toast_is_not_null() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("big", TEXT, -1, false), ("n", INT4, -1, false)]);
+    s.update(1, None, &[t("1"), C::U, t("1")]);
+    s.update(1, None, &[t("2"), C::N, C::N]);
+    s.update(1, None, &[t("3"), C::U, C::U]);
+    s.insert(1, &[t("4"), C::N, C::N]);
+    s.commit(0x100, 0x110, TS);
+    let c = decode(&s);
+    assert_eq!(
+        table_rows(&c, "public.t", &["id", "big", "n", "_unchanged"]),
+        vec!["1|∅|1|[big]", "2|∅|∅|[]", "3|∅|∅|[big, n]", "4|∅|∅|[]"]
+    );
+    let unchanged = c.tables["public.t"].batches[0].column_by_name("_unchanged").unwrap().clone();
+    assert_eq!(unchanged.null_count(), 0);
+}
+
+#[test]
+fn before_for_old_key_and_old_row() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "k", b'd', &[("id", INT4, -1, true), ("v", TEXT, -1, false)]);
+    s.relation(2, "public", "f", b'f', &[("id", INT4, -1, false), ("v", TEXT, -1, false)]);
+    s.update(1, Some((b'K', &[t("1"), C::N])), &[t("2"), t("new")]);
+    s.update(1, None, &[t("2"), t("newer")]);
+    s.delete(1, b'K', &[t("2"), C::N]);
+    s.update(2, Some((b'O', &[t("1"), t("old")])), &[t("1"), t("new")]);
+    s.delete(2, b'O', &[t("1"), t("new")]);
+    s.commit(0x100, 0x110, TS);
+    let c = decode(&s);
+    let before = |table: &str| -> Vec<String> {
+        let b: &RecordBatch = &c.tables[table].batches[0];
+        let st: &StructArray = b.column_by_name("_before").unwrap().as_struct();
+        (0..st.len())
+            .map(|i| {
+                if st.is_null(i) {
+                    return "null".to_string();
+                }
+                let id = st.column(0).as_primitive::<Int32Type>();
+                let v = st.column(1).as_string_view();
+                format!(
+                    "{}/{}",
+                    if id.is_null(i) { "∅".to_string() } else { id.value(i).to_string() },
+                    if v.is_null(i) { "∅" } else { v.value(i) }
+                )
+            })
+            .collect()
+    };
+    assert_eq!(before("public.k"), ["1/∅", "null", "2/∅"]);
+    assert_eq!(before("public.f"), ["1/old", "1/new"]);
+    assert_eq!(table_rows(&c, "public.k", &["id", "v", "_op"]), ["2|new|update", "2|newer|update", "2|∅|delete"]);
+    assert_eq!(table_rows(&c, "public.f", &["id", "v", "_op"]), ["1|new|update", "1|new|delete"]);
+    assert_eq!(c.tables["public.f"].schema.metadata()["pg.replica_identity"], "full");
+}
+
+#[test]
+fn stream_ending_mid_transaction_emits_nothing_of_it() {
+    let mut s = one_table_stream();
+    s.begin(701, 0x6000, TS);
+    s.insert(16384, &[t("9"), t("never committed")]);
+    let mut d = Decoder::new(DecoderOptions::default());
+    push_all(&mut d, &s);
+    assert_eq!(d.pending_transactions(), 1);
+    assert!(d.buffered_bytes() > 0);
+    assert_eq!(d.safe_lsn(), 0, "rows still in the builders are not handed out");
+    d.flush().unwrap();
+    assert_eq!(d.safe_lsn(), 0x5010);
+    let outputs = d.take_ready();
+    assert!(outputs.iter().any(|o| matches!(o, Output::Table { name, version: 1, .. } if name == "public.t")));
+    let c = d.finish().unwrap();
+    assert!(c.tables["public.t"].batches.is_empty(), "taken batches are not in finish()");
+    assert_eq!(c.transactions.num_rows(), 0);
+}
+
+#[test]
+fn batches_are_cut_at_batch_size() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true)]);
+    for i in 0..10 {
+        s.insert(1, &[t(&i.to_string())]);
+    }
+    s.commit(0x100, 0x110, TS);
+    let mut d = Decoder::new(DecoderOptions { batch_size: 3, ..Default::default() });
+    push_all(&mut d, &s);
+    let sizes: Vec<usize> = d
+        .take_ready()
+        .iter()
+        .filter_map(|o| match o {
+            Output::Table { batch, .. } => Some(batch.num_rows()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sizes, [3, 3, 3]);
+    d.flush().unwrap();
+    assert_eq!(d.take_ready().len(), 2); // the last row and the transaction
+}
+
+#[test]
+fn push_array_decodes_the_same() {
+    let s = one_table_stream();
+    let (lsns, data) = s.as_array();
+    let mut d = Decoder::new(DecoderOptions::default());
+    d.push_array(&lsns, &data).unwrap();
+    let a = d.finish().unwrap();
+    let b = decode(&s);
+    let cols = ["id", "v", "_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"];
+    assert_eq!(table_rows(&a, "public.t", &cols), table_rows(&b, "public.t", &cols));
+    // Large binary and view arrays too.
+    let large = arrow_array::LargeBinaryArray::from_iter_values(s.messages.iter().map(|m| m.1.as_slice()));
+    let mut d = Decoder::new(DecoderOptions::default());
+    d.push_array(&lsns, &large).unwrap();
+    assert_eq!(table_rows(&d.finish().unwrap(), "public.t", &cols), table_rows(&b, "public.t", &cols));
+    let view = arrow_array::BinaryViewArray::from_iter_values(s.messages.iter().map(|m| m.1.as_slice()));
+    let mut d = Decoder::new(DecoderOptions::default());
+    d.push_view_array(&lsns, &view).unwrap();
+    assert_eq!(table_rows(&d.finish().unwrap(), "public.t", &cols), table_rows(&b, "public.t", &cols));
+    // Mismatched lengths are refused.
+    let mut d = Decoder::new(DecoderOptions::default());
+    assert!(matches!(d.push_array(&lsns[1..], &data), Err(DecodeError::Input(_))));
+}
+
+#[test]
+fn spilled_transactions_decode_the_same() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true), ("v", TEXT, -1, false)]);
+    s.stream_start(10, true);
+    for i in 0..300 {
+        s.insert_sub(Some(if i % 7 == 0 { 11 } else { 10 }), 1, &[t(&i.to_string()), t(&"x".repeat(i % 40))]);
+    }
+    s.stream_stop();
+    s.begin(20, 0x8000, TS);
+    for i in 0..50 {
+        s.insert(1, &[t(&(1000 + i).to_string()), t("whole")]);
+    }
+    s.commit(0x8000, 0x8010, TS);
+    s.stream_start(10, false);
+    for i in 300..400 {
+        s.insert_sub(Some(12), 1, &[t(&i.to_string()), t("later chunk, some longer text")]);
+    }
+    s.stream_stop();
+    s.stream_abort(10, 11);
+    s.stream_commit(10, 0x9000, 0x9010, TS);
+    let cols = ["id", "v", "_xid", "_seq", "_commit_lsn"];
+    let expected = table_rows(&decode(&s), "public.a", &cols);
+    assert_eq!(expected.len(), 50 + 400 - 300 / 7 - 1);
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Decoder::new(DecoderOptions {
+        memory_limit: 2000,
+        spill_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    });
+    let mut max_spilled = 0;
+    for (lsn, m) in &s.messages {
+        d.push(*lsn, &Buffer::from(m.clone())).unwrap();
+        assert!(d.buffered_bytes() <= 2000);
+        max_spilled = max_spilled.max(d.spilled_bytes());
+    }
+    assert!(max_spilled > 10_000, "spilled {max_spilled}");
+    assert_eq!(d.spilled_bytes(), 0);
+    assert_eq!(table_rows(&d.finish().unwrap(), "public.a", &cols), expected);
+}
+
+#[test]
+fn arrived_mode_emits_before_commit() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.stream_start(10, true);
+    s.insert_sub(None, 1, &[t("1")]);
+    s.insert_sub(Some(11), 1, &[t("2")]);
+    s.stream_stop();
+    let mut d = Decoder::new(DecoderOptions { emit: EmitMode::Arrived, ..Default::default() });
+    push_all(&mut d, &s);
+    d.flush().unwrap();
+    let out = d.take_ready();
+    let batches: Vec<RecordBatch> = out
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Table { batch, .. } => Some(batch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rows(&batches, &["id", "_status", "_xid", "_subxid", "_commit_lsn"]), ["1|in-progress|10|10|∅", "2|in-progress|10|11|∅"]);
+    let mut s2 = Stream::new();
+    s2.stream_abort(10, 11);
+    s2.stream_commit(10, 0x9000, 0x9010, TS);
+    push_all(&mut d, &s2);
+    let c = d.finish().unwrap();
+    assert_eq!(
+        rows(&[c.transactions.clone()], &["xid", "outcome", "changes"]),
+        ["11|subtransaction-aborted|0", "10|committed|2"]
+    );
+}
+
+#[test]
+fn errors_name_what_and_where() {
+    // A change for a relation never announced.
+    let mut d = Decoder::new(DecoderOptions::default());
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.insert(42, &[t("1")]);
+    let (lsn, m) = &s.messages[1];
+    d.push(s.messages[0].0, &Buffer::from(s.messages[0].1.clone())).unwrap();
+    let e = d.push(*lsn, &Buffer::from(m.clone())).unwrap_err();
+    assert!(matches!(e, DecodeError::UnknownRelation { relation_id: 42, lsn: 0x1010 }), "{e:?}");
+    assert!(e.to_string().contains("relation id 42 at LSN 0/1010"), "{e}");
+
+    // Protocol errors leave the decoder usable.
+    let mut s = Stream::new();
+    s.commit(0x100, 0x110, TS);
+    s.stream_commit(77, 0x100, 0x110, TS);
+    s.stream_stop();
+    s.raw(b"Z");
+    s.raw(b"B\x00");
+    let mut d = Decoder::new(DecoderOptions::default());
+    let errors: Vec<String> = s
+        .messages
+        .iter()
+        .map(|(lsn, m)| d.push(*lsn, &Buffer::from(m.clone())).unwrap_err().to_string())
+        .collect();
+    assert_eq!(errors[0], "message #0 (Commit) at LSN 0/1000: Commit without a Begin before it");
+    assert_eq!(
+        errors[1],
+        "message #1 (Stream Commit) at LSN 0/1010: Stream Commit for transaction 77, which no Stream Start opened"
+    );
+    assert!(errors[2].contains("Stream Stop outside a stream block"));
+    assert!(errors[3].starts_with("message #3 at LSN 0/1030: unknown message kind 'Z'"), "{}", errors[3]);
+    assert!(errors[4].contains("offset 1"), "{}", errors[4]);
+    push_all(&mut d, &one_table_stream());
+    assert_eq!(d.finish().unwrap().tables["public.t"].num_rows(), 3);
+
+    // A tuple that does not fit its relation.
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true)]);
+    s.insert(1, &[t("1"), t("2")]);
+    let mut d = Decoder::new(DecoderOptions::default());
+    let results: Vec<_> = s.messages.iter().map(|(lsn, m)| d.push(*lsn, &Buffer::from(m.clone()))).collect();
+    let e = results[2].as_ref().unwrap_err().to_string();
+    assert!(e.contains("a tuple of 2 values for public.t") && e.contains("announced 1 columns"), "{e}");
+
+    // A value its type cannot hold: table, column, LSN, offset; the decoder stops.
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("n", INT4, -1, false)]);
+    s.insert(1, &[t("1"), t("not a number")]);
+    s.commit(0x100, 0x110, TS);
+    let mut d = Decoder::new(DecoderOptions::default());
+    let results: Vec<_> = s.messages.iter().map(|(lsn, m)| d.push(*lsn, &Buffer::from(m.clone()))).collect();
+    match results[3].as_ref().unwrap_err() {
+        DecodeError::Value { table, column, lsn, index, offset, .. } => {
+            assert_eq!((table.as_str(), column.as_str(), *lsn, *index, *offset), ("public.t", "n", 0x1020, 2, 19));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(results[3].as_ref().unwrap_err().to_string().contains("column \"n\" of public.t in message #2 at LSN 0/1020"));
+    assert!(matches!(d.flush(), Err(DecodeError::Stopped(_))));
+}
+
+/// How many bytes the output allocates for text values, against the bytes of
+/// those values: with views on, the values stay in the input buffer.
+#[test]
+fn zero_copy_measurement() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "docs", b'd', &[("id", INT4, -1, true), ("body", TEXT, -1, false)]);
+    let mut value_bytes = 0usize;
+    let n = 20_000;
+    for i in 0..n {
+        let body = format!("{i:08} {}", "lorem ipsum dolor sit amet ".repeat(1 + i % 8));
+        value_bytes += body.len();
+        s.insert(1, &[C::B((i as i32).to_be_bytes().to_vec()), C::T(body.into_bytes())]);
+    }
+    s.commit(0x100, 0x110, TS);
+    let (lsns, data) = s.as_array();
+    let input = data.values().as_slice().as_ptr_range();
+    let input = input.start as usize..input.end as usize;
+    let allocated = |views: bool| -> (usize, usize) {
+        let mut d = Decoder::new(DecoderOptions {
+            types: pgoutput_arrow::TypeOptions { views, ..Default::default() },
+            ..Default::default()
+        });
+        d.push_array(&lsns, &data).unwrap();
+        let c = d.finish().unwrap();
+        let (mut own, mut shared) = (0, 0);
+        for b in &c.tables["public.docs"].batches {
+            let col = b.column_by_name("body").unwrap().to_data();
+            let mut bufs: Vec<&Buffer> = col.buffers().iter().collect();
+            if let Some(nulls) = col.nulls() {
+                bufs.push(nulls.buffer());
+            }
+            for buf in bufs {
+                let p = buf.as_ptr() as usize;
+                if input.contains(&p) {
+                    shared += buf.len();
+                } else {
+                    own += buf.capacity();
+                }
+            }
+        }
+        (own, shared)
+    };
+    let (own_views, shared_views) = allocated(true);
+    let (own_plain, _) = allocated(false);
+    eprintln!(
+        "zero copy: {n} text values, {value_bytes} bytes of values; allocated for the column: \
+         views {own_views} bytes ({:.1}% of the values, input buffer referenced: {shared_views} bytes), \
+         without views {own_plain} bytes ({:.1}%)",
+        100.0 * own_views as f64 / value_bytes as f64,
+        100.0 * own_plain as f64 / value_bytes as f64
+    );
+    assert!(own_views * 4 < value_bytes, "views allocate {own_views} for {value_bytes} bytes of values");
+    assert!(own_plain >= value_bytes);
+}
