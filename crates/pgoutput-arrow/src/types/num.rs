@@ -1,0 +1,465 @@
+//! bool, integers, floats, numeric, uuid and bytea: text parsers and binary decoders.
+//!
+//! Binary formats are those of the types' send functions (bool.c, int.c, int8.c,
+//! float.c, numeric.c, uuid.c, varlena.c in PostgreSQL's src/backend/utils/adt).
+
+use std::fmt::Write;
+
+use super::{Result, Special, ValueError};
+
+pub(crate) fn err<T>(what: &str, bytes: &[u8]) -> Result<T> {
+    Err(ValueError::new(format!("invalid {what} value {:?}", Shown(bytes))))
+}
+
+/// Bytes shown in an error message: as text when they are UTF-8, cut at 64 bytes.
+pub(crate) struct Shown<'a>(pub &'a [u8]);
+
+impl std::fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cut = &self.0[..self.0.len().min(64)];
+        match std::str::from_utf8(cut) {
+            Ok(s) => write!(f, "{s:?}")?,
+            Err(_) => {
+                f.write_str("0x")?;
+                for b in cut {
+                    write!(f, "{b:02x}")?;
+                }
+            }
+        }
+        if self.0.len() > 64 {
+            write!(f, "... ({} bytes)", self.0.len())?;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn fixed<const N: usize>(what: &str, bytes: &[u8]) -> Result<[u8; N]> {
+    bytes.try_into().map_err(|_| {
+        ValueError::new(format!("invalid binary {what} value: expected {N} bytes, found {}", bytes.len()))
+    })
+}
+
+pub(crate) fn bool_text(bytes: &[u8]) -> Result<bool> {
+    match bytes {
+        b"t" => Ok(true),
+        b"f" => Ok(false),
+        _ => err("bool", bytes),
+    }
+}
+
+pub(crate) fn bool_bin(bytes: &[u8]) -> Result<bool> {
+    match bytes {
+        [0] => Ok(false),
+        [1] => Ok(true),
+        _ => err("binary bool", bytes),
+    }
+}
+
+/// Integers as PostgreSQL prints them: an optional '-' then decimal digits.
+pub(crate) fn int_text<T: TryFrom<i64>>(bytes: &[u8]) -> Result<T> {
+    parse_i64(bytes).and_then(|v| T::try_from(v).ok()).map_or_else(|| err("integer", bytes), Ok)
+}
+
+pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    let (neg, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 20 {
+        return None;
+    }
+    // Accumulate negatively so that i64::MIN parses.
+    let mut v: i64 = 0;
+    for &d in digits {
+        let d = d.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_sub(d as i64)?;
+    }
+    if neg {
+        Some(v)
+    } else {
+        v.checked_neg()
+    }
+}
+
+pub(crate) fn int2_bin(bytes: &[u8]) -> Result<i16> {
+    Ok(i16::from_be_bytes(fixed::<2>("int2", bytes)?))
+}
+pub(crate) fn int4_bin(bytes: &[u8]) -> Result<i32> {
+    Ok(i32::from_be_bytes(fixed::<4>("int4", bytes)?))
+}
+pub(crate) fn int8_bin(bytes: &[u8]) -> Result<i64> {
+    Ok(i64::from_be_bytes(fixed::<8>("int8", bytes)?))
+}
+pub(crate) fn oid_bin(bytes: &[u8]) -> Result<u32> {
+    Ok(u32::from_be_bytes(fixed::<4>("oid", bytes)?))
+}
+
+/// Floats: NaN is kept as the canonical quiet NaN whatever its sign and payload were
+/// (PostgreSQL prints every NaN as "NaN", so text mode cannot tell them apart).
+pub(crate) fn float_text<T: std::str::FromStr + Float>(bytes: &[u8]) -> Result<T> {
+    let s = std::str::from_utf8(bytes).map_err(|_| ValueError::new("invalid float value (not UTF-8)"))?;
+    s.parse::<T>().map(T::canonical).or_else(|_| err("float", bytes))
+}
+
+pub(crate) trait Float: Sized {
+    fn canonical(self) -> Self;
+}
+impl Float for f32 {
+    fn canonical(self) -> f32 {
+        if self.is_nan() {
+            f32::NAN
+        } else {
+            self
+        }
+    }
+}
+impl Float for f64 {
+    fn canonical(self) -> f64 {
+        if self.is_nan() {
+            f64::NAN
+        } else {
+            self
+        }
+    }
+}
+
+pub(crate) fn float4_bin(bytes: &[u8]) -> Result<f32> {
+    Ok(f32::from_bits(u32::from_be_bytes(fixed::<4>("float4", bytes)?)).canonical())
+}
+pub(crate) fn float8_bin(bytes: &[u8]) -> Result<f64> {
+    Ok(f64::from_bits(u64::from_be_bytes(fixed::<8>("float8", bytes)?)).canonical())
+}
+
+pub(crate) fn uuid_bin(bytes: &[u8]) -> Result<[u8; 16]> {
+    fixed::<16>("uuid", bytes)
+}
+
+fn hex_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// uuid_out's form: 8-4-4-4-12 lowercase hex digits.
+pub(crate) fn uuid_text(bytes: &[u8]) -> Result<[u8; 16]> {
+    let mut out = [0u8; 16];
+    let mut n = 0;
+    let mut hi: Option<u8> = None;
+    for (i, &c) in bytes.iter().enumerate() {
+        if c == b'-' && matches!(i, 8 | 13 | 18 | 23) {
+            continue;
+        }
+        let d = match hex_digit(c) {
+            Some(d) => d,
+            None => return err("uuid", bytes),
+        };
+        match hi.take() {
+            None => hi = Some(d),
+            Some(h) => {
+                if n == 16 {
+                    return err("uuid", bytes);
+                }
+                out[n] = (h << 4) | d;
+                n += 1;
+            }
+        }
+    }
+    if n != 16 || hi.is_some() || bytes.len() != 36 {
+        return err("uuid", bytes);
+    }
+    Ok(out)
+}
+
+/// bytea's text output: `\x` then hex (bytea_output = 'hex', the default), or the
+/// legacy escape format (bytea_output = 'escape': `\\` and `\ooo` octal escapes).
+pub(crate) fn bytea_text<'a>(bytes: &[u8], out: &'a mut Vec<u8>) -> Result<&'a [u8]> {
+    out.clear();
+    if let Some(hex) = bytes.strip_prefix(b"\\x") {
+        if hex.len() % 2 != 0 {
+            return err("bytea hex", bytes);
+        }
+        out.reserve(hex.len() / 2);
+        for pair in hex.chunks_exact(2) {
+            match (hex_digit(pair[0]), hex_digit(pair[1])) {
+                (Some(h), Some(l)) => out.push((h << 4) | l),
+                _ => return err("bytea hex", bytes),
+            }
+        }
+    } else {
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i];
+            if c != b'\\' {
+                out.push(c);
+                i += 1;
+            } else if bytes.get(i + 1) == Some(&b'\\') {
+                out.push(b'\\');
+                i += 2;
+            } else {
+                let oct = bytes.get(i + 1..i + 4).filter(|o| {
+                    (b'0'..=b'3').contains(&o[0]) && o[1..].iter().all(|d| (b'0'..=b'7').contains(d))
+                });
+                match oct {
+                    Some(o) => out.push(((o[0] - b'0') << 6) | ((o[1] - b'0') << 3) | (o[2] - b'0')),
+                    None => return err("bytea escape-format", bytes),
+                }
+                i += 4;
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ---- numeric ----
+
+const NUMERIC_POS: u16 = 0x0000;
+const NUMERIC_NEG: u16 = 0x4000;
+const NUMERIC_NAN: u16 = 0xC000;
+const NUMERIC_PINF: u16 = 0xD000;
+const NUMERIC_NINF: u16 = 0xF000;
+
+/// Decimal128(precision, scale) for a numeric typmod, None for numeric without one
+/// or beyond what Decimal128 holds. A scale above the precision (allowed since
+/// PostgreSQL 15, e.g. numeric(3,5) holds ±0.00999) widens the precision to the scale:
+/// the same values, all representable.
+pub(crate) fn decimal_type(typmod: i32) -> Option<(u8, i8)> {
+    if typmod < 4 {
+        return None;
+    }
+    let t = typmod - 4;
+    let precision = (t >> 16) & 0xffff;
+    // The scale is an 11-bit two's complement number since PostgreSQL 15.
+    let scale = ((t & 0x7ff) ^ 1024) - 1024;
+    let precision = precision.max(scale);
+    if !(1..=38).contains(&precision) || !(-38..=38).contains(&scale) {
+        return None;
+    }
+    Some((precision as u8, scale as i8))
+}
+
+fn pow10(n: u32) -> Option<i128> {
+    10i128.checked_pow(n)
+}
+
+fn fits(v: i128, precision: u8) -> bool {
+    pow10(precision as u32).is_some_and(|max| v.unsigned_abs() < max as u128)
+}
+
+fn not_fit(what: &str, precision: u8, scale: i8) -> Special {
+    Special(format!(
+        "numeric value {what} does not fit decimal128({precision},{scale}); choose special_values='null' or 'text'"
+    ))
+}
+
+/// Numeric text ("-123.4500", "NaN", "Infinity", "-Infinity") to the unscaled integer of
+/// Decimal128(precision, scale). Exact: digits that the scale would drop are an error.
+pub(crate) fn numeric_text_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> Result<std::result::Result<i128, Special>> {
+    match bytes {
+        b"NaN" | b"Infinity" | b"-Infinity" => {
+            return Ok(Err(not_fit(std::str::from_utf8(bytes).unwrap_or("?"), precision, scale)))
+        }
+        _ => {}
+    }
+    let (neg, rest) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, bytes),
+    };
+    let mut v: i128 = 0;
+    let mut frac_digits: i32 = 0;
+    let mut seen_point = false;
+    let mut any = false;
+    let overflow = || Ok(Err(not_fit(&String::from_utf8_lossy(bytes), precision, scale)));
+    for &c in rest {
+        if c == b'.' && !seen_point {
+            seen_point = true;
+            continue;
+        }
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return err("numeric", bytes);
+        }
+        any = true;
+        if seen_point {
+            frac_digits += 1;
+        }
+        // Leading zeros and fraction digits past the scale need no room.
+        v = match v.checked_mul(10).and_then(|v| v.checked_add(d as i128)) {
+            Some(v) => v,
+            None => return overflow(),
+        };
+    }
+    if !any {
+        return err("numeric", bytes);
+    }
+    let shift = scale as i32 - frac_digits;
+    let v = if shift >= 0 {
+        match pow10(shift as u32).and_then(|p| v.checked_mul(p)) {
+            Some(v) => v,
+            None if v == 0 => 0,
+            None => return overflow(),
+        }
+    } else {
+        match pow10((-shift) as u32) {
+            Some(p) if v % p == 0 => v / p,
+            None if v == 0 => 0,
+            _ => return overflow(),
+        }
+    };
+    if !fits(v, precision) {
+        return overflow();
+    }
+    Ok(Ok(if neg { -v } else { v }))
+}
+
+/// The fields of numeric_send's format.
+pub(crate) struct NumericBin<'a> {
+    weight: i16,
+    sign: u16,
+    dscale: u16,
+    digits: &'a [u8],
+}
+
+impl NumericBin<'_> {
+    fn digit(&self, i: usize) -> u16 {
+        match self.digits.get(2 * i..2 * i + 2) {
+            Some(d) => u16::from_be_bytes([d[0], d[1]]),
+            None => 0,
+        }
+    }
+    fn ndigits(&self) -> usize {
+        self.digits.len() / 2
+    }
+}
+
+pub(crate) fn numeric_bin(bytes: &[u8]) -> Result<NumericBin<'_>> {
+    let bad = || err("binary numeric", bytes);
+    if bytes.len() < 8 {
+        return bad();
+    }
+    let ndigits = u16::from_be_bytes([bytes[0], bytes[1]]) as usize;
+    let n = NumericBin {
+        weight: i16::from_be_bytes([bytes[2], bytes[3]]),
+        sign: u16::from_be_bytes([bytes[4], bytes[5]]),
+        dscale: u16::from_be_bytes([bytes[6], bytes[7]]),
+        digits: &bytes[8..],
+    };
+    if n.digits.len() != 2 * ndigits
+        || !matches!(n.sign, NUMERIC_POS | NUMERIC_NEG | NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF)
+        || (0..ndigits).any(|i| n.digit(i) >= 10000)
+    {
+        return bad();
+    }
+    Ok(n)
+}
+
+pub(crate) fn numeric_bin_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> Result<std::result::Result<i128, Special>> {
+    let n = numeric_bin(bytes)?;
+    let special = match n.sign {
+        NUMERIC_NAN => Some("NaN"),
+        NUMERIC_PINF => Some("Infinity"),
+        NUMERIC_NINF => Some("-Infinity"),
+        _ => None,
+    };
+    if let Some(s) = special {
+        return Ok(Err(not_fit(s, precision, scale)));
+    }
+    let overflow = || {
+        let mut text = String::new();
+        numeric_bin_to_text(bytes, &mut text).ok();
+        Ok(Err(not_fit(&text, precision, scale)))
+    };
+    // Each base-10000 digit i stands for digit * 10^(4 * (weight - i)); in the unscaled
+    // integer that is digit * 10^(4 * (weight - i) + scale).
+    let mut v: i128 = 0;
+    for i in 0..n.ndigits() {
+        let d = n.digit(i) as i128;
+        if d == 0 {
+            continue;
+        }
+        let exp = 4 * (n.weight as i32 - i as i32) + scale as i32;
+        let term = if exp >= 0 {
+            pow10(exp as u32).and_then(|p| p.checked_mul(d))
+        } else if exp > -4 {
+            let p = 10i128.pow((-exp) as u32);
+            (d % p == 0).then_some(d / p)
+        } else {
+            None
+        };
+        v = match term.and_then(|t| v.checked_add(t)) {
+            Some(v) => v,
+            None => return overflow(),
+        };
+    }
+    if !fits(v, precision) {
+        return overflow();
+    }
+    Ok(Ok(if n.sign == NUMERIC_NEG { -v } else { v }))
+}
+
+/// numeric_out's text of a binary numeric (get_str_from_var in numeric.c): the integer
+/// part without leading zeros ("0" when there is none), then `dscale` fraction digits.
+pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> {
+    let n = numeric_bin(bytes)?;
+    match n.sign {
+        NUMERIC_NAN => return Ok(out.push_str("NaN")),
+        NUMERIC_PINF => return Ok(out.push_str("Infinity")),
+        NUMERIC_NINF => return Ok(out.push_str("-Infinity")),
+        NUMERIC_NEG => out.push('-'),
+        _ => {}
+    }
+    let weight = n.weight as i32;
+    if weight < 0 {
+        out.push('0');
+    } else {
+        for i in 0..=weight {
+            let d = n.digit(i as usize);
+            if i == 0 {
+                let _ = write!(out, "{d}");
+            } else {
+                push_4(out, d);
+            }
+        }
+    }
+    let dscale = n.dscale as i32;
+    if dscale > 0 {
+        out.push('.');
+        let mut left = dscale;
+        let mut i = weight + 1;
+        while left > 0 {
+            let d = if i < 0 { 0 } else { n.digit(i as usize) };
+            let mut buf = [0u8; 4];
+            let mut x = d;
+            for k in (0..4).rev() {
+                buf[k] = b'0' + (x % 10) as u8;
+                x /= 10;
+            }
+            let take = left.min(4) as usize;
+            for &c in &buf[..take] {
+                out.push(c as char);
+            }
+            left -= take as i32;
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+fn push_4(out: &mut String, d: u16) {
+    let _ = write!(out, "{d:04}");
+}
