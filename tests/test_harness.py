@@ -147,6 +147,26 @@ def test_insert_yields_pgoutput_transaction(pg: PgServer, unique_name: str) -> N
         pg.drop_slot(slot)
 
 
+def test_flush_wal_makes_a_trailing_abort_visible(pg: PgServer, unique_name: str) -> None:
+    """Decoding reads flushed WAL only, and neither an abort nor a non-transactional
+    message is flushed when written: flush_wal() must make them visible."""
+    slot, pub = f"s_{unique_name}", f"p_{unique_name}"
+    pg.execute(f"CREATE PUBLICATION {pub}")  # no tables: only the message is published
+    pg.create_slot(slot)
+    try:
+        pg.execute("BEGIN; SELECT txid_current(); "
+                   f"SELECT pg_logical_emit_message(false, '{unique_name}', 'kept'); ROLLBACK")
+        pg.flush_wal()
+        assert pg.scalar("SELECT pg_current_wal_flush_lsn() >= pg_current_wal_insert_lsn()")
+        rows = pg.get_binary_changes(
+            slot, {"proto_version": "2", "publication_names": pub, "messages": True})
+        # Message: 'M', flags, Int64 LSN, then the prefix as a C string.
+        prefixes = [data[10:].split(b"\0")[0] for _, _, data in rows if data[:1] == b"M"]
+        assert prefixes == [unique_name.encode()]
+    finally:
+        pg.drop_slot(slot)
+
+
 def test_two_phase_slot(pg: PgServer, unique_name: str) -> None:
     pg.create_slot(f"s_{unique_name}", two_phase=True)
     try:
