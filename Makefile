@@ -47,7 +47,7 @@ postgresql-15:
 	  if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
 	    echo "error: not root and no sudo: install postgresql-15 by hand" >&2; exit 1; fi; \
 	  $(SUDO) apt-get update; \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends postgresql-15; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15; \
 	  [ -x $(PG15_BIN) ] || { echo "error: $(PG15_BIN) still missing after install" >&2; exit 1; }; \
 	fi
 
