@@ -536,6 +536,7 @@ impl Decoder {
                 lsn: at.lsn,
                 seq: at.seq,
                 subxid: carried_xid,
+                zero_copy: at.base.len() > at.len,
             };
             self.begin_emit();
             return self.decode(message, aux, names.as_deref(), &ctx, &meta).inspect_err(|_| {
@@ -629,6 +630,7 @@ impl Decoder {
                     lsn: e.h.lsn,
                     seq: e.h.seq,
                     subxid: e.h.in_stream.then_some(e.h.xid),
+                    zero_copy: e.zero_copy,
                 };
                 self.decode(&message, e.h.aux, names, &ctx, &meta)
             });

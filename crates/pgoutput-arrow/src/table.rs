@@ -48,13 +48,22 @@ pub(crate) struct MessageCtx<'a> {
     pub seq: u64,
     /// The xid carried inside a stream block (Arrived mode's `_subxid`).
     pub subxid: Option<u32>,
+    /// Output values may reference `base`: it is shared by many messages (a
+    /// capture's values buffer). A buffer that holds one message alone is not
+    /// referenced: each would become a data block of the view arrays and keep the
+    /// whole message alive for a value of a few bytes.
+    pub zero_copy: bool,
 }
 
 impl MessageCtx<'_> {
-    fn source(&self, value: &[u8]) -> Source<'_> {
+    fn source(&self, value: &[u8]) -> Option<Source<'_>> {
         // Values are slices of `message`, which is a slice of `base`: their distance
         // from the start of `base` is their offset in it.
-        Source { buffer: self.base, buffer_id: self.buffer_id, offset: value.as_ptr() as usize - self.base.as_ptr() as usize }
+        self.zero_copy.then(|| Source {
+            buffer: self.base,
+            buffer_id: self.buffer_id,
+            offset: value.as_ptr() as usize - self.base.as_ptr() as usize,
+        })
     }
 
     fn offset_in_message(&self, value: &[u8]) -> usize {
@@ -208,8 +217,8 @@ impl TableBuilder {
                     }
                     Ok(())
                 }
-                Cell::Text(v) => col.append_text(v, Some(ctx.source(v))).map_err(|e| (v, e)),
-                Cell::Binary(v) => col.append_binary(v, Some(ctx.source(v))).map_err(|e| (v, e)),
+                Cell::Text(v) => col.append_text(v, ctx.source(v)).map_err(|e| (v, e)),
+                Cell::Binary(v) => col.append_binary(v, ctx.source(v)).map_err(|e| (v, e)),
             };
             if let Err((v, e)) = result {
                 return Err(value_error(&self.rel, i, ctx, v, e.message));
@@ -230,8 +239,8 @@ impl TableBuilder {
                             col.append_null();
                             Ok(())
                         }
-                        Cell::Text(v) => col.append_text(v, Some(ctx.source(v))).map_err(|e| (v, e)),
-                        Cell::Binary(v) => col.append_binary(v, Some(ctx.source(v))).map_err(|e| (v, e)),
+                        Cell::Text(v) => col.append_text(v, ctx.source(v)).map_err(|e| (v, e)),
+                        Cell::Binary(v) => col.append_binary(v, ctx.source(v)).map_err(|e| (v, e)),
                     };
                     if let Err((v, e)) = result {
                         return Err(value_error(&self.rel, i, ctx, v, e.message));

@@ -27,12 +27,25 @@ pub(crate) struct Entry {
 /// Memory a buffered message costs besides its bytes.
 pub(crate) const ENTRY_COST: usize = std::mem::size_of::<Entry>();
 
+/// Memory a buffered message holds: its bytes, its bookkeeping, and the
+/// allocation of its own buffer when it came alone (not a slice of a capture).
+fn entry_cost(e: &Entry) -> usize {
+    let own_allocation = if e.base.len() == e.len { OWN_BUFFER_COST } else { 0 };
+    e.len + ENTRY_COST + own_allocation
+}
+
+/// What an Arrow buffer of its own costs besides its bytes (the shared `Bytes`
+/// header and the allocator's overhead), roughly.
+const OWN_BUFFER_COST: usize = 96;
+
 /// A buffered message handed back for decoding.
 pub(crate) struct EntryRef<'a> {
     pub h: EntryHeader,
     pub base: &'a Buffer,
     pub buffer_id: u64,
     pub message: &'a [u8],
+    /// Whether output values may reference `base` (see `MessageCtx::zero_copy`).
+    pub zero_copy: bool,
 }
 
 pub(crate) struct Txn {
@@ -83,7 +96,7 @@ impl Txn {
 
     /// Buffers a message; returns the memory it costs.
     pub fn push(&mut self, entry: Entry) -> usize {
-        let cost = entry.len + ENTRY_COST;
+        let cost = entry_cost(&entry);
         self.entries.push(entry);
         self.memory += cost;
         cost
@@ -115,7 +128,7 @@ impl Txn {
         self.aborted_subxids.insert(subxid);
         let before = self.memory;
         self.entries.retain(|e| !(e.h.in_stream && e.h.xid == subxid));
-        self.memory = self.entries.iter().map(|e| e.len + ENTRY_COST).sum();
+        self.memory = self.entries.iter().map(entry_cost).sum();
         before - self.memory
     }
 
@@ -136,7 +149,15 @@ impl Txn {
                     if skip(&h, &self.aborted_subxids) {
                         continue;
                     }
-                    f(EntryRef { h, base: &chunk.buffer, buffer_id, message: &chunk.buffer.as_slice()[start..start + len] })?;
+                    // Values read back from disk are copied, so that each chunk is freed
+                    // once decoded rather than kept alive by the output.
+                    f(EntryRef {
+                        h,
+                        base: &chunk.buffer,
+                        buffer_id,
+                        message: &chunk.buffer.as_slice()[start..start + len],
+                        zero_copy: false,
+                    })?;
                 }
             }
         }
@@ -149,6 +170,7 @@ impl Txn {
                 base: &e.base,
                 buffer_id: e.buffer_id,
                 message: &e.base.as_slice()[e.start..e.start + e.len],
+                zero_copy: e.base.len() > e.len,
             })?;
         }
         Ok(())
