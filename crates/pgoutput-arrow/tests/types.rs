@@ -426,3 +426,113 @@ fn views_off_gives_plain_arrays() {
     let b = ColumnBuilder::new(&PgColumnType { oid: 17, typmod: -1, type_name: None }, &opts);
     assert_eq!(b.data_type(), &DataType::Binary);
 }
+
+#[test]
+fn domains_over_builtin_types_decode_as_the_base_type() {
+    // PostgreSQL's Type message names a domain's base type: "int4" with an empty namespace.
+    for name in ["int4", "pg_catalog.int4"] {
+        let ty = PgColumnType { oid: 16_385, typmod: -1, type_name: Some(name.into()) };
+        let mut b = ColumnBuilder::new(&ty, &TypeOptions::default());
+        assert_eq!(b.data_type(), &DataType::Int32);
+        b.append_binary(&42i32.to_be_bytes(), None).unwrap();
+        b.append_text(b"43", None).unwrap();
+        let f = b.field("p");
+        assert_eq!(f.metadata()["pg.type_oid"], "16385");
+        assert_eq!(f.metadata()["pg.type_name"], name);
+        let a = b.finish();
+        assert_eq!(a.as_primitive::<Int32Type>().values(), &[42, 43]);
+    }
+    // Not a built-in name: raw.
+    let ty = PgColumnType { oid: 16_388, typmod: -1, type_name: Some("public.mood".into()) };
+    assert_eq!(ColumnBuilder::new(&ty, &TypeOptions::default()).data_type(), &DataType::Utf8View);
+}
+
+/// A small deterministic generator (xorshift64*), so that failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn mutate(rng: &mut Rng, v: &[u8]) -> Vec<u8> {
+    let mut v = v.to_vec();
+    for _ in 0..1 + rng.below(3) {
+        match rng.below(6) {
+            0 if !v.is_empty() => {
+                let i = rng.below(v.len());
+                v[i] ^= 1 << rng.below(8);
+            }
+            1 if !v.is_empty() => {
+                let i = rng.below(v.len());
+                v[i] = rng.next() as u8;
+            }
+            2 => v.truncate(rng.below(v.len() + 1)),
+            3 => {
+                let i = rng.below(v.len() + 1);
+                let pick = b"{}\",\\:-. 0\xff";
+                v.insert(i, pick[rng.below(pick.len())]);
+            }
+            4 if v.len() >= 4 => {
+                // A length or count field gone wrong.
+                let i = rng.below(v.len() - 3);
+                v[i..i + 4].copy_from_slice(&[0x7f, 0xff, 0xff, 0xf0u8.wrapping_add(rng.below(16) as u8)]);
+            }
+            _ => v.extend_from_slice(&v.clone()[..rng.below(v.len() + 1)]),
+        }
+    }
+    v
+}
+
+#[test]
+fn no_panic_on_any_input() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut tried = 0;
+    let cases = cases();
+    for case in &cases {
+        for special in [SpecialValues::Error, SpecialValues::Null, SpecialValues::Text] {
+            for ndims in [1, 2] {
+                let opts = TypeOptions { special_values: special, views: rng.below(2) == 0, binary: true, array_ndims: ndims };
+                let mut b = ColumnBuilder::new(&case.ty, &opts);
+                for v in &case.values {
+                    for _ in 0..12 {
+                        let (t, bin) = (mutate(&mut rng, v.text.as_bytes()), mutate(&mut rng, &v.binary));
+                        let before = b.len();
+                        let r = b.append_text(&t, None);
+                        assert_eq!(b.len(), before + r.is_ok() as usize, "{}: {t:?}", case.label);
+                        let before = b.len();
+                        let r = b.append_binary(&bin, None);
+                        assert_eq!(b.len(), before + r.is_ok() as usize, "{}: {bin:?}", case.label);
+                        tried += 2;
+                    }
+                }
+                let n = b.len();
+                let a = b.finish();
+                assert_eq!(a.len(), n);
+                a.to_data().validate_full().unwrap();
+            }
+        }
+    }
+    // Arbitrary bytes into every built-in type.
+    for oid in 0..10_000u32 {
+        if pgoutput_arrow::types::builtin_type_name(oid).is_none() {
+            continue;
+        }
+        let mut b = ColumnBuilder::new(&PgColumnType { oid, typmod: -1, type_name: None }, &TypeOptions::default());
+        for _ in 0..40 {
+            let len = rng.below(40);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let _ = b.append_binary(&bytes, None);
+            let _ = b.append_text(&bytes, None);
+            tried += 2;
+        }
+        b.finish().to_data().validate_full().unwrap();
+    }
+    assert!(tried > 50_000, "{tried}");
+}

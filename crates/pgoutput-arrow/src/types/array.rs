@@ -142,11 +142,10 @@ impl ArrayDecoder {
                     None => (Some(1), super::num::parse_i64(inner)),
                 };
                 let (Some(lb), Some(ub)) = (lb, ub) else { return bad() };
-                if ub < lb - 1 || ndeclared == MAXDIM {
-                    return bad();
-                }
+                let len = ub.checked_sub(lb).and_then(|d| d.checked_add(1)).filter(|&n| n >= 0);
+                let Some(len) = len.filter(|_| ndeclared < MAXDIM) else { return bad() };
                 self.lbound_not_one |= lb != 1;
-                declared[ndeclared] = (ub - lb + 1) as usize;
+                declared[ndeclared] = len as usize;
                 ndeclared += 1;
                 i = close + 1;
             }

@@ -475,15 +475,16 @@ pub(crate) fn interval_text(bytes: &[u8]) -> Result<Interval> {
         let Some(unit) = parts.next() else { return bad() };
         let slot = match unit {
             b"year" | b"years" => {
-                let Some(m) = n.checked_mul(12) else { return bad() };
-                months += m;
+                let Some(m) = n.checked_mul(12).and_then(|m| m.checked_add(months)) else { return bad() };
+                months = m;
                 continue;
             }
             b"mon" | b"mons" => &mut months,
             b"day" | b"days" => &mut days,
             _ => return bad(),
         };
-        *slot += n;
+        let Some(sum) = slot.checked_add(n) else { return bad() };
+        *slot = sum;
     }
     match (i32::try_from(months), i32::try_from(days)) {
         (Ok(months), Ok(days)) => Ok(Interval { months, days, micros }),

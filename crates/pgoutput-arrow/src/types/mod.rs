@@ -163,7 +163,17 @@ struct Scratch {
 
 impl ColumnBuilder {
     pub fn new(ty: &PgColumnType, opts: &TypeOptions) -> Self {
-        Self::build(ty.oid, ty.typmod, ty.type_name.as_deref(), opts, opts.array_ndims.max(1))
+        let ndims = opts.array_ndims.max(1);
+        if builtin_type_name(ty.oid).is_none() {
+            // A domain over a built-in type: decoded as its base type, described as itself.
+            if let Some(base) = ty.type_name.as_deref().and_then(oid::builtin_by_name) {
+                let mut b = Self::build(base, ty.typmod, None, opts, ndims);
+                b.oid = ty.oid;
+                b.type_name = ty.type_name.clone().unwrap_or_default();
+                return b;
+            }
+        }
+        Self::build(ty.oid, ty.typmod, ty.type_name.as_deref(), opts, ndims)
     }
 
     fn build(oid: u32, typmod: i32, given_name: Option<&str>, opts: &TypeOptions, ndims: usize) -> Self {

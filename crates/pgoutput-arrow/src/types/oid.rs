@@ -96,3 +96,15 @@ pub(crate) fn array_delimiter(elem: u32) -> u8 {
         b','
     }
 }
+
+/// The built-in type a Type message names, for a column whose own OID is not built in.
+/// PostgreSQL's Type message carries the name of the *base* type of a domain, with an
+/// empty namespace for pg_catalog (logicalrep_write_typ in proto.c): a domain over int4
+/// arrives as "int4" (or "pg_catalog.int4"), and its values come in int4's formats.
+pub(crate) fn builtin_by_name(name: &str) -> Option<u32> {
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(name);
+    if name.contains('.') {
+        return None;
+    }
+    BUILTIN_TYPES.iter().find(|t| t.1 == name).map(|t| t.0)
+}
