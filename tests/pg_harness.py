@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import importlib.util
@@ -87,7 +86,7 @@ DEFAULT_SETTINGS: dict[str, str] = {
     # so an asynchronous commit would be missing from an immediate get_binary_changes().
     "full_page_writes": "off",
     "shared_buffers": "'32MB'",
-    "max_connections": "40",
+    "max_connections": "100",
     "password_encryption": "'scram-sha-256'",
     "timezone": "'UTC'",
     "log_timezone": "'UTC'",
@@ -269,16 +268,18 @@ def _free_port() -> int:
         return port
 
 
-def _set_parent_death_signal() -> None:
-    """Runs in the child before exec: if the process that started the server dies without
-    running atexit (SIGKILL, a crash), the kernel sends the postmaster SIGQUIT
-    (immediate shutdown) so no server outlives us."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGQUIT)
-    except Exception:  # pragma: no cover - best effort, atexit still stops the server
-        pass
+def _parent_death_prefix() -> list[str]:
+    """A command prefix so that, if the process that started the server dies without
+    running atexit (SIGKILL, a crash), the kernel sends the postmaster SIGQUIT (immediate
+    shutdown) and no server outlives us.
+
+    The kernel sends it when the *thread* that started the child exits, so only servers
+    started from the main thread get it (the atexit hook covers the others). setpriv does
+    the prctl in the child, where a preexec_fn would not be safe with threads around."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "QUIT", "--"] if setpriv else []
 
 
 # --------------------------------------------------------------------------- the server
@@ -409,10 +410,10 @@ class PgServer:
         log = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(
-                [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)],
+                _parent_death_prefix() + [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self._env, cwd=self.base_dir, start_new_session=True,
-                preexec_fn=_set_parent_death_signal, **_runs_as(self._os_user))
+                **_runs_as(self._os_user))
         finally:
             log.close()
         deadline = time.monotonic() + _START_TIMEOUT_S
