@@ -342,7 +342,9 @@ class LiveStream:
         # caller confirmed (plus idle keepalive positions); sent: flushed position last sent.
         self._floor = self._start_lsn  # transactions committing below were already handled
         self._emitted = self._start_lsn
-        self._acked = 0
+        # A start LSN says everything before it is handled already (for the CLI: it is the
+        # checkpoint of the output directory), so it counts as acknowledged.
+        self._acked = self._start_lsn
         self._sent_flush = 0
         self._received = 0
         self._wal_end = 0
@@ -963,7 +965,8 @@ def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:
     * ``create_slot`` (create if missing), ``temporary_slot``, ``two_phase``;
     * ``proto_version`` (default: the server's highest: 4 on 16+, 3 on 15, 2 on 14, else 1),
       ``binary``, ``streaming`` (``'on'``/``'parallel'``; default ``'on'`` from protocol 2),
-      ``messages``, ``origin`` (``'any'``/``'none'``), ``start_lsn`` (``'X/Y'`` or int);
+      ``messages``, ``origin`` (``'any'``/``'none'``), ``start_lsn`` (``'X/Y'`` or int:
+      start there, and count everything before it as handled);
     * ``status_interval`` (s between standby status updates), ``connect_timeout`` (s),
       ``reconnect_attempts``, ``reconnect_timeout`` (s), ``auto_ack`` (acknowledge a batch when
       the next one is asked for);
