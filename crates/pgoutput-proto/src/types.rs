@@ -4,8 +4,15 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A WAL position. Written by PostgreSQL as `X/Y` (high and low 32 bits in hex).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Lsn(pub u64);
+
+impl fmt::Debug for Lsn {
+    /// `Lsn(16/B374D848)`: PostgreSQL's notation, as logs and `pg_lsn` show it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lsn({self})")
+    }
+}
 
 impl fmt::Display for Lsn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -96,6 +103,9 @@ pub struct Origin<'a> {
 /// A logical decoding message (`pg_logical_emit_message`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogicalMessage<'a> {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub transactional: bool,
     pub lsn: Lsn,
@@ -114,6 +124,9 @@ pub struct Column<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Relation<'a> {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub id: RelationId,
     /// Empty for pg_catalog.
@@ -124,8 +137,16 @@ pub struct Relation<'a> {
 }
 
 /// A Type message ('Y'): a non-built-in type announced before a Relation uses it.
+///
+/// For a domain, PostgreSQL sends the domain's OID (the one the Relation's
+/// column carries) with the name and namespace of its base type (for example
+/// `""` and `"int4"`; see proto.c's `logicalrep_write_typ`): its values come in
+/// the base type's format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypeInfo<'a> {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub oid: Oid,
     pub namespace: &'a str,
@@ -133,7 +154,7 @@ pub struct TypeInfo<'a> {
 }
 
 /// One column value of a TupleData.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Cell<'a> {
     Null,
     /// 'u': an out-of-line value the update did not change; it is not sent.
@@ -142,6 +163,18 @@ pub enum Cell<'a> {
     Text(&'a [u8]),
     /// 'b': the type's binary send format.
     Binary(&'a [u8]),
+}
+
+impl fmt::Debug for Cell<'_> {
+    /// Values print as escaped byte strings (`Text(b"42")`), not as lists of numbers.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cell::Null => f.write_str("Null"),
+            Cell::UnchangedToast => f.write_str("UnchangedToast"),
+            Cell::Text(v) => write!(f, "Text(b\"{}\")", v.escape_ascii()),
+            Cell::Binary(v) => write!(f, "Binary(b\"{}\")", v.escape_ascii()),
+        }
+    }
 }
 
 /// A validated TupleData; iterate with [`TupleData::cells`] (no further checks needed).
@@ -230,6 +263,9 @@ impl<'a> OldTuple<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Insert<'a> {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub relation_id: RelationId,
     pub new: TupleData<'a>,
@@ -237,6 +273,9 @@ pub struct Insert<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update<'a> {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub relation_id: RelationId,
     pub old: Option<OldTuple<'a>>,
@@ -245,6 +284,9 @@ pub struct Update<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delete<'a> {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub relation_id: RelationId,
     pub old: OldTuple<'a>,
@@ -252,6 +294,9 @@ pub struct Delete<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncate {
+    /// Present only inside Stream Start … Stream Stop: the xid of the
+    /// (sub)transaction that made the change, which is a subtransaction's own
+    /// xid after a SAVEPOINT, not necessarily the Stream Start's xid.
     pub xid: Option<Xid>,
     pub cascade: bool,
     pub restart_identity: bool,
@@ -279,7 +324,8 @@ pub struct StreamAbort {
     /// Equal to `xid` when the whole transaction aborted; otherwise the
     /// subtransaction rolled back (ROLLBACK TO SAVEPOINT).
     pub subxid: Xid,
-    /// Protocol 4 with `streaming 'parallel'` only.
+    /// Protocol 4 with `streaming 'parallel'` only. The parser tells the two
+    /// forms apart by the message's length, so it reads whichever a server sends.
     pub abort_lsn: Option<Lsn>,
     pub abort_ts: Option<PgTimestamp>,
 }

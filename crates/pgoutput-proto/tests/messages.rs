@@ -557,6 +557,7 @@ fn lsn_display_and_from_str_round_trip() {
         assert!(err.to_string().contains("X/Y"));
     }
     assert!(Lsn(1) < Lsn(0x1_0000_0000));
+    assert_eq!(format!("{:?}", Lsn(0x16_B374_D848)), "Lsn(16/B374D848)");
 }
 
 #[test]
@@ -630,4 +631,10 @@ fn standby_status_update_encoding() {
     let no_reply = StandbyStatusUpdate { reply_requested: false, ..update }.encode();
     assert_eq!(no_reply[33], 0);
     assert_eq!(&no_reply[..33], &bytes[..33]);
+}
+
+#[test]
+fn cells_debug_as_byte_strings() {
+    let cells = [Cell::Text(b"h\"i\n"), Cell::Binary(&[0, 0xFF]), Cell::Null, Cell::UnchangedToast];
+    assert_eq!(format!("{cells:?}"), r#"[Text(b"h\"i\n"), Binary(b"\x00\xff"), Null, UnchangedToast]"#);
 }
