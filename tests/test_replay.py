@@ -1,0 +1,394 @@
+"""End to end on real servers: replay the decoded changes of real workloads into table
+state and compare it, value by value, with what PostgreSQL's own SELECT returns; count the
+changes per table and operation against PostgreSQL's test_decoding plugin.
+
+One workload runs once per server (PostgreSQL 18 and 15), in a database of its own, after
+creating one pgoutput slot per option set (text/binary × proto_version 1..4, with
+streaming for 2+, 'parallel' for 4, two_phase for 3+) and one test_decoding slot; each
+test then peeks one slot. The SQL of the workload is in :func:`_workload`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import psycopg2
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pgoutput_arrow
+from pg_harness import PgServer, int_to_lsn, lsn_to_int
+from replay import (compare_state, decoded_counts, parse_test_decoding, replay,
+                    server_rows)
+
+MODES = ("text", "binary")
+PROTOS = (1, 2, 3, 4)
+PUB = "rt_pub"
+BIG = 2000  # rows of the streamed transaction (well over logical_decoding_work_mem=64kB)
+
+# Tables whose key is not what the Relation message flags, for the replay.
+KEYS = {
+    "public.rt_ri_full": [],          # REPLICA IDENTITY FULL without a key: a multiset
+    "public.rt_toast_full": ["id"],   # FULL flags every column; the primary key is id
+    "public.pgbench_history": [],     # no primary key: a multiset (REPLICA IDENTITY FULL)
+    "public.pgbench_accounts": ["aid"],
+    "public.pgbench_branches": ["bid"],
+    "public.pgbench_tellers": ["tid"],
+}
+ORDER = {"public.pgbench_history": None}
+
+
+def _options(version: int, mode: str, proto: int) -> dict[str, str]:
+    opts = {"proto_version": str(proto), "publication_names": PUB}
+    if mode == "binary":
+        opts["binary"] = "true"
+    if proto >= 2:
+        opts["streaming"] = "parallel" if proto >= 4 else "on"
+        opts["messages"] = "true"
+    if proto >= 3:
+        opts["two_phase"] = "true"
+    return opts
+
+
+def _supported(version: int, proto: int) -> bool:
+    return proto <= (4 if version >= 16 else 3)
+
+
+@dataclass
+class Run:
+    server: PgServer
+    dbname: str
+    conn: Any
+    rows: dict[str, list[tuple[int, int, bytes]]] = field(default_factory=dict)
+    td_lines: list[str] = field(default_factory=list)
+    decoded: dict[str, pgoutput_arrow.Changes] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def changes(self, mode: str, proto: int) -> pgoutput_arrow.Changes:
+        key = f"{mode}{proto}"
+        if key not in self.decoded:
+            self.decoded[key] = pgoutput_arrow.decode(capture_table(self.rows[key]))
+        return self.decoded[key]
+
+
+def capture_table(rows: list[tuple[int, int, bytes]]) -> pa.Table:
+    return pa.table({
+        "lsn": pa.array([r[0] for r in rows], pa.int64()),
+        "xid": pa.array([r[1] for r in rows], pa.int64()),
+        "data": pa.array([r[2] for r in rows], pa.binary()),
+    })
+
+
+def peek(conn: Any, slot: str, options: dict[str, str]) -> list[tuple[int, int, bytes]]:
+    flat = [x for kv in options.items() for x in kv]
+    with conn.cursor() as cur:
+        cur.execute("SELECT lsn::text, xid::text, data FROM"
+                    " pg_logical_slot_peek_binary_changes(%s, NULL, NULL, VARIADIC %s::text[])",
+                    (slot, flat))
+        return [(lsn_to_int(lsn), int(xid), bytes(data)) for lsn, xid, data in cur.fetchall()]
+
+
+def _pg_bin(server: PgServer, name: str) -> str:
+    return str(server.bin_dir / name)
+
+
+def _pgbench(server: PgServer, dbname: str, *args: str) -> None:
+    env = {**os.environ, "LD_LIBRARY_PATH": server._env.get("LD_LIBRARY_PATH", ""),
+           "PGPASSWORD": server.password, "TZ": "UTC"}
+    proc = subprocess.run([_pg_bin(server, "pgbench"), "-h", server.host, "-p", str(server.port),
+                           "-U", server.user, *args, dbname],
+                          capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, f"pgbench {args} failed: {proc.stderr[-2000:]}"
+
+
+SCHEMA = """
+CREATE TYPE rt_mood AS ENUM ('sad', 'ok', 'happy');
+CREATE DOMAIN rt_posint AS int4 CHECK (VALUE > 0);
+CREATE TYPE rt_pair AS (a int4, b text);
+CREATE TABLE rt_types (
+    id int4 PRIMARY KEY, b bool, i2 int2, i4 int4, i8 int8, o oid, f4 float4, f8 float8,
+    n_ps numeric(12,3), n numeric, t text, vc varchar(20), bp char(6), nm name, ch "char",
+    mood rt_mood, by bytea, d date, tm time, ts timestamp, tstz timestamptz, iv interval,
+    u uuid, j json, jb jsonb, ai int4[], at text[], af float8[], ip inet, cid cidr,
+    mac macaddr, mny money, bt bit(5), vb varbit(10), pt point, r4 int4range,
+    rtz tstzrange, ttz timetz, dom rt_posint, comp rt_pair);
+CREATE TABLE rt_special (id int4 PRIMARY KEY, d date, ts timestamp, tstz timestamptz,
+    f4 float4, f8 float8, n numeric);
+CREATE TABLE rt_toast (id int4 PRIMARY KEY, big text, n int4);
+ALTER TABLE rt_toast ALTER COLUMN big SET STORAGE EXTERNAL;
+CREATE TABLE rt_toast_full (id int4 PRIMARY KEY, big text, n int4);
+ALTER TABLE rt_toast_full ALTER COLUMN big SET STORAGE EXTERNAL;
+ALTER TABLE rt_toast_full REPLICA IDENTITY FULL;
+CREATE TABLE rt_ri_default (id int4 PRIMARY KEY, v text);
+CREATE TABLE rt_ri_index (id int4 NOT NULL, code text NOT NULL, v int4);
+CREATE UNIQUE INDEX rt_ri_index_code ON rt_ri_index (code);
+ALTER TABLE rt_ri_index REPLICA IDENTITY USING INDEX rt_ri_index_code;
+CREATE TABLE rt_ri_full (id int4, v text, x int4);
+ALTER TABLE rt_ri_full REPLICA IDENTITY FULL;
+CREATE TABLE rt_ri_nothing (id int4, v text);
+ALTER TABLE rt_ri_nothing REPLICA IDENTITY NOTHING;
+CREATE TABLE rt_pk (id int4 PRIMARY KEY, v text);
+CREATE TABLE rt_schema (id int4 PRIMARY KEY, a int4, b text);
+CREATE TABLE rt_stream (id int4 PRIMARY KEY, v text, pad text);
+CREATE TABLE rt_2pc (id int4 PRIMARY KEY, v text);
+CREATE TABLE rt_trunc_a (id serial PRIMARY KEY, v text);
+CREATE TABLE rt_trunc_b (id serial PRIMARY KEY, a int4 REFERENCES rt_trunc_a, v text);
+CREATE PUBLICATION rt_pub FOR ALL TABLES;
+"""
+
+TYPES_ROW1 = """(1, true, -32768, 2147483647, -9223372036854775808, 4294967295, 1.1,
+    3.141592653589793, 123456789.123, 12345678901234567890.000000000000001,
+    'hé''llo ✓ "q" \\ back', 'varchar', 'ab', 'name1', 'x', 'happy', '\\x00ff10',
+    '2024-02-29', '23:59:59.999999', '2024-01-01 12:34:56.789', '2024-06-30 23:59:59.5+02',
+    '1 year 2 mons 3 days 04:05:06.789', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+    '{"a": [1, 2.50, "x"],  "b" : null}', '{"b": 1, "a": [true, {"c": "d"}]}',
+    '{1,NULL,3}', '{"x",NULL,"y z","", "NULL"}', '{1.5,NULL,-Infinity}', '192.168.1.5/24',
+    '10.0.0.0/8', '08:00:2b:01:02:03', 1234.56, B'10101', B'110', '(1.5,-2)', '[1,10)',
+    '[2024-01-01 00:00+00,2024-02-01 00:00+00)', '12:34:56.5+05:30', 5, ROW(7, 'seven'))"""
+
+TYPES_ROW3 = """(3, false, 32767, -2147483648, 9223372036854775807, 0, 'NaN', '-Infinity',
+    -0.001, 'Infinity', '', '', '', '', ' ', 'sad', '\\x', '1999-12-31', '00:00:00',
+    '1970-01-01 00:00:00', '1969-12-31 23:59:59.999999+00', '-1 year +2 mons -3 days -00:00:01.5',
+    '00000000-0000-0000-0000-000000000000', '[]', '{}', '{}', '{}', '{}', '::1', '::/0',
+    'ff:ff:ff:ff:ff:ff', -0.01, B'00000', B'', '(0,0)', 'empty', '(,)', '00:00:00-12', 1,
+    ROW(NULL, NULL))"""
+
+
+def _workload(server: PgServer, dbname: str, conn: Any) -> None:
+    """Every change the tests replay; run after the slots exist."""
+    def ex(sql: str, params: Any = None) -> None:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+
+    # Every type: a full row, a row of NULLs, a row of edge values; then update and delete.
+    ex(f"INSERT INTO rt_types VALUES {TYPES_ROW1}")
+    ex("INSERT INTO rt_types (id) VALUES (2)")
+    ex(f"INSERT INTO rt_types VALUES {TYPES_ROW3}")
+    ex("UPDATE rt_types SET f4 = 'Infinity', f8 = 'NaN', n = '-Infinity', t = 'changed',"
+       " ai = '{NULL}', mood = 'ok' WHERE id = 1")
+    ex("UPDATE rt_types SET n = 'NaN', n_ps = 99.5 WHERE id = 2")
+    ex(f"INSERT INTO rt_types SELECT 4, {', '.join(['NULL'] * 39)}")
+    ex("UPDATE rt_types SET jb = '{\"k\": [1, 2, 3]}', ts = '2000-01-01' WHERE id = 4")
+    ex("DELETE FROM rt_types WHERE id = 4")
+    # Special values that the default policy keeps (sentinels for ±infinity; BC).
+    ex("""INSERT INTO rt_special VALUES
+        (1, 'infinity', 'infinity', 'infinity', 'NaN', 'Infinity', 'NaN'),
+        (2, '-infinity', '-infinity', '-infinity', '-Infinity', '-Infinity', 'Infinity'),
+        (3, '0044-03-15 BC', '0044-03-15 12:00:00 BC', '0001-01-01 00:00:00+00 BC', 0, -0.0,
+            '-Infinity'),
+        (4, '4713-01-01 BC', '4713-01-01 00:00:00 BC', '2262-04-11 23:47:16.854775+00', 1e30,
+            1e-300, '1e-1000'),
+        (5, '5874897-12-31', '294247-01-01 00:00:00', '1900-01-01 00:00:00+00', NULL, NULL,
+            '0.000')""")
+    # TOAST: updates touching other columns leave the out-of-line value unchanged.
+    for table in ("rt_toast", "rt_toast_full"):
+        ex(f"INSERT INTO {table} SELECT g, repeat(md5(g::text), 400), g FROM"
+           " generate_series(1, 4) g")
+        ex(f"UPDATE {table} SET n = n + 10")
+        ex(f"UPDATE {table} SET big = 'small now' WHERE id = 2")
+        ex(f"UPDATE {table} SET n = n + 100 WHERE id <= 2")
+        ex(f"UPDATE {table} SET id = 40 WHERE id = 4")   # key change with unchanged TOAST
+        ex(f"DELETE FROM {table} WHERE id = 3")
+    # Replica identities.
+    ex("INSERT INTO rt_ri_default SELECT g, 'v' || g FROM generate_series(1, 5) g")
+    ex("UPDATE rt_ri_default SET v = 'u' WHERE id IN (1, 2)")
+    ex("DELETE FROM rt_ri_default WHERE id = 3")
+    ex("INSERT INTO rt_ri_index SELECT g, 'c' || g, g FROM generate_series(1, 5) g")
+    ex("UPDATE rt_ri_index SET v = 100 WHERE id = 1")
+    ex("UPDATE rt_ri_index SET code = 'changed' WHERE id = 2")
+    ex("UPDATE rt_ri_index SET id = 20 WHERE id = 5")  # a non-key column
+    ex("DELETE FROM rt_ri_index WHERE code = 'c3'")
+    ex("INSERT INTO rt_ri_full VALUES (1, 'a', 1), (1, 'a', 1), (2, NULL, 2), (3, 'c', 3)")
+    ex("UPDATE rt_ri_full SET x = 10 WHERE ctid = (SELECT min(ctid) FROM rt_ri_full WHERE id = 1)")
+    ex("UPDATE rt_ri_full SET v = 'bb' WHERE id = 2")
+    ex("DELETE FROM rt_ri_full WHERE id = 3")
+    ex("INSERT INTO rt_ri_nothing VALUES (1, 'a'), (2, 'b')")
+    # Primary-key changes.
+    ex("INSERT INTO rt_pk SELECT g, 'p' || g FROM generate_series(1, 5) g")
+    ex("UPDATE rt_pk SET id = id + 100 WHERE id <= 2")
+    ex("UPDATE rt_pk SET id = 3, v = 'moved back' WHERE id = 101 AND NOT EXISTS"
+       " (SELECT 1 FROM rt_pk WHERE id = 3)")
+    ex("UPDATE rt_pk SET id = -id WHERE id >= 3")
+    ex("DELETE FROM rt_pk WHERE id = -4")
+    # Schema changes mid-stream.
+    ex("INSERT INTO rt_schema VALUES (1, 10, 'b1'), (2, 20, 'b2')")
+    ex("ALTER TABLE rt_schema ADD COLUMN c text")
+    ex("INSERT INTO rt_schema VALUES (3, 30, 'b3', 'c3')")
+    ex("UPDATE rt_schema SET c = 'c1' WHERE id = 1")
+    ex("ALTER TABLE rt_schema DROP COLUMN b")
+    ex("INSERT INTO rt_schema VALUES (4, 40, 'c4')")
+    ex("UPDATE rt_schema SET a = 21 WHERE id = 2")
+    ex("ALTER TABLE rt_schema ALTER COLUMN a TYPE int8")
+    ex("INSERT INTO rt_schema VALUES (5, 5000000000, 'c5')")
+    ex("UPDATE rt_schema SET a = a + 1 WHERE id IN (1, 3)")
+    ex("DELETE FROM rt_schema WHERE id = 4")
+    # A streamed transaction with a rolled-back savepoint, interleaved with a committed one.
+    other = server.connect(server.dsn_for(dbname))
+    try:
+        ex("BEGIN")
+        ex("INSERT INTO rt_stream SELECT g, 'v' || g, repeat('p', 60) FROM"
+           f" generate_series(1, {BIG}) g")
+        with other.cursor() as cur:
+            cur.execute("INSERT INTO rt_stream VALUES (-1, 'committed first', NULL)")
+        ex("SAVEPOINT s1")
+        ex(f"INSERT INTO rt_stream SELECT g, 'rolled back', repeat('r', 60) FROM"
+           f" generate_series({BIG + 1}, {2 * BIG}) g")
+        ex("UPDATE rt_stream SET v = 'rolled back' WHERE id <= 100")
+        ex("DELETE FROM rt_stream WHERE id BETWEEN 101 AND 200")
+        ex("ROLLBACK TO SAVEPOINT s1")
+        ex("SAVEPOINT s2")
+        ex("UPDATE rt_stream SET v = 'kept' WHERE id <= 50")
+        ex("RELEASE SAVEPOINT s2")
+        ex("DELETE FROM rt_stream WHERE id BETWEEN 300 AND 310")
+        ex(f"INSERT INTO rt_stream SELECT g, 'after', repeat('a', 60) FROM"
+           f" generate_series({3 * BIG}, {3 * BIG + 500}) g")
+        ex("COMMIT")
+    finally:
+        other.close()
+    # An aborted streamed transaction.
+    ex("BEGIN")
+    ex("INSERT INTO rt_stream SELECT g, 'aborted', repeat('x', 60) FROM"
+       f" generate_series({5 * BIG}, {7 * BIG}) g")
+    ex("UPDATE rt_stream SET v = 'aborted' WHERE id > 0")
+    ex("ROLLBACK")
+    # Two-phase: commit and rollback of a small and of a streamed prepared transaction.
+    for gid, big, outcome in (("rt_g1", False, "COMMIT"), ("rt_g2", False, "ROLLBACK"),
+                              ("rt_g3", True, "COMMIT"), ("rt_g4", True, "ROLLBACK")):
+        base = {"rt_g1": 0, "rt_g2": 10000, "rt_g3": 20000, "rt_g4": 30000}[gid]
+        n = 2000 if big else 3
+        ex("BEGIN")
+        ex(f"INSERT INTO rt_2pc SELECT {base} + g, repeat('{gid}', 20) FROM"
+           f" generate_series(1, {n}) g")
+        if outcome == "COMMIT" and not big:
+            ex("UPDATE rt_2pc SET v = 'updated' WHERE id = 1")
+        ex(f"PREPARE TRANSACTION '{gid}'")
+        ex(f"{outcome} PREPARED '{gid}'")
+    # Truncate, cascade and restart identity; a transactional logical message.
+    ex("INSERT INTO rt_trunc_a (v) VALUES ('a1'), ('a2')")
+    ex("INSERT INTO rt_trunc_b (a, v) VALUES (1, 'b1')")
+    ex("TRUNCATE rt_trunc_a CASCADE")
+    ex("INSERT INTO rt_trunc_a (v) VALUES ('a3')")
+    ex("INSERT INTO rt_trunc_b (a, v) VALUES (3, 'b2')")
+    ex("BEGIN")
+    ex("TRUNCATE rt_trunc_b RESTART IDENTITY")
+    ex("INSERT INTO rt_trunc_b (a, v) VALUES (3, 'b3')")
+    ex("SELECT pg_logical_emit_message(true, 'rt', 'in a transaction')")
+    ex("COMMIT")
+    # pgbench: initialise (COPY of 100,000 accounts, streamed), then 2 clients × 200.
+    _pgbench(server, dbname, "-i", "-s", "1", "-q")
+    ex("ALTER TABLE pgbench_history REPLICA IDENTITY FULL")
+    _pgbench(server, dbname, "-n", "-t", "200", "-c", "2")
+    ex("CHECKPOINT")  # the decoding functions read only flushed WAL
+
+
+_RUNS: dict[int, Run] = {}
+
+
+def _run(server: PgServer) -> Run:
+    if server.version in _RUNS:
+        return _RUNS[server.version]
+    dbname = f"replay_{os.getpid()}"
+    server.execute(f"CREATE DATABASE {dbname}")
+    conn = server.connect(server.dsn_for(dbname))
+    run = Run(server, dbname, conn)
+    start = time.monotonic()
+    with conn.cursor() as cur:
+        cur.execute(SCHEMA)
+        for mode in MODES:
+            for proto in PROTOS:
+                if _supported(server.version, proto):
+                    cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput',"
+                                " false, %s)", (f"rt_{dbname}_{mode}{proto}", proto >= 3))
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')",
+                    (f"rt_{dbname}_td",))
+    _workload(server, dbname, conn)
+    for mode in MODES:
+        for proto in PROTOS:
+            if _supported(server.version, proto):
+                run.rows[f"{mode}{proto}"] = peek(conn, f"rt_{dbname}_{mode}{proto}",
+                                                  _options(server.version, mode, proto))
+    with conn.cursor() as cur:
+        cur.execute("SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL,"
+                    " 'include-xids', '0', 'skip-empty-xacts', '1')", (f"rt_{dbname}_td",))
+        run.td_lines = [r[0] for r in cur.fetchall()]
+        for slot in [f"rt_{dbname}_{k}" for k in run.rows] + [f"rt_{dbname}_td"]:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    run.seconds = time.monotonic() - start
+    _RUNS[server.version] = run
+    return run
+
+
+@pytest.fixture(scope="module", params=[18, 15], ids=["pg18", "pg15"])
+def run(request: pytest.FixtureRequest) -> Iterator[Run]:
+    server: PgServer = request.getfixturevalue(f"pg{request.param}")
+    r = _run(server)
+    print(f"\nworkload on PG{server.version}: {r.seconds:.1f}s, "
+          f"{ {k: len(v) for k, v in r.rows.items()} } messages")
+    yield r
+
+
+MATRIX = [pytest.param(m, p, id=f"{m}-p{p}") for m in MODES for p in PROTOS]
+
+
+def _check(run: Run, mode: str, proto: int) -> pgoutput_arrow.Changes:
+    if not _supported(run.server.version, proto):
+        pytest.skip(f"PostgreSQL {run.server.version} has no proto_version {proto}")
+    return run.changes(mode, proto)
+
+
+@pytest.mark.parametrize("mode,proto", MATRIX)
+def test_replay_equals_select(run: Run, mode: str, proto: int) -> None:
+    changes = _check(run, mode, proto)
+    states = replay(changes, KEYS)
+    names = [n for n in states if n.startswith("public.rt_") or n.startswith("public.pgbench_")]
+    expected = {"public.rt_types", "public.rt_special", "public.rt_toast", "public.rt_toast_full",
+                "public.rt_ri_default", "public.rt_ri_index", "public.rt_ri_full",
+                "public.rt_ri_nothing", "public.rt_pk", "public.rt_schema", "public.rt_stream",
+                "public.rt_2pc", "public.rt_trunc_a", "public.rt_trunc_b",
+                "public.pgbench_accounts", "public.pgbench_branches", "public.pgbench_tellers",
+                "public.pgbench_history"}
+    assert expected <= set(names), expected - set(names)
+    for name in sorted(expected):
+        compare_state(states[name], server_rows(run.conn, name, changes.tables[name]), name)
+    # The things the workload is about really happened in this stream.
+    toast = changes.tables["public.rt_toast"]
+    assert any("big" in (u or []) for u in toast.column("_unchanged").to_pylist())
+    assert states["public.rt_stream"].rows and len(states["public.rt_stream"].rows) == \
+        BIG + 1 - 11 + 501
+    tx = changes.transactions
+    outcomes = Counter(tx.column("outcome").to_pylist())
+    if proto >= 3:
+        assert outcomes["prepared-committed"] == 2 and outcomes["prepared-rolled-back"] == 2, \
+            outcomes
+    else:
+        assert outcomes["prepared-committed"] == 0, outcomes
+    if proto >= 2:
+        assert any(tx.column("streamed").to_pylist()), "no streamed transaction in the stream"
+        assert outcomes["aborted"] >= 1, outcomes
+        msgs = changes.messages
+        assert msgs.column("prefix").to_pylist().count("rt") == 1
+    schema = changes.tables["public.rt_schema"]
+    assert schema.schema.field("a").type == pa.int64()
+    assert "b" in schema.schema.names and "c" in schema.schema.names
+    assert len(changes.table_versions["public.rt_schema"]) >= 4
+
+
+@pytest.mark.parametrize("mode,proto", MATRIX)
+def test_counts_equal_test_decoding(run: Run, mode: str, proto: int) -> None:
+    changes = _check(run, mode, proto)
+    ours = decoded_counts(changes)
+    theirs = parse_test_decoding(run.td_lines)
+    assert theirs[("public.rt_stream", "insert")] > BIG
+    assert theirs[("public.pgbench_accounts", "insert")] == 100000
+    assert ours == theirs, {k: (ours[k], theirs[k]) for k in set(ours) | set(theirs)
+                            if ours[k] != theirs[k]}
