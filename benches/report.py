@@ -228,9 +228,28 @@ def main() -> None:
     for name, ok in targets.items():
         w(f"| {name} | {verdict(ok)} |")
     w("")
-    notes = data / "notes.md"
-    if notes.is_file():
-        lines.append(notes.read_text().rstrip())
+    # ---------------------------------------------------------------- profile
+    profiles = sorted(data.glob("profile-*.txt"))
+    if profiles:
+        w("## Where the decoder's time goes (perf, this run)")
+        w("")
+        w("`perf record -e cpu-clock` of the criterion decode benchmark (`benches/run.sh`, step "
+          "`profile`); self time per function, the top 15.")
+        w("")
+        for prof in profiles:
+            rows = [ln.split() for ln in prof.read_text().splitlines() if "%" in ln][:15]
+            w(f"**decode/{prof.stem[len('profile-'):]}**")
+            w("")
+            w("| self | function |")
+            w("|---:|---|")
+            for parts in rows:
+                # "12.3%  [.] symbol  -  -": the percentage, then the symbol after the [.] mark.
+                sym = " ".join(p for p in parts[2:] if p != "-")
+                w(f"| {parts[0]} | `{sym}` |")
+            w("")
+    findings = Path(__file__).with_name("findings.md")
+    if findings.is_file():
+        lines.append(findings.read_text().rstrip())
         w("")
     print("\n".join(lines))
 

@@ -6,7 +6,7 @@
 # (Python runs per median, default 5), PGOUTPUT_LIVE_CHANGES (default 1000000),
 # PGOUTPUT_LIVE_REPS (default 3), PGOUTPUT_BENCH_DATA (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare live report").
+# BENCH_STEPS (default "gen criterion compare live profile report").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ PY=${PY:-.venv/bin/python}
 export PGOUTPUT_BENCH_DATA=${PGOUTPUT_BENCH_DATA:-$PWD/bench-data}
 export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
-STEPS=${BENCH_STEPS:-gen criterion compare live report}
+STEPS=${BENCH_STEPS:-gen criterion compare live profile report}
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 COMMAND="make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"
 
@@ -39,6 +39,27 @@ fi
 if step live; then
   echo "== live: draining a slot"
   "$PY" benches/live.py --out "$PGOUTPUT_BENCH_DATA/live.json"
+fi
+if step profile; then
+  # Where the decoder's time goes on the pgbench captures: a sampling profile (cpu-clock, so
+  # it works without hardware counters) of the criterion decode benchmark.
+  if command -v perf >/dev/null && perf record -e cpu-clock -o /dev/null true >/dev/null 2>&1; then
+    BIN=$(cargo bench -p pgoutput-arrow --bench decode --no-run --message-format=json 2>/dev/null |
+      "$PY" -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "decode":
+        print(m["executable"])')
+    for cap in pgbench-binary pgbench-text; do
+      echo "== perf profile of decode/$cap"
+      PGOUTPUT_BENCH_ONLY=$cap perf record -q -e cpu-clock -F 999 -o "$PGOUTPUT_BENCH_DATA/perf-$cap.data" \
+        "$BIN" --bench --profile-time 5 >/dev/null 2>&1
+      perf report -i "$PGOUTPUT_BENCH_DATA/perf-$cap.data" --no-children --sort symbol --stdio 2>/dev/null |
+        grep -v '^#' | grep -v '^$' | head -25 > "$PGOUTPUT_BENCH_DATA/profile-$cap.txt"
+    done
+  else
+    echo "== perf is not usable here: no profile"
+  fi
 fi
 if step report; then
   "$PY" benches/report.py --data "$PGOUTPUT_BENCH_DATA" --criterion "$TARGET_DIR/criterion" \
