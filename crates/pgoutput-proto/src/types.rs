@@ -94,8 +94,12 @@ pub struct Commit {
     pub commit_ts: PgTimestamp,
 }
 
+/// The replication origin of the transaction being sent. It follows Begin,
+/// Begin Prepare, or the first Stream Start of a transaction (inside the stream
+/// block, and then with `commit_lsn` 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin<'a> {
+    /// The commit LSN on the origin server; 0 after a Stream Start.
     pub commit_lsn: Lsn,
     pub name: &'a str,
 }

@@ -245,10 +245,18 @@ fn structure<'a>(c: &'a Capture, msgs: &[Message<'a>]) -> Decoded<'a> {
                 ends.push((i, co.commit_lsn));
             }
             Message::Origin(o) => {
-                let t = &mut txns[open.unwrap_or_else(|| panic!("{at}: Origin outside a transaction"))];
-                assert!(t.changes.is_empty() && t.origin.is_none(), "{at}: Origin must follow Begin");
-                assert!(matches!(msgs[i - 1], Message::Begin(_)), "{at}: Origin must follow Begin");
-                t.origin = Some(o.clone());
+                // After Begin or Begin Prepare; or, inside the stream block, after
+                // the first Stream Start of a transaction, with commit LSN 0.
+                let idx = match (stream, &msgs[i - 1]) {
+                    (Some((_, idx)), Message::StreamStart(StreamStart { first_segment: true, .. })) => {
+                        assert_eq!(o.commit_lsn, Lsn(0), "{at}");
+                        idx
+                    }
+                    (None, Message::Begin(_) | Message::BeginPrepare(_)) => open.unwrap(),
+                    _ => panic!("{at}: Origin after {}", msgs[i - 1].kind_name()),
+                };
+                assert!(txns[idx].origin.is_none(), "{at}: a second Origin");
+                txns[idx].origin = Some(o.clone());
             }
             Message::BeginPrepare(b) => {
                 assert!(open.is_none() && stream.is_none(), "{at}");

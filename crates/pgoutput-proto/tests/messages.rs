@@ -638,3 +638,20 @@ fn cells_debug_as_byte_strings() {
     let cells = [Cell::Text(b"h\"i\n"), Cell::Binary(&[0, 0xFF]), Cell::Null, Cell::UnchangedToast];
     assert_eq!(format!("{cells:?}"), r#"[Text(b"h\"i\n"), Binary(b"\x00\xff"), Null, UnchangedToast]"#);
 }
+
+/// pgoutput_stream_start sends the Origin of a transaction replayed from
+/// elsewhere right after its first Stream Start, inside the block and with
+/// commit LSN 0; Origin never carries the in-stream xid.
+#[test]
+fn origin_inside_a_stream_block() {
+    let mut p = Parser::new();
+    p.parse(&Msg::kind(b'S').u32(900).u8(1).build()).unwrap();
+    assert_eq!(
+        p.parse(&Msg::kind(b'O').u64(0).cstr("pg_16390").build()),
+        Ok(Message::Origin(Origin { commit_lsn: Lsn(0), name: "pg_16390" }))
+    );
+    assert!(p.in_stream());
+    let insert = Msg::kind(b'I').u32(900).u32(16384).u8(b'N').tuple(&[TestCell::Text(b"1")]).build();
+    assert!(matches!(p.parse(&insert), Ok(Message::Insert(Insert { xid: Some(900), relation_id: 16384, .. }))));
+    assert_eq!(p.parse(b"E"), Ok(Message::StreamStop));
+}
