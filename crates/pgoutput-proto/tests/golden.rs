@@ -991,6 +991,40 @@ fn origin() {
     });
 }
 
+/// A replication origin on a streamed transaction (Origin inside the first
+/// stream block, commit LSN 0) and on a prepared one (Origin after Begin Prepare).
+#[test]
+fn origin_stream() {
+    for_workload("origin_stream", |c, d| {
+        check_relation_facts(c, d);
+        let name = str_of(&c.fact("origin")["roname"]);
+        let streamed = txn(c, d, "tx_streamed");
+        let xact = c.fact("origin_xact_streamed");
+        assert!(streamed.streamed, "{}", c.name);
+        let o = streamed.origin.as_ref().unwrap_or_else(|| panic!("{}: no Origin in the stream", c.name));
+        assert_eq!((o.name, o.commit_lsn), (name, Lsn(0)), "{}", c.name);
+        assert_eq!(streamed.commit_ts(), Some(int(&xact["origin_timestamp_pg_us"])), "{}", c.name);
+        assert_eq!(streamed.surviving().filter(|m| matches!(m, Message::Insert(_))).count(), 800, "{}", c.name);
+
+        let prepared = txn(c, d, "tx_prepared");
+        let xact = c.fact("origin_xact_prepared");
+        let o = prepared.origin.as_ref().unwrap_or_else(|| panic!("{}: no Origin", c.name));
+        assert_eq!((o.name, o.commit_lsn), (name, Lsn(int(&xact["origin_lsn_int"]) as u64)), "{}", c.name);
+        assert_eq!(o.commit_lsn.to_string(), str_of(&c.fact("origin_progress")["remote_lsn"]));
+        let origin_ts = int(&xact["origin_timestamp_pg_us"]);
+        assert_eq!(prepared.commit_ts(), Some(origin_ts), "{}", c.name);
+        if c.two_phase() {
+            // Under an origin the prepare timestamp is the origin's too, not
+            // pg_prepared_xacts.prepared.
+            assert_eq!(prepared.begin.map(|b| b.1), Some(origin_ts), "{}", c.name);
+            assert_ne!(origin_ts, int(&c.fact("prepared")["prepared_pg_us"]));
+            assert!(matches!(&prepared.end, End::CommittedPrepared { gid, .. } if gid == "golden-origin-gid"), "{}", c.name);
+        } else {
+            assert!(matches!(prepared.end, End::Committed { .. }), "{}: {:?}", c.name, prepared.end);
+        }
+    });
+}
+
 #[test]
 fn streaming() {
     for_workload("streaming", |c, d| {
@@ -1362,6 +1396,7 @@ fn every_workload_is_checked() {
         "dml_replica_identity",
         "messages",
         "origin",
+        "origin_stream",
         "stream_abort",
         "streaming",
         "toast",
