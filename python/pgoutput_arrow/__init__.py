@@ -24,12 +24,17 @@ from . import exceptions as _exceptions
 from .capture import Capture, capture_from, lsn_to_int, lsn_to_str, open_capture
 from .exceptions import *  # noqa: F403  (the whole hierarchy is public)
 
+from .live import LiveBatch, LiveStream, stream  # noqa: E402  (the live source)
+
 __version__: str = _internal.__version__
 
 __all__ = [
     "__version__",
     "decode",
     "Decoder",
+    "stream",
+    "LiveStream",
+    "LiveBatch",
     "Changes",
     "Output",
     "Capture",

@@ -66,7 +66,7 @@ WORKLOAD = [
      BEGIN;
      INSERT INTO orders (id, customer_id, amount, status) VALUES (103, 3, 42.00, 'new');
      SAVEPOINT oops;
-     DELETE FROM customers WHERE id = 1;
+     UPDATE customers SET name = 'oops' WHERE id = 1;
      ROLLBACK TO SAVEPOINT oops;
      COMMIT"""),
     ("an aborted transaction (never shown)", """
