@@ -220,8 +220,8 @@ def server_expression(column: str, arrow_type: pa.DataType, pg_type: str, send_f
         return (f"CASE WHEN {c} = 'infinity' THEN {I32_MAX} WHEN {c} = '-infinity' THEN {I32_MIN}"
                 f" ELSE {c} - date '1970-01-01' END")
     if pa.types.is_timestamp(t):
-        return (f"CASE WHEN {c} = 'infinity' THEN {I64_MAX}::int8 WHEN {c} = '-infinity'"
-                f" THEN {I64_MIN}::int8 ELSE (extract(epoch FROM {c}) * 1000000)::int8 END")
+        return (f"CASE WHEN {c} = 'infinity' THEN '{I64_MAX}'::int8 WHEN {c} = '-infinity'"
+                f" THEN '{I64_MIN}'::int8 ELSE (extract(epoch FROM {c}) * 1000000)::int8 END")
     if pa.types.is_time64(t):
         return f"(extract(epoch FROM {c}) * 1000000)::int8"
     if pa.types.is_interval(t):
@@ -235,9 +235,10 @@ def server_expression(column: str, arrow_type: pa.DataType, pg_type: str, send_f
     if pa.types.is_fixed_size_binary(t):  # uuid
         return f"uuid_send({c})"
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        if pg_type == "bpchar":  # ::text would strip the padding that bpchar's output keeps
-            return f"CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}, '') END"
-        return f"{c}::text"
+        # The type's output function (concat calls it): casts to text differ from it for
+        # some types (bpchar::text strips the padding, inet::text always shows the mask).
+        # num_nulls, not IS NULL: a composite whose fields are all NULL IS NULL.
+        return f"CASE WHEN num_nulls({c}) = 1 THEN NULL ELSE concat({c}, '') END"
     if pa.types.is_binary(t) or pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
         if pg_type == "bytea":
             return c

@@ -359,7 +359,13 @@ def test_replay_equals_select(run: Run, mode: str, proto: int) -> None:
                 "public.pgbench_history"}
     assert expected <= set(names), expected - set(names)
     for name in sorted(expected):
-        compare_state(states[name], server_rows(run.conn, name, changes.tables[name]), name)
+        columns = None
+        if name == "public.rt_types" and mode == "binary":
+            # Enum and composite values in binary mode: see
+            # test_binary_mode_undecodable_types_are_raw_bytes.
+            columns = [c for c in changes.tables[name].schema.names if c not in ("mood", "comp")]
+        compare_state(states[name], server_rows(run.conn, name, changes.tables[name], columns),
+                      name)
     # The things the workload is about really happened in this stream.
     toast = changes.tables["public.rt_toast"]
     assert any("big" in (u or []) for u in toast.column("_unchanged").to_pylist())
@@ -374,7 +380,15 @@ def test_replay_equals_select(run: Run, mode: str, proto: int) -> None:
         assert outcomes["prepared-committed"] == 0, outcomes
     if proto >= 2:
         assert any(tx.column("streamed").to_pylist()), "no streamed transaction in the stream"
-        assert outcomes["aborted"] >= 1, outcomes
+        # Stream Aborts of whole transactions ('A', xid == subxid). PostgreSQL 16+ does not
+        # stream a transaction it already knows to be aborted when it decodes after the fact
+        # (as the SQL functions here do), so on 18 there may be none; 15 streams it.
+        aborts = [d for _, _, d in run.rows[f"{mode}{proto}"] if d[:1] == b"A"]
+        whole = sum(1 for d in aborts if d[1:5] == d[5:9])
+        assert len(aborts) > whole, "no rolled-back savepoint was streamed"
+        assert outcomes["aborted"] == whole, (outcomes, whole)
+        if run.server.version < 16:
+            assert whole >= 1
         msgs = changes.messages
         assert msgs.column("prefix").to_pylist().count("rt") == 1
     schema = changes.tables["public.rt_schema"]
@@ -392,3 +406,155 @@ def test_counts_equal_test_decoding(run: Run, mode: str, proto: int) -> None:
     assert theirs[("public.pgbench_accounts", "insert")] == 100000
     assert ours == theirs, {k: (ours[k], theirs[k]) for k in set(ours) | set(theirs)
                             if ours[k] != theirs[k]}
+
+
+# --------------------------------------------------------------------------- special values
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_special_values_policies(run: Run, mode: str) -> None:
+    """24:00:00 in time, NaN in numeric(p,s) and a timestamp beyond i64 µs since 1970: the
+    default raises naming table, column and LSN; 'null' and 'text' keep everything else."""
+    name, slot = f"rt_spec_{mode}", f"rt_spec_{run.dbname}_{mode}"
+    with run.conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {name} (id int4 PRIMARY KEY, tm time, nps numeric(10,2),"
+                    " ts timestamp, d date)")
+        cur.execute(f"CREATE PUBLICATION {name} FOR TABLE {name}")
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        cur.execute(f"""INSERT INTO {name} VALUES
+            (1, '24:00:00', 1.5, '2024-01-01', 'infinity'),
+            (2, '12:00', 'NaN', '2024-01-01 01:00', '0044-03-15 BC'),
+            (3, '01:00', 2.25, '294276-12-31 23:59:59', '-infinity'),
+            (4, '00:00', -3, '2000-01-01', '2000-01-01')""")
+        cur.execute("CHECKPOINT")
+    opts = {"proto_version": "1", "publication_names": name}
+    if mode == "binary":
+        opts["binary"] = "true"
+    rows = peek(run.conn, slot, opts)
+    with run.conn.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    capture = capture_table(rows)
+    first_insert = next(lsn for lsn, _, data in rows if data[:1] == b"I")
+    table = f"public.{name}"
+
+    with pytest.raises(pgoutput_arrow.DecodeValueError) as info:
+        pgoutput_arrow.decode(capture)
+    err = info.value
+    assert (err.table, err.column, err.lsn) == (table, "tm", first_insert), (str(err), err.lsn)
+    for part in (table, '"tm"', int_to_lsn(first_insert), "24:00:00"):
+        assert part in str(err), (part, str(err))
+
+    text = pgoutput_arrow.decode(capture, special_values="text")
+    t = text.tables[table]
+    for col in ("tm", "nps", "ts", "d"):
+        assert pa.types.is_string(t.schema.field(col).type) or \
+            pa.types.is_string_view(t.schema.field(col).type), t.schema
+    compare_state(replay(text)[table], server_rows(run.conn, table, t), table)
+
+    null = pgoutput_arrow.decode(capture, special_values="null")
+    t = null.tables[table]
+    # ts of row 3 is beyond int8 microseconds on the server side too: compared apart.
+    expected = server_rows(run.conn, table, t, ["id", "tm", "nps", "d"], order_by="id")
+    for row, col in ((0, "tm"), (0, "d"), (1, "nps"), (2, "d")):
+        expected[row][col] = None
+    with run.conn.cursor() as cur:
+        cur.execute(f"SELECT (extract(epoch FROM ts) * 1000000)::int8 FROM {name} WHERE id <> 3"
+                    " ORDER BY id")
+        ts = [r[0] for r in cur.fetchall()]
+    for row, value in zip((0, 1, 3), ts):
+        expected[row]["ts"] = value
+    expected[2]["ts"] = None
+    got = sorted(replay(null)[table].values(), key=lambda r: r["id"])
+    assert [{c: r[c] for c in expected[0]} for r in got] == expected
+
+
+# --------------------------------------------------------------------------- more shapes
+
+
+@pytest.mark.xfail(strict=True, raises=pgoutput_arrow.DecodeValueError, reason=(
+    "bug: a 2-D array value raises DecodeValueError ('2-dimensional array in a column "
+    "decoded as 1-dimensional lists (TypeOptions::array_ndims)'), and the Python API has "
+    "no array_ndims option"))
+def test_two_dimensional_arrays_are_nested_lists(run: Run) -> None:
+    """Issue 3: "multi-dimensional [arrays] → nested lists"."""
+    name, slot = "rt_arr2", f"rt_arr2_{run.dbname}"
+    with run.conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {name} (id int4 PRIMARY KEY, a2 int4[][], t2 text[][])")
+        cur.execute(f"CREATE PUBLICATION {name} FOR TABLE {name}")
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        cur.execute(f"""INSERT INTO {name} VALUES (1, '{{{{1,2}},{{3,NULL}}}}',
+            '{{{{"a","b"}},{{NULL,"d"}}}}'), (2, NULL, NULL)""")
+        cur.execute("CHECKPOINT")
+    results = {}
+    for mode in MODES:
+        opts = {"proto_version": "1", "publication_names": name}
+        if mode == "binary":
+            opts["binary"] = "true"
+        results[mode] = peek(run.conn, slot, opts)
+    with run.conn.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    for mode, rows in results.items():
+        changes = pgoutput_arrow.decode(capture_table(rows))
+        t = changes.tables[f"public.{name}"]
+        compare_state(replay(changes)[f"public.{name}"],
+                      server_rows(run.conn, f"public.{name}", t), f"{mode} {name}")
+
+
+def test_replica_identity_nothing(run: Run) -> None:
+    """REPLICA IDENTITY NOTHING: PostgreSQL refuses UPDATE and DELETE while the table is in
+    a publication that publishes them; with publish='insert' they run and only the inserts
+    are in the stream."""
+    name, slot = "rt_nothing_ins", f"rt_nothing_{run.dbname}"
+    with run.conn.cursor() as cur:
+        # rt_ri_nothing is in rt_pub (FOR ALL TABLES, publishes updates and deletes).
+        for sql in ("UPDATE rt_ri_nothing SET v = 'x'", "DELETE FROM rt_ri_nothing"):
+            with pytest.raises(psycopg2.errors.ObjectNotInPrerequisiteState,
+                               match="does not have a replica identity"):
+                cur.execute(sql)
+    # A database of its own: rt_pub there covers every table.
+    dbname = f"{run.dbname}_nothing"
+    run.server.execute(f"CREATE DATABASE {dbname}")
+    conn = run.server.connect(run.server.dsn_for(dbname))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE {name} (id int4, v text);"
+                        f" ALTER TABLE {name} REPLICA IDENTITY NOTHING;"
+                        f" CREATE PUBLICATION p_ins FOR TABLE {name} WITH (publish = 'insert')")
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            cur.execute(f"INSERT INTO {name} VALUES (1, 'a'), (2, 'b')")
+            cur.execute(f"UPDATE {name} SET v = 'changed' WHERE id = 1")
+            cur.execute(f"DELETE FROM {name} WHERE id = 2")
+            cur.execute(f"INSERT INTO {name} VALUES (3, 'c')")
+            cur.execute("CHECKPOINT")
+        for mode in MODES:
+            opts = {"proto_version": "1", "publication_names": "p_ins"}
+            if mode == "binary":
+                opts["binary"] = "true"
+            changes = pgoutput_arrow.decode(capture_table(peek(conn, slot, opts)))
+            t = changes.tables[f"public.{name}"]
+            assert t.schema.metadata[b"pg.replica_identity"] in (b"n", b"nothing"), t.schema.metadata
+            assert t.column("_op").to_pylist() == ["insert"] * 3
+            assert t.select(["id", "v"]).to_pylist() == [
+                {"id": 1, "v": "a"}, {"id": 2, "v": "b"}, {"id": 3, "v": "c"}]
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    finally:
+        conn.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: in binary mode, enum and composite values come out as utf8 holding '\\x...' hex "
+    "of the send bytes instead of binary (the Python API cannot set TypeOptions::binary)"))
+def test_binary_mode_undecodable_types_are_raw_bytes(run: Run) -> None:
+    """Issue 3: types the stream does not describe well enough to decode (composites, enums
+    in binary mode) → "binary with the raw bytes and the type name in the field metadata"."""
+    changes = run.changes("binary", 1)
+    t = changes.tables["public.rt_types"]
+    for col, type_name in (("mood", b"rt_mood"), ("comp", b"rt_pair")):
+        field_ = t.schema.field(col)
+        assert (field_.metadata or {}).get(b"pg.type_name") == type_name
+        assert pa.types.is_binary(field_.type) or pa.types.is_binary_view(field_.type) or \
+            pa.types.is_large_binary(field_.type), (col, field_.type)
+    compare_state(replay(changes, KEYS)["public.rt_types"],
+                  server_rows(run.conn, "public.rt_types", t, ["id", "mood", "comp"]),
+                  "public.rt_types")
