@@ -558,3 +558,86 @@ def test_binary_mode_undecodable_types_are_raw_bytes(run: Run) -> None:
     compare_state(replay(changes, KEYS)["public.rt_types"],
                   server_rows(run.conn, "public.rt_types", t, ["id", "mood", "comp"]),
                   "public.rt_types")
+
+
+# --------------------------------------------------------------------------- 2M changes
+
+MILLIONS = 2_000_000
+
+_DECODE_AND_MEASURE = textwrap.dedent("""
+    import json, sys
+    import pgoutput_arrow
+    changes = pgoutput_arrow.decode(sys.argv[1], memory_limit=int(sys.argv[2]),
+                                    spill_dir=sys.argv[3])
+    t = changes.tables["public.rt_big"]
+    ops = t.column("_op").unique().to_pylist()
+    ids = t.column("id")
+    import pyarrow.compute as pc
+    streamed = changes.transactions.column("streamed").to_pylist()
+    hwm = next(int(line.split()[1]) for line in open("/proc/self/status")
+               if line.startswith("VmHWM:"))
+    print(json.dumps({"rows": t.num_rows, "ops": ops, "min": pc.min(ids).as_py(),
+                      "max": pc.max(ids).as_py(), "streamed": streamed,
+                      "vmhwm_kib": hwm}))
+""")
+
+
+@pytest.mark.slow
+def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
+                                                             tmp_path: Path) -> None:
+    """One transaction of 2,000,000 inserts on a real PostgreSQL 18, streamed (protocol 2,
+    logical_decoding_work_mem=64kB), captured to Parquet in chunks, decoded in a child
+    process with memory_limit=64 MiB: every row comes out, peak RSS < 1 GiB."""
+    dbname = f"big_{os.getpid()}"
+    pg18.execute(f"CREATE DATABASE {dbname}")
+    conn = pg18.connect(pg18.dsn_for(dbname))
+    slot = f"rt_big_{os.getpid()}"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE rt_big (id int4, v text); CREATE PUBLICATION big FOR TABLE rt_big")
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        cur.execute(f"INSERT INTO rt_big SELECT g, 'r' || g FROM generate_series(1, {MILLIONS}) g")
+        cur.execute("CHECKPOINT")
+    conn.close()
+    capture = tmp_path / "big.parquet"
+    schema = pa.schema([("lsn", pa.int64()), ("xid", pa.int64()), ("data", pa.binary())])
+    # A server-side cursor: the client holds one chunk of messages at a time.
+    reader = psycopg2.connect(pg18.dsn_for(dbname))
+    messages = 0
+    try:
+        with reader.cursor(name="big") as cur, pq.ParquetWriter(capture, schema) as writer:
+            cur.itersize = 100_000
+            cur.execute("SELECT (lsn - '0/0')::int8, xid::text::int8, data FROM"
+                        " pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version',"
+                        " '2', 'streaming', 'on', 'publication_names', 'big')", (slot,))
+            while chunk := cur.fetchmany(100_000):
+                lsn, xid, data = zip(*chunk)
+                writer.write_table(pa.table([pa.array(lsn, pa.int64()), pa.array(xid, pa.int64()),
+                                             pa.array([bytes(d) for d in data], pa.binary())],
+                                            schema=schema))
+                messages += len(chunk)
+        reader.rollback()
+        with reader.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        reader.commit()
+    finally:
+        reader.close()
+    pg18.execute(f"DROP DATABASE {dbname}")
+    assert messages > MILLIONS
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _DECODE_AND_MEASURE, str(capture),
+                           str(64 << 20), str(spill)],
+                          capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak = out["vmhwm_kib"] * 1024
+    print(f"\n2M-change streamed transaction: {messages} messages, capture "
+          f"{capture.stat().st_size / 2**20:.1f} MiB, decoded in {seconds:.1f}s, "
+          f"peak RSS {peak / 2**20:.0f} MiB (memory_limit 64 MiB)")
+    assert out["rows"] == MILLIONS and out["ops"] == ["insert"]
+    assert (out["min"], out["max"]) == (1, MILLIONS)
+    assert out["streamed"] == [True]
+    assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
