@@ -154,10 +154,14 @@ def test_live_stream_equals_sql_interface(pg: PgServer, unique_name: str, binary
         # _lsn: the walsender and the SQL functions may attribute a message to different
         # records; _seq counts messages of each session. Everything else must be equal.
         cols = [c for c in want.schema.names if c not in ("_lsn", "_seq")]
-        order = [("_commit_lsn", "ascending"), ("_seq", "ascending")]
-        g = got.sort_by(order).select(cols).to_pylist()
-        w = want.sort_by(order).select(cols).to_pylist()
-        assert g == w, name
+        assert got.schema.names == want.schema.names, name
+
+        def rows(table: pa.Table) -> list[dict[str, Any]]:
+            # (pyarrow cannot sort_by tables with view columns: sort in Python)
+            ordered = sorted(table.to_pylist(), key=lambda r: (r["_commit_lsn"], r["_seq"]))
+            return [{c: r[c] for c in cols} for r in ordered]
+
+        assert rows(got) == rows(want), name
     truncates = as_table(live["truncates"]) if "truncates" in live else None
     assert truncates is not None and truncates.num_rows == sql.truncates.num_rows == 1
     # The streamed transaction of 3000 rows and the rolled-back savepoint came through right.
@@ -304,7 +308,8 @@ def test_server_restart_mid_stream_is_survived(pg: PgServer, unique_name: str) -
             stopper.start()
             try:
                 for item in s:
-                    got += item.batch.column("id").to_pylist()
+                    if item.kind == "table":
+                        got += item.batch.column("id").to_pylist()
                     s.ack(item.ack_lsn)
             except exc.ReplicationError as e:
                 raise AssertionError(f"{e}; workload errors: {errors!r}; server log:\n"
@@ -336,7 +341,8 @@ def test_scram_password_auth_and_wrong_password(pg: PgServer, unique_name: str,
     # Password in the DSN (SCRAM over TCP, as pg_hba.conf says).
     with pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name,
                                stop_at_lsn=end, stop_after=30) as s:
-        ids = [i for item in s for i in item.batch.column("id").to_pylist()]
+        ids = [i for item in s if item.kind == "table"
+               for i in item.batch.column("id").to_pylist()]
     assert ids == [1]
     # Password from a passfile (libpq's PGPASSFILE), through the CLI.
     passfile = tmp_path / "pgpass"
@@ -408,7 +414,8 @@ def test_tls_verify_full(version: int, tmp_path: Path) -> None:
                                    stop_after=30) as s:
             ssl_rows = server.query("SELECT l.ssl, l.version FROM pg_stat_ssl l JOIN "
                                     "pg_stat_replication r USING (pid)")
-            ids = [i for item in s for i in item.batch.column("id").to_pylist()]
+            ids = [i for item in s if item.kind == "table"
+                   for i in item.batch.column("id").to_pylist()]
         assert ids == [42]
         assert ssl_rows and ssl_rows[0][0] is True, ssl_rows
         # A certificate from a CA we do not trust is refused, with a clear error.
@@ -458,7 +465,7 @@ def test_idle_slot_advances_while_only_unpublished_tables_change(pg: PgServer,
         runner.join(timeout=30)
         s.close()
     assert start is not None and (slot_state(pg, unique_name)[0] or 0) > start
-    assert items == []
+    assert [i for i in items if i.kind == "table"] == []
     assert s.lag_bytes >= 0
 
 
@@ -608,7 +615,7 @@ def test_temporary_slot_and_stats(pg: PgServer, unique_name: str) -> None:
         pg.execute(f"INSERT INTO {t} SELECT generate_series(1, 10)")
         end = caught_up_lsn(pg)
         s.stop_at_lsn = end
-        rows = sum(item.num_rows for item in s)
+        rows = sum(item.num_rows for item in s if item.kind == "table")
         st = s.stats()
     assert rows == 10
     assert st.messages >= 12 and st.bytes > 0 and st.server_wal_end >= end
