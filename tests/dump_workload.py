@@ -106,6 +106,16 @@ def capture_workload(pg: PgServer, name: str, *, binary: bool = False,
     return Workload(rows, m, o, expected, options)
 
 
+def comparable(table: pa.Table) -> list[dict[str, object]]:
+    """The rows of a decoded table as JSON-safe values (as pgoutput-dump prints them), so
+    that tables compare value by value whatever their physical types (string_view or
+    string) and even where ``to_pylist`` cannot go (dates before year 1)."""
+    from pgoutput_arrow._render import column_values
+
+    cols = {f.name: column_values(table.column(f.name), False, f) for f in table.schema}
+    return [dict(zip(cols, row)) for row in zip(*cols.values())]
+
+
 def dump_command() -> str:
     """The installed console script of the interpreter running the tests."""
     import sys

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import pyarrow as pa
 
@@ -185,7 +185,7 @@ class Decoder:
     def take(self) -> list[Output]:
         """The batches completed so far (each handed out once)."""
         return [
-            Output(kind, table, version, pa.record_batch(native))
+            Output(cast(OutputKind, kind), table, version, pa.record_batch(native))
             for kind, table, version, native in self._native.take()
         ]
 

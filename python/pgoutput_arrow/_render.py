@@ -30,6 +30,13 @@ class Raw(str):
 
 _US_PER_DAY = 86_400_000_000
 
+#: PostgreSQL's ±infinity dates and timestamps, which the decoder keeps as the extreme
+#: values of the Arrow type (PostgreSQL's own sentinels).
+_INFINITY: dict[int, Raw] = {
+    2**31 - 1: Raw("infinity"), -(2**31): Raw("-infinity"),
+    2**63 - 1: Raw("infinity"), -(2**63): Raw("-infinity"),
+}
+
 
 def _civil_from_days(days: int) -> tuple[int, int, int]:
     """Days since 1970-01-01 → proleptic Gregorian (year, month, day), for any year
@@ -91,11 +98,14 @@ def _uuid(v: bytes | None) -> str | None:
 
 
 def _ints(arr: pa.Array) -> list[int | None]:
-    return arr.cast(pa.int64()).to_pylist()  # type: ignore[no-any-return]
+    """The integers behind a temporal array (days, microseconds, ...), whatever their range:
+    ``to_pylist`` would need Python's datetime, which stops at year 9999."""
+    width = pa.int32() if arr.type.bit_width == 32 else pa.int64()
+    return arr.view(width).to_pylist()  # type: ignore[no-any-return]
 
 
 def _extension_name(arr: pa.Array, field: pa.Field | None) -> str | None:
-    if isinstance(arr.type, pa.ExtensionType):
+    if isinstance(arr.type, pa.BaseExtensionType):
         return str(arr.type.extension_name)
     if field is not None and field.metadata:
         name = field.metadata.get(b"ARROW:extension:name")
@@ -113,7 +123,7 @@ def column_values(arr: pa.Array | pa.ChunkedArray, pretty: bool = False,
             out.extend(column_values(chunk, pretty, field))
         return out
     ext = _extension_name(arr, field)
-    if isinstance(arr.type, pa.ExtensionType):
+    if isinstance(arr.type, pa.BaseExtensionType):
         arr = arr.storage
     t = arr.type
     if ext == "arrow.uuid" and pa.types.is_fixed_size_binary(t):
@@ -137,7 +147,7 @@ def column_values(arr: pa.Array | pa.ChunkedArray, pretty: bool = False,
             or pa.types.is_fixed_size_binary(t)):
         return [_hex(v, pretty) for v in arr.to_pylist()]
     if pa.types.is_date32(t):
-        return [None if v is None else Raw(iso_date(v)) for v in _ints(arr)]
+        return [None if v is None else _INFINITY.get(v) or Raw(iso_date(v)) for v in _ints(arr)]
     if pa.types.is_date64(t):
         return [None if v is None else Raw(iso_date(v // 86_400_000)) for v in _ints(arr)]
     if pa.types.is_timestamp(t):
@@ -146,8 +156,10 @@ def column_values(arr: pa.Array | pa.ChunkedArray, pretty: bool = False,
         sep = " " if pretty else "T"
         vals = _ints(arr)
         if t.unit == "ns":
-            return [None if v is None else Raw(iso_timestamp(v // 1000, utc, sep)) for v in vals]
-        return [None if v is None else Raw(iso_timestamp(v * scale, utc, sep)) for v in vals]
+            return [None if v is None else _INFINITY.get(v) or Raw(iso_timestamp(v // 1000, utc, sep))
+                    for v in vals]
+        return [None if v is None else _INFINITY.get(v) or Raw(iso_timestamp(v * scale, utc, sep))
+                for v in vals]
     if pa.types.is_time(t):
         div = {"s": 1e-6, "ms": 1e-3, "us": 1, "ns": 1000}[t.unit]
         return [None if v is None else Raw(_iso_time(int(v // div))) for v in _ints(arr)]

@@ -24,7 +24,7 @@ from typing import IO, Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import Changes, Decoder, Output, __version__
+from . import Changes, Decoder, Output, OutputKind, __version__
 from ._render import column_values, format_pretty, iso_timestamp
 from .capture import Capture, lsn_to_int, lsn_to_str, open_capture, open_stream
 from .exceptions import PgoutputError
@@ -264,11 +264,13 @@ class CaptureSource:
 def _outputs_of(changes: Changes) -> list[Output]:
     out: list[Output] = []
     for name, versions in changes.table_versions.items():
-        for version, table in enumerate(versions):
+        for i, table in enumerate(versions, 1):
+            version = int((table.schema.metadata or {}).get(b"pg.version", i))
             out += [Output("table", name, version, b) for b in table.to_batches() if b.num_rows]
+    kind: OutputKind
     for kind in ("truncates", "messages", "transactions"):
-        out += [Output(kind, None, None, b)  # type: ignore[arg-type]
-                for b in getattr(changes, kind).to_batches() if b.num_rows]
+        out += [Output(kind, None, None, b) for b in getattr(changes, kind).to_batches()
+                if b.num_rows]
     return out
 
 
@@ -305,6 +307,8 @@ class Filters:
         if self.from_lsn is None and self.to_lsn is None:
             return None
         lsn = batch.column(column)
+        if "_lsn" in batch.schema.names:  # a non-transactional message: its own LSN
+            lsn = pc.coalesce(lsn, batch.column("_lsn"))
         conds = []
         if self.from_lsn is not None:
             conds.append(pc.greater_equal(lsn, pa.scalar(self.from_lsn, lsn.type)))
@@ -347,16 +351,30 @@ def filter_chunk(outputs: list[Output], filters: Filters) -> Chunk:
         elif out.kind == "messages" and filters.tables:
             continue
         mask = filters.mask(batch) if "_commit_lsn" in batch.schema.names else None
-        if mask is not None:
-            batch = batch.filter(mask)
-        if not batch.num_rows:
-            continue
-        if out.kind == "table":
-            chunk.tables.append((out.table or "", out.version or 0, batch))
-        else:
-            getattr(chunk, out.kind).append(batch)
+        for part in (_select(batch, mask.to_pylist()) if mask is not None else [batch]):
+            if not part.num_rows:
+                continue
+            if out.kind == "table":
+                chunk.tables.append((out.table or "", out.version or 0, part))
+            else:
+                getattr(chunk, out.kind).append(part)
     chunk.max_commit_lsn = max(commits) if commits else None
     return chunk
+
+
+def _select(batch: pa.RecordBatch, keep: list[bool]) -> list[pa.RecordBatch]:
+    """The kept rows as zero-copy slices, one per run of kept rows. (``filter`` would copy,
+    and pyarrow has no take kernel for view arrays.) Filters by LSN and limits keep one
+    run per batch, since a batch's rows are in commit order."""
+    parts = []
+    start = None
+    for i, k in enumerate([*keep, False]):
+        if k and start is None:
+            start = i
+        elif not k and start is not None:
+            parts.append(batch.slice(start, i - start))
+            start = None
+    return parts
 
 
 def _truncates_for(batch: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
@@ -388,12 +406,12 @@ def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
 
     def upto(b: pa.RecordBatch, commit: list[int]) -> pa.RecordBatch:
         seq = _ints(b, "_seq")
-        return b.filter(pa.array([(c, s) <= cut for c, s in zip(commit, seq)]))
+        return _select(b, [(c, s) <= cut for c, s in zip(commit, seq)])
 
     out = Chunk(max_commit_lsn=chunk.max_commit_lsn, transactions=chunk.transactions)
-    out.tables = [(n, v, upto(b, _ints(b, "_commit_lsn"))) for n, v, b in chunk.tables]
-    out.truncates = [upto(b, _ints(b, "_commit_lsn")) for b in chunk.truncates]
-    out.messages = [upto(b, _message_keys(b)) for b in chunk.messages]
+    out.tables = [(n, v, p) for n, v, b in chunk.tables for p in upto(b, _ints(b, "_commit_lsn"))]
+    out.truncates = [p for b in chunk.truncates for p in upto(b, _ints(b, "_commit_lsn"))]
+    out.messages = [p for b in chunk.messages for p in upto(b, _message_keys(b))]
     return out, remaining
 
 
@@ -411,7 +429,8 @@ def _message_keys(batch: pa.RecordBatch) -> list[int]:
 
 # --- changes as rows -----------------------------------------------------------------
 
-_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged")
+_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged",
+         "_status", "_subxid")
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -454,6 +473,14 @@ def events(chunk: Chunk, pretty: bool) -> list[Event]:
         cols = {f.name: column_values(b.column(f.name), pretty, f) for f in data_fields}
         before = column_values(b.column("_before"), pretty) if "_before" in b.schema.names \
             else [None] * b.num_rows
+        meta = b.schema.metadata or {}
+        if meta.get(b"pg.replica_identity") != b"full" and "_before" in b.schema.names:
+            # An old key ('K'): only the key columns were sent; the others are not NULL,
+            # they are absent.
+            key = {f.name for f in b.schema.field("_before").type
+                   if (f.metadata or {}).get(b"pg.key") == b"true"}
+            before = [None if r is None else {k: v for k, v in r.items() if k in key}
+                      for r in before]
         unchanged = _column(b, "_unchanged")
         ops, lsns, commits, xids, seqs = (_column(b, c) for c in
                                            ("_op", "_lsn", "_commit_lsn", "_xid", "_seq"))
@@ -558,10 +585,14 @@ class PrettySink:
             head = f"{indent}{_lsn_text(e.lsn) or '-':>12}  {e.op:<8} {e.name:<{self.width}}"
             if e.op == "message":
                 x = e.extra
-                body = (f"prefix={x['prefix']!r} content={x['content']}"
-                        + ("" if x["transactional"] else " (non-transactional)"))
-                lines.append(f"{head}  {body}".rstrip() if e.name else
-                             f"{indent}{_lsn_text(e.lsn) or '-':>12}  message  {body}")
+                content = x["content"]
+                try:  # pretty: the content as text when it is UTF-8, else \x hex
+                    content = "'" + bytes.fromhex(content[2:]).decode() + "'"
+                except (UnicodeDecodeError, ValueError):
+                    pass
+                body = (f"prefix='{x['prefix']}' content={content}"
+                        + ("" if x["transactional"] else "  (non-transactional)"))
+                lines.append(f"{head}  {body}")
                 continue
             if e.op == "truncate":
                 flags = [f for f, on in (("cascade", e.extra["cascade"]),

@@ -12,6 +12,7 @@ __all__ = [
     "CaptureError",
     "ParseError",
     "DecodeValueError",
+    "SchemaError",
     "UnknownRelationError",
     "ProtocolError",
     "SpillError",
@@ -70,7 +71,35 @@ class ParseError(PgoutputError):
 
 class DecodeValueError(PgoutputError, ValueError):
     """A value cannot be represented in its column's Arrow type (for example
-    ``infinity`` in a date column under ``special_values='error'``), or is malformed."""
+    ``infinity`` in a date column under ``special_values='error'``), or is malformed.
+    ``index`` is the message's position in the input, ``offset`` the value's byte offset
+    inside it."""
+
+    table: str | None
+    column: str | None
+    index: int | None
+    offset: int | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lsn: int | None = None,
+        table: str | None = None,
+        column: str | None = None,
+        index: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(message, lsn=lsn)
+        self.table = table
+        self.column = column
+        self.index = index
+        self.offset = offset
+
+
+class SchemaError(PgoutputError):
+    """The schema versions of a table (before and after ALTER TABLE) cannot be brought to
+    one schema for ``Changes.tables`` (``Changes.table_versions`` has them apart)."""
 
     table: str | None
     column: str | None
@@ -103,7 +132,14 @@ class UnknownRelationError(PgoutputError):
 
 class ProtocolError(PgoutputError):
     """Messages that parse but arrive in an impossible order (a change outside a
-    transaction, a Commit without Begin, a Stream Stop without Stream Start, ...)."""
+    transaction, a Commit without Begin, a Stream Stop without Stream Start, ...).
+    ``index`` is the message's position in the input."""
+
+    index: int | None
+
+    def __init__(self, message: str, *, lsn: int | None = None, index: int | None = None) -> None:
+        super().__init__(message, lsn=lsn)
+        self.index = index
 
 
 class SpillError(PgoutputError, OSError):
@@ -113,43 +149,6 @@ class SpillError(PgoutputError, OSError):
 class ReplicationError(PgoutputError):
     """The live replication connection failed (connection refused, slot missing, server
     gone)."""
-
-
-class ConnectionFailed(ReplicationError):
-    """The server could not be reached: refused, unreachable, timed out, TLS failed, or the
-    server is starting up or shutting down. ``sqlstate`` is set when the server sent one."""
-
-    sqlstate: str | None
-
-    def __init__(self, message: str, *, lsn: int | None = None, sqlstate: str | None = None) -> None:
-        super().__init__(message, lsn=lsn)
-        self.sqlstate = sqlstate
-
-
-class AuthenticationFailed(ConnectionFailed):
-    """The server refused the credentials (wrong password, no pg_hba.conf entry, unknown
-    role): retrying does not help."""
-
-
-class ConnectionLost(ConnectionFailed):
-    """The stream broke and could not be resumed within the reconnect budget (or cannot be
-    resumed at all: a temporary slot dies with its connection)."""
-
-
-class SlotNotFound(ReplicationError):
-    """The replication slot does not exist (and ``create_slot`` was not asked for)."""
-
-
-class SlotInUse(ReplicationError):
-    """The replication slot is being streamed by another process (``active_pid``)."""
-
-
-class PublicationNotFound(ReplicationError):
-    """A publication named in ``publication_names`` does not exist in the database."""
-
-
-class WalLevelNotLogical(ReplicationError):
-    """The server runs with ``wal_level`` below ``logical``: no logical decoding at all."""
 
 
 class ConnectionFailed(ReplicationError):

@@ -1,0 +1,21 @@
+//! The `pgoutput_arrow._internal` extension module: the pgoutput-arrow decoder driven from
+//! Python. Only conversions and error mapping live here; decoding is pgoutput-arrow's.
+//! Arrow data crosses the boundary through the Arrow PyCapsule interface, without copying.
+
+mod arrow_ffi;
+mod changes;
+mod decoder;
+mod errors;
+mod input;
+mod tables;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<decoder::PyDecoder>()?;
+    m.add_class::<tables::ArrowTable>()?;
+    m.add_class::<tables::ArrowBatch>()?;
+    Ok(())
+}

@@ -1,0 +1,252 @@
+"""pgoutput-dump, run as the installed console script on captures taken from real servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pgoutput_arrow
+from dump_workload import LONG, Workload, capture_workload, comparable, dump_command
+from pg_harness import PgServer, int_to_lsn
+
+
+def dump(*args: str | os.PathLike[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([dump_command(), *map(os.fspath, args)], capture_output=True,
+                          text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def workload(pg18: PgServer) -> Workload:
+    return capture_workload(pg18, "cli")
+
+
+@pytest.fixture(scope="module")
+def capture(workload: Workload, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return workload.write_parquet(tmp_path_factory.mktemp("cli") / "capture.parquet")
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, object]:
+    name = f"{obj['schema']}.{obj['table']}" if obj["table"] else ""
+    if obj["op"] == "message":
+        return ("message", "", obj["prefix"])
+    if obj["op"] == "truncate":
+        return ("truncate", name, None)
+    row = obj["new"] if obj["new"] is not None else obj["old"]
+    return (obj["op"], name, row.get("id", row.get("k")))
+
+
+def test_jsonl_one_line_per_change(capture: Path, workload: Workload) -> None:
+    lines = dump(capture, "--format", "jsonl").stdout.splitlines()
+    objs = [json.loads(line) for line in lines]
+    assert [_key(o) for o in objs] == workload.expected
+    for o in objs:
+        assert set(o) >= {"op", "schema", "table", "lsn", "commit_lsn", "commit_ts", "xid",
+                          "new", "old", "unchanged"}
+    # Commit order: commit LSNs never go back, and LSNs are X/Y.
+    commits = [pgoutput_arrow.lsn_to_int(o["commit_lsn"]) for o in objs]
+    assert commits == sorted(commits)
+    first = objs[0]
+    assert first["new"] == {
+        "id": 1, "name": LONG + "1", "amount": "12.50", "big": "9007199254740993",
+        "ts": "2024-02-29T12:34:56.789012Z", "d": "2024-02-29", "payload": "deadbeef",
+        "tags": ["x", None, "it's"], "f": "NaN", "doc": '{"a": [1, 2.5]}',
+        "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+    }
+    assert first["commit_ts"].endswith("Z") and first["xid"] > 0 and first["old"] is None
+    second = objs[1]["new"]
+    assert second["d"] == "-0043-03-15"  # 44 BC is astronomical year -43
+    assert second["f"] == "Infinity" and second["amount"] == "-0.01" and second["big"] == "-1"
+    assert second["payload"] == "" and second["tags"] == []
+    update = objs[3]
+    assert update["op"] == "update" and update["new"]["name"] == "renamed"
+    assert update["new"]["f"] == -0.5
+    delete = objs[4]
+    assert delete["new"] is None and delete["old"]["id"] == 3
+    pk_change = objs[7]
+    assert pk_change["new"]["id"] == 20 and pk_change["old"]["id"] == 2
+    # The two-table transaction: one xid, one commit LSN.
+    txn = objs[5:9]
+    assert len({o["xid"] for o in txn}) == 1 and len({o["commit_lsn"] for o in txn}) == 1
+    assert objs[8]["content"] == b"in a transaction".hex()
+
+
+def test_pretty_shows_transactions(capture: Path, workload: Workload) -> None:
+    out = dump(capture, "--format", "pretty").stdout.splitlines()
+    begins = [line for line in out if line.startswith("BEGIN ")]
+    commits = [line for line in out if line.startswith("COMMIT ")]
+    changes = [line for line in out if line.startswith("  ")]
+    assert len(begins) == len(commits) == 6
+    assert len(changes) == len(workload.expected)
+    assert "insert" in changes[0] and f"name='{LONG}1'" in changes[0] and "big=9007199254740993" in changes[0]
+    # Aligned: every change line has the operation and the table at the same columns.
+    table_cols = {line.index("public.") for line in changes if "public." in line}
+    assert len(table_cols) == 1
+
+
+def test_parquet_output_reads_back(capture: Path, workload: Workload, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    dump(capture, "--format", "parquet", "--output", out)
+    changes = pgoutput_arrow.decode(capture)
+    for name in (workload.main, workload.other):
+        files = sorted((out / name).iterdir())
+        assert files and all(f.suffix == ".parquet" and not f.name.startswith(".") for f in files)
+        for f in files:
+            first, last = f.stem.split("-")[:2]
+            assert len(first) == len(last) == 16
+        back = pa.concat_tables(pq.read_table(f) for f in files)
+        assert back.num_rows == changes.tables[name].num_rows
+        assert comparable(back) == comparable(changes.tables[name])
+    assert (out / "_transactions").is_dir() and (out / "_truncates").is_dir()
+    assert not list(out.rglob(".*.tmp"))
+
+
+def test_arrow_output(capture: Path, workload: Workload, tmp_path: Path) -> None:
+    dump(capture, "--format", "arrow", "--output", tmp_path)
+    (f,) = (tmp_path / workload.other).iterdir()
+    t = pa.ipc.open_file(f).read_all()
+    assert sorted(t.column("k").to_pylist()) == ["k1", "k2", "k3"]
+
+
+def test_filters(capture: Path, workload: Workload) -> None:
+    lines = dump(capture, "--format", "jsonl", "--table", "*_other").stdout.splitlines()
+    assert [_key(json.loads(x)) for x in lines] == [e for e in workload.expected if e[1] == workload.other]
+    lines = dump(capture, "--format", "jsonl", "--limit", "4").stdout.splitlines()
+    assert [_key(json.loads(x)) for x in lines] == workload.expected[:4]
+    objs = [json.loads(x) for x in dump(capture, "--format", "jsonl").stdout.splitlines()]
+    mid = objs[5]["commit_lsn"]
+    lines = dump(capture, "--format", "jsonl", "--from-lsn", mid, "--to-lsn", mid).stdout.splitlines()
+    assert [_key(json.loads(x)) for x in lines] == workload.expected[5:9]
+    lines = dump(capture, "--format", "jsonl",
+                 "--from-lsn", str(pgoutput_arrow.lsn_to_int(mid) + 1)).stdout.splitlines()
+    assert [_key(json.loads(x)) for x in lines] == workload.expected[9:]
+
+
+def test_stats(capture: Path, workload: Workload) -> None:
+    out = dump(capture, "--stats").stdout
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+    # columns: insert update delete truncate message total
+    assert rows[workload.main] == ["3", "2", "1", "0", "0", "6"]
+    assert rows[workload.other] == ["3", "0", "0", "1", "0", "4"]
+    assert rows["total"][-1] == str(len(workload.expected))
+
+
+def test_stdin_arrow_stream(workload: Workload, capture: Path, tmp_path: Path) -> None:
+    stream = workload.write_arrow_stream(tmp_path / "c.arrows").read_bytes()
+    proc = subprocess.run([dump_command(), "-", "--format", "jsonl"], input=stream,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == subprocess.run([dump_command(), capture, "--format", "jsonl"],
+                                         capture_output=True, timeout=120).stdout
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("pgoutput-dump: error: ") and "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_truncated_message(workload: Workload, tmp_path: Path) -> None:
+    t = workload.table()
+    data = t.column("data").to_pylist()
+    i = next(i for i, d in enumerate(data) if d[:1] == b"I")
+    data[i] = data[i][: len(data[i]) // 2]
+    bad = t.set_column(2, "data", pa.array(data, pa.binary()))
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    line = _one_error_line(dump(tmp_path / "bad.parquet", "--format", "jsonl", check=False))
+    assert "truncated" in line.lower() and int_to_lsn(workload.rows[i][0]) in line
+    assert f"offset" in line
+
+
+def test_corrupted_message(workload: Workload, tmp_path: Path) -> None:
+    t = workload.table()
+    data = t.column("data").to_pylist()
+    data[2] = b"\x01" + data[2][1:]
+    pq.write_table(t.set_column(2, "data", pa.array(data, pa.binary())), tmp_path / "bad.parquet")
+    line = _one_error_line(dump(tmp_path / "bad.parquet", check=False))
+    assert "unknown message kind" in line.lower()
+
+
+def test_truncated_file(capture: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(capture.read_bytes()[: capture.stat().st_size // 2])
+    line = _one_error_line(dump(cut, check=False))
+    assert "cut.parquet" in line
+
+
+def test_not_a_capture(tmp_path: Path) -> None:
+    t = pa.table({"a": [1]})
+    pq.write_table(t, tmp_path / "x.parquet")
+    line = _one_error_line(dump(tmp_path / "x.parquet", check=False))
+    assert "lsn" in line and "data" in line
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    line = _one_error_line(dump(tmp_path / "nope.parquet", check=False))
+    assert "nope.parquet" in line and "no such file" in line
+
+
+def test_usage_errors(capture: Path) -> None:
+    proc = dump(capture, "--no-such-option", check=False)
+    assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr
+    proc = dump(capture, "--format", "parquet", check=False)
+    assert proc.returncode == 2 and "--output" in proc.stderr
+    proc = dump(check=False)
+    assert proc.returncode == 2
+
+
+def test_debug_shows_traceback(tmp_path: Path) -> None:
+    proc = dump(tmp_path / "nope.parquet", "--debug", check=False)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+
+
+def test_help_and_version() -> None:
+    help_text = dump("--help").stdout
+    for option in ("--format", "--output", "--table", "--from-lsn", "--to-lsn", "--limit",
+                   "--stats", "--special-values", "--progress", "--debug", "--version",
+                   "examples:"):
+        assert option in help_text
+    assert dump("--version").stdout.strip() == f"pgoutput-dump {pgoutput_arrow.__version__}"
+    cargo = (Path(__file__).parents[1] / "Cargo.toml").read_text()
+    assert f'version = "{pgoutput_arrow.__version__}"' in cargo
+
+
+@pytest.mark.slow
+def test_wheel_installs_in_fresh_venv(tmp_path: Path) -> None:
+    """The wheel maturin builds installs alone into a new virtualenv, with its command."""
+    root = Path(__file__).parents[1]
+    maturin = Path(sys.executable).parent / "maturin"
+    subprocess.run([maturin, "build", "--release", "--out", tmp_path / "dist"], cwd=root,
+                   check=True, capture_output=True, timeout=900)
+    (wheel,) = (tmp_path / "dist").glob("pgoutput_arrow-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([venv / "bin" / "pip", "install", "--no-deps", "--quiet", wheel],
+                   check=True, timeout=300)
+    # pyarrow (the one dependency) without a download: a .pth file appends the test
+    # environment's site-packages, after the new venv's own, so pgoutput_arrow still comes
+    # from the wheel (checked below).
+    import pyarrow
+    purelib = subprocess.run([venv / "bin" / "python", "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "_test_deps.pth").write_text(str(Path(pyarrow.__file__).parents[1]) + "\n")
+    where = subprocess.run([venv / "bin" / "python", "-c",
+                            "import pgoutput_arrow; print(pgoutput_arrow.__file__)"],
+                           capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(venv)), where
+    out = subprocess.run([venv / "bin" / "pgoutput-dump", "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == f"pgoutput-dump {pgoutput_arrow.__version__}"
