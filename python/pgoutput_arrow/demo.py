@@ -167,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         end = parse_lsn(pg.execute("SELECT pg_current_wal_lsn()::text")[0][0])
 
         def caught_up() -> bool:
+            if files.poll() is not None:
+                err = files.stderr.read() if files.stderr else ""
+                raise RuntimeError(f"the parquet consumer exited ({files.returncode}): "
+                                   f"{err.strip()}")
             lsn = _slot_positions(pg).get("demo_parquet", ("0/0", None))[0]
             return parse_lsn(lsn) >= end
 
@@ -210,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             print("  public.orders schema: " + ", ".join(
                 f"{f.name}: {f.type}" for f in schema if not f.name.startswith("_before")))
         current = pg.execute("SELECT pg_current_wal_lsn()::text")[0][0]
+        notes = {"demo_screen": "stopped by --limit 40", "demo_parquet": "everything written"}
         for slot, (lsn, _pid) in _slot_positions(pg).items():
             lag = parse_lsn(current) - parse_lsn(lsn)
             print(f"  slot {slot:<13} confirmed_flush_lsn {lsn:<11} server at {current} "
-                  f"(lag {lag} bytes)")
+                  f"(lag {lag} bytes; {notes.get(slot, '')})")
         print(f"  WAL end when the workload ended: {lsn_to_str(end)}")
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)

@@ -191,7 +191,10 @@ class LiveFileSink:
                 else:
                     by_schema.append([b])
             for n, same in enumerate(by_schema):
-                table = _storable(pa.Table.from_batches(same), self.fmt)
+                table = pa.Table.from_batches(same)
+                if self.fmt == "parquet":
+                    table = _without_views(table)
+                table = _storable(table, self.fmt)
                 first, last = _lsn_range(table)
                 directory = self.root / key
                 directory.mkdir(exist_ok=True)
@@ -205,6 +208,30 @@ class LiveFileSink:
 
     def close(self) -> None:
         self._lock.close()
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """The type with view types replaced by their plain counterparts."""
+    if t == pa.string_view():
+        return pa.large_string()
+    if t == pa.binary_view():
+        return pa.large_binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _plain(t.value_type)
+        return t if inner == t.value_type else pa.list_(t.value_field.with_type(inner))
+    if pa.types.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+        plain = [f.with_type(_plain(f.type)) for f in fields]
+        return t if plain == fields else pa.struct(plain)
+    return t
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    """pyarrow's Parquet writer cannot slice view arrays (it does for pages and row
+    groups): cast string_view / binary_view to large_string / large_binary first."""
+    schema = pa.schema([f.with_type(_plain(f.type)) for f in table.schema],
+                       metadata=table.schema.metadata)
+    return table if schema.equals(table.schema) else table.cast(schema)
 
 
 def _lsn_range(table: pa.Table) -> tuple[int, int]:
