@@ -140,7 +140,7 @@ class CopyBoth:
         if n < 0:
             raise CopyBothEnded(self._conn_error())
         try:
-            frame = ctypes.string_at(buf.value, n)
+            frame = ctypes.string_at(buf.value or 0, n)
         finally:
             lib.PQfreemem(buf)
         kind = frame[:1]

@@ -327,6 +327,7 @@ def open_stream(args: argparse.Namespace, start_lsn: int | None) -> LiveStream:
 
 def run_live(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     """The live branch of ``pgoutput-dump``: stream, write, acknowledge."""
+    from . import Output
     from .cli import Filters, JsonlSink, PrettySink, StatsSink, UsageError, filter_chunk, limit_chunk
 
     out = out or sys.stdout
@@ -362,7 +363,9 @@ def run_live(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         with stream:
             linger = args.commit_interval if file_sink is not None else 0.0
             for batches, ack_lsn in stream.groups(linger=linger):
-                chunk = filter_chunk(batches, filters)  # LiveBatch has Output's fields
+                outputs = [Output(b.kind, b.table, b.version, b.batch)  # type: ignore[arg-type]
+                           for b in batches]
+                chunk = filter_chunk(outputs, filters)
                 complete = True
                 if remaining is not None:
                     chunk, n = limit_chunk(chunk, remaining)
