@@ -623,3 +623,57 @@ def test_temporary_slot_and_stats(pg: PgServer, unique_name: str) -> None:
     while slot_state(pg, unique_name) != (None, None):  # gone with its connection
         assert time.monotonic() < deadline, slot_state(pg, unique_name)
         time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_two_phase_prepared_transaction_survives_a_consumer_restart(
+        pg: PgServer, unique_name: str) -> None:
+    """The slot must not be confirmed past an unresolved PREPARE: the server would not send
+    its changes again, and a consumer restarted before COMMIT PREPARED would lose them."""
+    t, other = f"{unique_name}_t", f"{unique_name}_o"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY); CREATE TABLE {other} (id int)")
+    opts: dict[str, Any] = dict(slot=unique_name, two_phase=True, create_publication=[t],
+                                status_interval=0.3, stop_after=60)
+    items: list[Any] = []
+
+    def consume(s: LiveStream) -> None:
+        for item in s:
+            if item.kind == "table":
+                items.extend(item.batch.column("id").to_pylist())
+            s.ack(item.ack_lsn)
+
+    s = pgoutput_arrow.stream(pg.dsn, create_slot=True, **opts)
+    s.open()
+    runner = threading.Thread(target=consume, args=(s,))
+    runner.start()
+    pg.execute(f"BEGIN; INSERT INTO {t} VALUES (1); PREPARE TRANSACTION '{unique_name}'")
+    after_prepare = pg.current_wal_lsn()
+    for i in range(10):  # only unpublished changes: keepalives keep coming
+        pg.execute(f"INSERT INTO {other} VALUES ({i})")
+        time.sleep(0.1)
+    caught_up_lsn(pg)
+    time.sleep(1.5)
+    confirmed = slot_state(pg, unique_name)[0] or 0
+    assert confirmed < after_prepare, "confirmed past an unresolved prepared transaction"
+    s.stop()
+    runner.join(timeout=30)
+    s.close()
+    wait_slot_inactive(pg, unique_name)
+    assert items == []  # prepared, not committed: nothing comes out yet
+    # A new consumer (as after a crash) gets the prepared changes again, then the commit.
+    s = pgoutput_arrow.stream(pg.dsn, **opts)
+    s.open()
+    runner = threading.Thread(target=consume, args=(s,))
+    runner.start()
+    try:
+        pg.execute(f"COMMIT PREPARED '{unique_name}'")
+        end = caught_up_lsn(pg)
+        deadline = time.monotonic() + 30
+        while items != [1] or (slot_state(pg, unique_name)[0] or 0) < end:
+            assert time.monotonic() < deadline, (items, slot_state(pg, unique_name))
+            time.sleep(0.1)
+    finally:
+        s.stop()
+        runner.join(timeout=30)
+        s.close()
+    assert items == [1]
