@@ -6,7 +6,8 @@
 # (Python runs per median, default 5), PGOUTPUT_LIVE_CHANGES (default 1000000),
 # PGOUTPUT_LIVE_REPS (default 3), PGOUTPUT_BENCH_DATA (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare live profile report").
+# BENCH_STEPS (default "gen criterion compare live profile report"), BENCH_COMMAND (what
+# BENCHMARKS.md says was run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +17,7 @@ export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
 STEPS=${BENCH_STEPS:-gen criterion compare live profile report}
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-COMMAND="make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"
+COMMAND=${BENCH_COMMAND:-"make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"}
 
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 

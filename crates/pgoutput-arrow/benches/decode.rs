@@ -1,6 +1,9 @@
 //! Arrow decoding throughput on captures of real workloads (`benches/gen_captures.py`), in
 //! bytes of pgoutput payload per second: a whole capture pushed through a [`Decoder`] (as
 //! `pgoutput_arrow.decode` does with an Arrow binary column) until every batch is built.
+//! `pgoutput_arrow_arrived` is the same in [`EmitMode::Arrived`], where changes are decoded
+//! as they arrive instead of being buffered until their Commit: the difference is the cost
+//! of transaction assembly.
 //!
 //! `PGOUTPUT_BENCH_DATA` names the capture directory (default `bench-data/`);
 //! without captures the benchmark prints a message and does nothing.
@@ -10,7 +13,7 @@ use std::hint::black_box;
 use arrow_array::BinaryArray;
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use criterion::{Criterion, Throughput};
-use pgoutput_arrow::{Decoder, DecoderOptions};
+use pgoutput_arrow::{Decoder, DecoderOptions, EmitMode};
 
 #[path = "../../../benches/capture.rs"]
 mod capture;
@@ -25,8 +28,8 @@ fn as_binary_array(cap: &capture::Capture) -> BinaryArray {
     )
 }
 
-fn decode_array(lsns: &[u64], data: &BinaryArray) -> usize {
-    let mut decoder = Decoder::new(DecoderOptions::default());
+fn decode_array(lsns: &[u64], data: &BinaryArray, emit: EmitMode) -> usize {
+    let mut decoder = Decoder::new(DecoderOptions { emit, ..DecoderOptions::default() });
     decoder.push_array(lsns, data).expect("a capture from a real server decodes");
     let out = decoder.finish().expect("finish");
     black_box(&out);
@@ -45,7 +48,10 @@ fn main() {
         group.throughput(Throughput::Bytes(cap.payload_bytes()));
         group.sample_size(10);
         group.bench_function("pgoutput_arrow", |b| {
-            b.iter(|| black_box(decode_array(&cap.lsns, &array)))
+            b.iter(|| black_box(decode_array(&cap.lsns, &array, EmitMode::default())))
+        });
+        group.bench_function("pgoutput_arrow_arrived", |b| {
+            b.iter(|| black_box(decode_array(&cap.lsns, &array, EmitMode::Arrived)))
         });
         group.finish();
     }
