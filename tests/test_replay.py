@@ -649,3 +649,25 @@ def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
     assert (out["min"], out["max"]) == (1, MILLIONS)
     assert out["streamed"] == [True]
     assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_typed_python_values(run: Run, mode: str) -> None:
+    """The decoded Arrow values as Python objects equal psycopg2's typed values: Decimal,
+    tz-aware UTC datetime, naive datetime, date, time, UUID."""
+    changes = run.changes(mode, 4 if _supported(run.server.version, 4) else 3)
+    state = replay(changes, KEYS)["public.rt_types"]
+    t = changes.tables["public.rt_types"]
+    cols = ["n_ps", "ts", "tstz", "d", "tm", "u", "i8", "b"]
+    with run.conn.cursor() as cur:
+        cur.execute(f"SELECT id, {', '.join(cols)} FROM rt_types WHERE id IN (1, 3) ORDER BY id")
+        server = {r[0]: dict(zip(cols, r[1:])) for r in cur.fetchall()}
+    last = {}
+    for row in t.select(["id", *cols]).to_pylist():
+        last[row["id"]] = row  # the final value of each row (no unchanged TOAST here)
+    for id_ in (1, 3):
+        got = {c: last[id_][c] for c in cols}
+        got["u"] = str(got["u"]) if got["u"] is not None else None
+        assert got == server[id_], (id_, got, server[id_])
+        assert got["tstz"].utcoffset().total_seconds() == 0
+    assert state.rows[(1,)]["n_ps"] == server[1]["n_ps"]
