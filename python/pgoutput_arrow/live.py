@@ -329,6 +329,11 @@ class LiveStream:
         self._copy: Any = None
         self._decoder: Any = None
         self._feed: Callable[[bytes, int], Any] = lambda data, lsn: None
+        self._feed_batch: Callable[[pa.RecordBatch], Any] | None = None
+        # Messages read but not yet given to the decoder: fed many at a time, as one Arrow
+        # batch, which costs one call into the decoder instead of one per message.
+        self._batch_lsns: list[int] = []
+        self._batch_data: list[bytes] = []
         self._txns = _TxnTracker()
         # Decoded groups not yet handed out: the batches of one decoder flush, and the
         # position that is handled once all of them are.
@@ -711,6 +716,8 @@ class LiveStream:
         else:
             push = dec.push
             self._feed = lambda data, lsn: push(lsn, data)
+        self._feed_batch = getattr(dec, "feed_batch", None)
+        self._batch_lsns, self._batch_data = [], []
         self._decoder = dec
         self._txns = _TxnTracker()
         self._fed_since_flush = 0
@@ -776,9 +783,21 @@ class LiveStream:
                                               "the replication stream failed") from None
             self._reconnect(e)
 
+    def _feed_pending(self) -> None:
+        if not self._batch_data:
+            return
+        batch = pa.record_batch([pa.array(self._batch_lsns, pa.uint64()),
+                                 pa.array(self._batch_data, pa.binary())],
+                                names=["lsn", "data"])
+        self._batch_lsns, self._batch_data = [], []
+        assert self._feed_batch is not None
+        self._feed_batch(batch)
+
     def _read_available(self) -> None:
         copy = self._copy
+        batched = self._feed_batch is not None
         feed = self._feed
+        lsns, datas = self._batch_lsns, self._batch_data
         see = self._txns.see
         deadline = time.monotonic() + self.flush_interval
         n = 0
@@ -789,7 +808,11 @@ class LiveStream:
             kind, fields = frame
             if kind == "w":
                 start, end, _clock, payload = fields
-                feed(payload, start)
+                if batched:
+                    lsns.append(start)
+                    datas.append(payload)
+                else:
+                    feed(payload, start)
                 see(payload)
                 self._messages += 1
                 self._bytes += len(payload)
@@ -800,6 +823,9 @@ class LiveStream:
                     self._received = end
                 n += 1
                 if n & 1023 == 0:
+                    if batched:
+                        self._feed_pending()
+                        lsns, datas = self._batch_lsns, self._batch_data
                     now = time.monotonic()
                     self._tick(now)
                     if now - self._last_status >= self.status_interval:
@@ -855,6 +881,7 @@ class LiveStream:
         dec = self._decoder
         if dec is None:
             return
+        self._feed_pending()
         dec.flush()
         items = dec.take()
         safe = int(dec.safe_lsn or 0)
