@@ -37,6 +37,7 @@ _KEEPALIVE = struct.Struct("!QqB")  # WAL end, server clock, reply requested
 _STATUS = struct.Struct("!cQQQqB")  # 'r', written, flushed, applied, clock, reply requested
 
 _lib: Any = None
+_string_at = ctypes.string_at
 
 
 class CopyBothEnded(Exception):
@@ -117,6 +118,10 @@ class CopyBoth:
         if self._lib.PQserverVersion(self._pg) != conn.server_version:
             raise OSError("the libpq found is not the one psycopg2 uses")
         self._buf = ctypes.c_void_p()
+        self._bufref = ctypes.byref(self._buf)
+        # Bound once: read() runs once per message.
+        self._get = self._lib.PQgetCopyData
+        self._free = self._lib.PQfreemem
 
     def fileno(self) -> int:
         return int(self._lib.PQsocket(self._pg))
@@ -127,12 +132,12 @@ class CopyBoth:
         Returns ``('w', (wal_start, wal_end, server_clock, payload: bytes))`` or
         ``('k', (wal_end, server_clock, reply_requested: bool))``.
         """
-        lib, pg, buf = self._lib, self._pg, self._buf
-        n = lib.PQgetCopyData(pg, ctypes.byref(buf), 1)
+        pg, buf, ref = self._pg, self._buf, self._bufref
+        n = self._get(pg, ref, 1)
         if n == 0:
-            if not lib.PQconsumeInput(pg):
+            if not self._lib.PQconsumeInput(pg):
                 raise CopyBothEnded(self._conn_error())
-            n = lib.PQgetCopyData(pg, ctypes.byref(buf), 1)
+            n = self._get(pg, ref, 1)
             if n == 0:
                 return None
         if n == -1:
@@ -140,9 +145,9 @@ class CopyBoth:
         if n < 0:
             raise CopyBothEnded(self._conn_error())
         try:
-            frame = ctypes.string_at(buf.value or 0, n)
+            frame = _string_at(buf.value or 0, n)
         finally:
-            lib.PQfreemem(buf)
+            self._free(buf)
         kind = frame[:1]
         if kind == b"w" and n >= 25:
             start, end, clock = _XLOG_HEADER.unpack_from(frame, 1)
