@@ -10,8 +10,8 @@ test then peeks one slot. The SQL of the workload is in :func:`_workload`.
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -639,7 +639,7 @@ def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
                           capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
+
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     peak = out["vmhwm_kib"] * 1024
     print(f"\n2M-change streamed transaction: {messages} messages, capture "
