@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use pgoutput_proto::{Oid, Relation, RelationId, ReplicaIdentity, Xid};
 
+use crate::idmap::IdMap;
 use crate::types::PgColumnType;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,14 +49,14 @@ pub(crate) struct Catalog {
     /// When each version last became the global definition of its relation (0: never).
     activated: Vec<u64>,
     activations: u64,
-    global: HashMap<RelationId, u32>,
+    global: IdMap<RelationId, u32>,
     /// Definitions sent inside streamed transactions, by top-level xid.
-    overlays: HashMap<Xid, HashMap<RelationId, u32>>,
+    overlays: IdMap<Xid, IdMap<RelationId, u32>>,
     /// Per table name: its index and the schema ids of its versions, oldest first.
     tables: HashMap<Arc<str>, (u32, Vec<u32>)>,
     table_names: Vec<Arc<str>>,
     /// Names of non-built-in types from Type messages.
-    type_names: HashMap<Oid, String>,
+    type_names: IdMap<Oid, String>,
 }
 
 /// "schema.table" as PostgreSQL names it; the Relation message leaves pg_catalog empty.
@@ -143,11 +144,12 @@ impl Catalog {
 
     /// The schema id of a relation as a change in `scope` sees it.
     pub fn lookup(&self, relation_id: RelationId, scope: Option<Xid>) -> Option<u32> {
-        scope
-            .and_then(|xid| self.overlays.get(&xid))
-            .and_then(|o| o.get(&relation_id))
-            .or_else(|| self.global.get(&relation_id))
-            .copied()
+        if let Some(xid) = scope.filter(|_| !self.overlays.is_empty()) {
+            if let Some(id) = self.overlays.get(&xid).and_then(|o| o.get(&relation_id)) {
+                return Some(*id);
+            }
+        }
+        self.global.get(&relation_id).copied()
     }
 
     /// A streamed transaction committed (or prepared): its definitions become global.

@@ -20,6 +20,7 @@ use pgoutput_proto::{parse_message, Lsn, Message, Parser, TupleData, Xid};
 use crate::catalog::Catalog;
 use crate::changes::{assemble, Changes};
 use crate::error::DecodeError;
+use crate::idmap::IdMap;
 use crate::meta::{MessagesBuilder, TransactionsBuilder, TruncatesBuilder, TxnRow};
 use crate::options::{DecoderOptions, EmitMode};
 use crate::spill::EntryHeader;
@@ -60,7 +61,7 @@ pub struct Decoder {
     /// The transaction between Begin (or Begin Prepare) and Commit (or Prepare).
     current: Option<Txn>,
     /// Streamed transactions not yet committed, by top-level xid.
-    streams: HashMap<Xid, Txn>,
+    streams: IdMap<Xid, Txn>,
     /// Inside a Stream Start … Stop block: its top-level xid.
     stream_xid: Option<Xid>,
     /// Prepared transactions waiting for their outcome, by gid.
@@ -82,6 +83,8 @@ pub struct Decoder {
     /// `finished_end` when the builders were last empty.
     safe_at_empty: u64,
     stopped: Option<String>,
+    /// The entry vector of the last transaction decoded, reused by the next one.
+    spare_entries: Vec<Entry>,
 }
 
 impl Decoder {
@@ -95,7 +98,7 @@ impl Decoder {
             seq: 0,
             next_buffer_id: 0,
             current: None,
-            streams: HashMap::new(),
+            streams: IdMap::default(),
             stream_xid: None,
             prepared: HashMap::new(),
             tables: Vec::new(),
@@ -109,6 +112,7 @@ impl Decoder {
             unflushed_rows: 0,
             safe_at_empty: 0,
             stopped: None,
+            spare_entries: Vec::new(),
         }
     }
 
@@ -208,6 +212,7 @@ impl Decoder {
                     return Err(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x)));
                 }
                 let mut txn = Txn::new(b.xid, at.lsn, false);
+                txn.entries = std::mem::take(&mut self.spare_entries);
                 txn.final_lsn = Some(b.final_lsn.0);
                 txn.commit_ts = Some(b.commit_ts);
                 self.current = Some(txn);
@@ -635,6 +640,11 @@ impl Decoder {
                 self.decode(&message, e.h.aux, names, &ctx, &meta)
             });
             self.next_buffer_id = next_id;
+            let mut entries = std::mem::take(&mut txn.entries);
+            if entries.capacity() <= 1 << 16 {
+                entries.clear();
+                self.spare_entries = entries;
+            }
             if let Err(e) = result {
                 // The transaction is partly in the builders: nothing sound can follow.
                 self.stopped.get_or_insert_with(|| e.to_string());

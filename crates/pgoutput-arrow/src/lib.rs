@@ -42,6 +42,7 @@ mod catalog;
 mod changes;
 mod decoder;
 mod error;
+mod idmap;
 mod meta;
 mod options;
 mod spill;

@@ -5,7 +5,6 @@
 //! buffered messages of the largest transactions go to a spill file; at commit
 //! the spilled prefix is read back before the in-memory suffix, so order holds.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -67,7 +66,7 @@ pub(crate) struct Txn {
     pub memory: usize,
     pub spill: Option<SpillFile>,
     /// Subtransactions rolled back (ROLLBACK TO SAVEPOINT): their messages are skipped.
-    pub aborted_subxids: HashSet<Xid>,
+    pub aborted_subxids: Vec<Xid>,
     /// The relations of each buffered Truncate, resolved when it arrived.
     pub truncates: Vec<Arc<[Arc<str>]>>,
     /// Row changes buffered (Insert, Update, Delete), aborted subtransactions included.
@@ -88,7 +87,7 @@ impl Txn {
             entries: Vec::new(),
             memory: 0,
             spill: None,
-            aborted_subxids: HashSet::new(),
+            aborted_subxids: Vec::new(),
             truncates: Vec::new(),
             changes: 0,
         }
@@ -125,7 +124,9 @@ impl Txn {
     /// Drops the changes of a rolled-back subtransaction; returns the memory freed.
     pub fn abort_subtransaction(&mut self, subxid: Xid) -> usize {
         // Spilled messages cannot be removed from the file: they are skipped on replay.
-        self.aborted_subxids.insert(subxid);
+        if !self.aborted_subxids.contains(&subxid) {
+            self.aborted_subxids.push(subxid);
+        }
         let before = self.memory;
         self.entries.retain(|e| !(e.h.in_stream && e.h.xid == subxid));
         self.memory = self.entries.iter().map(entry_cost).sum();
@@ -139,7 +140,10 @@ impl Txn {
         next_buffer_id: &mut u64,
         mut f: impl FnMut(EntryRef<'_>) -> Result<(), DecodeError>,
     ) -> Result<(), DecodeError> {
-        let skip = |h: &EntryHeader, aborted: &HashSet<Xid>| h.in_stream && !aborted.is_empty() && aborted.contains(&h.xid);
+        self.aborted_subxids.sort_unstable();
+        let skip = |h: &EntryHeader, aborted: &[Xid]| {
+            h.in_stream && !aborted.is_empty() && aborted.binary_search(&h.xid).is_ok()
+        };
         if let Some(spill) = self.spill.take() {
             let mut reader = spill.into_reader()?;
             while let Some(chunk) = reader.next_chunk()? {
