@@ -375,6 +375,13 @@ def run_live(args: argparse.Namespace, out: IO[str] | None = None) -> int:
                     file_sink.write_group(chunk, ack_lsn if complete else 0)
                 if sink is not None:
                     sink.write(chunk)
+                    if isinstance(sink, PrettySink):
+                        # A live group holds whole transactions: show the COMMIT line now
+                        # rather than when the next transaction arrives.
+                        lines: list[str] = []
+                        sink._close_txn(lines)
+                        if lines:
+                            out.write("\n".join(lines) + "\n")
                     out.flush()
                 if stats is not None:
                     stats.write(chunk)
