@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, BinaryViewArray, GenericBinaryArray, OffsetSizeTrait, RecordBatch};
 use arrow_buffer::Buffer;
+use arrow_select::concat::concat_batches;
 use pgoutput_proto::{parse_message, Lsn, Message, Parser, TupleData, Xid};
 
 use crate::catalog::Catalog;
@@ -85,6 +86,9 @@ pub struct Decoder {
     stopped: Option<String>,
     /// The entry vector of the last transaction decoded, reused by the next one.
     spare_entries: Vec<Entry>,
+    /// By schema id: rows of the open transaction taken out of a builder by a flush
+    /// before its Commit; they come out at the Commit.
+    carries: Vec<Option<RecordBatch>>,
 }
 
 impl Decoder {
@@ -113,6 +117,7 @@ impl Decoder {
             safe_at_empty: 0,
             stopped: None,
             spare_entries: Vec::new(),
+            carries: Vec::new(),
         }
     }
 
@@ -213,6 +218,7 @@ impl Decoder {
                 }
                 let mut txn = Txn::new(b.xid, at.lsn, false);
                 txn.entries = std::mem::take(&mut self.spare_entries);
+                txn.direct = !self.arrived;
                 txn.final_lsn = Some(b.final_lsn.0);
                 txn.commit_ts = Some(b.commit_ts);
                 self.current = Some(txn);
@@ -544,9 +550,39 @@ impl Decoder {
                 zero_copy: at.base.len() > at.len,
             };
             self.begin_emit();
-            return self.decode(message, aux, names.as_deref(), &ctx, &meta).inspect_err(|_| {
+            return self.decode(message, aux, names.as_deref(), &ctx, &meta, false).map(|_| ()).inspect_err(|_| {
                 self.stopped.get_or_insert_with(|| "a change could not be decoded".into());
             });
+        }
+        if !at.in_stream {
+            if let Some(t) = self.current.as_mut().filter(|t| t.direct) {
+                if is_row {
+                    t.changes += 1;
+                    t.direct_rows += 1;
+                    let meta = TxnMeta { commit_lsn: t.final_lsn, commit_ts: t.commit_ts, xid: t.xid, status: None };
+                    let ctx = MessageCtx {
+                        base: at.base,
+                        buffer_id: at.buffer_id,
+                        message: &at.base.as_slice()[at.start..at.start + at.len],
+                        lsn: at.lsn,
+                        seq: at.seq,
+                        subxid: None,
+                        zero_copy: at.base.len() > at.len,
+                    };
+                    let full = self.decode(message, aux, None, &ctx, &meta, true)?;
+                    if let Some(t) = self.current.as_mut() {
+                        if !t.touched.contains(&aux) {
+                            t.touched.push(aux);
+                        }
+                        // A large transaction: the rest waits as messages (which
+                        // can spill), not as rows.
+                        t.direct = !full;
+                    }
+                    return Ok(());
+                }
+                // Truncates and messages wait for the Commit, and so does what follows.
+                t.direct = false;
+            }
         }
         let entry = Entry {
             h: EntryHeader { lsn: at.lsn, seq: at.seq, xid: carried_xid.unwrap_or(0), aux, in_stream: at.in_stream },
@@ -614,7 +650,24 @@ impl Decoder {
         self.buffered -= txn.memory;
         self.begin_emit();
         let meta = TxnMeta { commit_lsn: fin.commit_lsn, commit_ts: fin.ts, xid: txn.xid, status: None };
-        let mut emitted = 0u64;
+        let mut emitted = txn.direct_rows;
+        // Rows decoded before the Commit are committed now.
+        for &sid in &txn.touched {
+            let Some(b) = self.tables.get_mut(sid as usize).and_then(|b| b.as_mut()) else { continue };
+            if let (Some(lsn), Some(ts)) = (fin.commit_lsn, fin.ts) {
+                b.set_commit(b.committed, lsn, ts);
+            }
+            self.unflushed_rows += b.len() - b.committed;
+            b.committed = b.len();
+            if let Some(carry) = self.carries.get_mut(sid as usize).and_then(|c| c.take()) {
+                self.ready.push(Output::Table { name: b.rel.table.to_string(), version: b.rel.version, batch: carry });
+            }
+        }
+        for &sid in &txn.touched {
+            if self.tables[sid as usize].as_ref().is_some_and(|b| b.len() >= self.opts.batch_size) {
+                self.flush_table(sid as usize)?;
+            }
+        }
         if !self.arrived {
             let truncates = std::mem::take(&mut txn.truncates);
             let mut next_id = self.next_buffer_id;
@@ -637,7 +690,7 @@ impl Decoder {
                     subxid: e.h.in_stream.then_some(e.h.xid),
                     zero_copy: e.zero_copy,
                 };
-                self.decode(&message, e.h.aux, names, &ctx, &meta)
+                self.decode(&message, e.h.aux, names, &ctx, &meta, false).map(|_| ())
             });
             self.next_buffer_id = next_id;
             let mut entries = std::mem::take(&mut txn.entries);
@@ -668,10 +721,20 @@ impl Decoder {
         });
         self.row_added_meta();
         self.finished_end = self.finished_end.max(fin.end_lsn.unwrap_or(fin.lsn));
+        // Builders that grew past the batch size while the rows waited, or whose
+        // table changed definition meanwhile.
+        for &sid in &txn.touched {
+            let Some(b) = self.tables.get(sid as usize).and_then(|b| b.as_ref()) else { continue };
+            let active = self.active.get(b.rel.table_index as usize).copied().flatten() == Some(sid);
+            if b.len() >= self.opts.batch_size || !active {
+                self.flush_table(sid as usize)?;
+            }
+        }
         Ok(())
     }
 
-    /// Decodes one change into the builders.
+    /// Decodes one change into the builders. `direct`: the row belongs to the open
+    /// transaction, not committed yet; returns whether its builder is full then.
     fn decode(
         &mut self,
         message: &Message<'_>,
@@ -679,25 +742,29 @@ impl Decoder {
         truncated: Option<&[Arc<str>]>,
         ctx: &MessageCtx<'_>,
         meta: &TxnMeta,
-    ) -> Result<(), DecodeError> {
+        direct: bool,
+    ) -> Result<bool, DecodeError> {
         match message {
-            Message::Insert(i) => self.append_row(aux, Op::Insert, &i.new, None, ctx, meta),
-            Message::Update(u) => self.append_row(aux, Op::Update, &u.new, u.old.as_ref().map(|o| o.tuple()), ctx, meta),
-            Message::Delete(d) => self.append_row(aux, Op::Delete, d.old.tuple(), Some(d.old.tuple()), ctx, meta),
+            Message::Insert(i) => self.append_row(aux, Op::Insert, &i.new, None, ctx, meta, direct),
+            Message::Update(u) => {
+                self.append_row(aux, Op::Update, &u.new, u.old.as_ref().map(|o| o.tuple()), ctx, meta, direct)
+            }
+            Message::Delete(d) => self.append_row(aux, Op::Delete, d.old.tuple(), Some(d.old.tuple()), ctx, meta, direct),
             Message::Truncate(t) => {
                 self.truncates.append(truncated.unwrap_or(&[]), t.cascade, t.restart_identity, ctx.lsn, ctx.seq, meta);
                 self.row_added_meta();
-                Ok(())
+                Ok(false)
             }
             Message::Message(m) => {
                 self.messages.append(m.prefix, m.content, m.lsn.0, ctx.seq, Some(meta));
                 self.row_added_meta();
-                Ok(())
+                Ok(false)
             }
-            _ => Ok(()),
+            _ => Ok(false),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn append_row(
         &mut self,
         schema_id: u32,
@@ -706,7 +773,8 @@ impl Decoder {
         old: Option<&TupleData<'_>>,
         ctx: &MessageCtx<'_>,
         meta: &TxnMeta,
-    ) -> Result<(), DecodeError> {
+        direct: bool,
+    ) -> Result<bool, DecodeError> {
         let sid = schema_id as usize;
         if self.tables.len() <= sid {
             self.tables.resize_with(sid + 1, || None);
@@ -728,11 +796,15 @@ impl Decoder {
         }
         let builder = self.tables[sid].as_mut().expect("created above");
         builder.append(op, row, old, ctx, meta)?;
+        if direct {
+            return Ok(builder.len() >= self.opts.batch_size);
+        }
+        builder.committed += 1;
         self.unflushed_rows += 1;
         if builder.len() >= self.opts.batch_size {
             self.flush_table(sid)?;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Called before rows are added: remembers what was safe while nothing was pending.
@@ -752,15 +824,34 @@ impl Decoder {
         }
     }
 
+    /// Hands out the committed rows of a builder; rows of the open transaction
+    /// wait in `carries` for its Commit.
     fn flush_table(&mut self, sid: usize) -> Result<(), DecodeError> {
         let Some(builder) = self.tables.get_mut(sid).and_then(|b| b.as_mut()) else { return Ok(()) };
         let rows = builder.len();
         if rows == 0 {
             return Ok(());
         }
+        let committed = builder.committed;
         let batch = builder.finish()?;
-        self.unflushed_rows -= rows;
-        self.ready.push(Output::Table { name: builder.rel.table.to_string(), version: builder.rel.version, batch });
+        let (name, version) = (builder.rel.table.to_string(), builder.rel.version);
+        if committed < rows {
+            let tail = batch.slice(committed, rows - committed);
+            if self.carries.len() <= sid {
+                self.carries.resize(sid + 1, None);
+            }
+            let carry = match self.carries[sid].take() {
+                Some(c) => concat_batches(&tail.schema(), [&c, &tail])
+                    .map_err(|e| DecodeError::arrow(format!("rows of {name} waiting for their Commit"), e))?,
+                None => tail,
+            };
+            self.carries[sid] = Some(carry);
+        }
+        if committed > 0 {
+            self.unflushed_rows -= committed;
+            let batch = if committed < rows { batch.slice(0, committed) } else { batch };
+            self.ready.push(Output::Table { name, version, batch });
+        }
         Ok(())
     }
 

@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::builder::{Int64Builder, NullBufferBuilder, StringBuilder, TimestampMicrosecondBuilder};
-use arrow_array::{new_null_array, ArrayRef, Int64Array, ListArray, RecordBatch, StringArray, StructArray};
+use arrow_array::builder::{Int64Builder, NullBufferBuilder, StringBuilder};
+use arrow_array::{
+    new_null_array, ArrayRef, Int64Array, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+};
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
@@ -137,8 +139,13 @@ pub(crate) struct TableBuilder {
     before_pending: usize,
     ops: Vec<u8>,
     lsn: Vec<i64>,
-    commit_lsn: Int64Builder,
-    commit_ts: TimestampMicrosecondBuilder,
+    /// Plain vectors, so that the rows of a transaction decoded before its Commit
+    /// can take the Commit's values; null (Arrived mode) per `commit_nulls`.
+    commit_lsn: Vec<i64>,
+    commit_ts: Vec<i64>,
+    commit_nulls: NullBufferBuilder,
+    /// Rows of finished transactions; those after belong to the open one.
+    pub committed: usize,
     xid: Vec<i64>,
     seq: Vec<i64>,
     unchanged_offsets: Vec<i32>,
@@ -163,8 +170,10 @@ impl TableBuilder {
             before_pending: 0,
             ops: Vec::new(),
             lsn: Vec::new(),
-            commit_lsn: Int64Builder::new(),
-            commit_ts: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
+            commit_lsn: Vec::new(),
+            commit_ts: Vec::new(),
+            commit_nulls: NullBufferBuilder::new(0),
+            committed: 0,
             xid: Vec::new(),
             seq: Vec::new(),
             unchanged_offsets: vec![0],
@@ -255,8 +264,18 @@ impl TableBuilder {
         }
         self.ops.push(op as u8);
         self.lsn.push(ctx.lsn as i64);
-        self.commit_lsn.append_option(txn.commit_lsn.map(|l| l as i64));
-        self.commit_ts.append_option(txn.commit_ts.map(|t| t.saturating_add(PG_EPOCH_OFFSET_MICROS)));
+        match (txn.commit_lsn, txn.commit_ts) {
+            (Some(lsn), Some(ts)) => {
+                self.commit_lsn.push(lsn as i64);
+                self.commit_ts.push(ts.saturating_add(PG_EPOCH_OFFSET_MICROS));
+                self.commit_nulls.append_non_null();
+            }
+            _ => {
+                self.commit_lsn.push(0);
+                self.commit_ts.push(0);
+                self.commit_nulls.append_null();
+            }
+        }
         self.xid.push(txn.xid as i64);
         self.seq.push(ctx.seq as i64);
         self.unchanged_offsets.push(self.unchanged.len() as i32);
@@ -268,8 +287,21 @@ impl TableBuilder {
         Ok(())
     }
 
+    /// The commit LSN and time of the rows from `from` on (the open transaction's,
+    /// decoded before its Commit with the values its Begin announced).
+    pub fn set_commit(&mut self, from: usize, commit_lsn: u64, commit_ts: i64) {
+        let ts = commit_ts.saturating_add(PG_EPOCH_OFFSET_MICROS);
+        for v in self.commit_lsn.iter_mut().skip(from) {
+            *v = commit_lsn as i64;
+        }
+        for v in self.commit_ts.iter_mut().skip(from) {
+            *v = ts;
+        }
+    }
+
     /// The rows so far as a batch; the builder starts again empty.
     pub fn finish(&mut self) -> Result<RecordBatch, DecodeError> {
+        self.committed = 0;
         let len = std::mem::take(&mut self.len);
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
         let before_type = DataType::Struct(self.before_fields.clone());
@@ -299,8 +331,11 @@ impl TableBuilder {
         };
         arrays.push(Arc::new(StringArray::from_iter_values(self.ops.drain(..).map(|o| OP_NAMES[o as usize]))));
         arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.lsn))));
-        arrays.push(Arc::new(self.commit_lsn.finish()));
-        arrays.push(Arc::new(self.commit_ts.finish()));
+        let commit_nulls = self.commit_nulls.finish();
+        arrays.push(Arc::new(Int64Array::new(std::mem::take(&mut self.commit_lsn).into(), commit_nulls.clone())));
+        arrays.push(Arc::new(
+            TimestampMicrosecondArray::new(std::mem::take(&mut self.commit_ts).into(), commit_nulls).with_timezone("UTC"),
+        ));
         arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.xid))));
         arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.seq))));
         arrays.push(before);

@@ -71,6 +71,12 @@ pub(crate) struct Txn {
     pub truncates: Vec<Arc<[Arc<str>]>>,
     /// Row changes buffered (Insert, Update, Delete), aborted subtransactions included.
     pub changes: u64,
+    /// Decoded into the builders as they arrive (a transaction sent whole, Begin …
+    /// Commit, while it is small); the rows wait there, uncommitted, for the Commit.
+    pub direct: bool,
+    /// Rows decoded that way, and the builders (schema ids) that hold them.
+    pub direct_rows: u64,
+    pub touched: Vec<u32>,
 }
 
 impl Txn {
@@ -90,6 +96,9 @@ impl Txn {
             aborted_subxids: Vec::new(),
             truncates: Vec::new(),
             changes: 0,
+            direct: false,
+            direct_rows: 0,
+            touched: Vec::new(),
         }
     }
 

@@ -400,12 +400,18 @@ fn stream_ending_mid_transaction_emits_nothing_of_it() {
     let mut d = Decoder::new(DecoderOptions::default());
     push_all(&mut d, &s);
     assert_eq!(d.pending_transactions(), 1);
-    assert!(d.buffered_bytes() > 0);
     assert_eq!(d.safe_lsn(), 0, "rows still in the builders are not handed out");
     d.flush().unwrap();
     assert_eq!(d.safe_lsn(), 0x5010);
     let outputs = d.take_ready();
-    assert!(outputs.iter().any(|o| matches!(o, Output::Table { name, version: 1, .. } if name == "public.t")));
+    let rows: usize = outputs
+        .iter()
+        .map(|o| match o {
+            Output::Table { name, version: 1, batch } if name == "public.t" => batch.num_rows(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(rows, 3, "the row of the open transaction stays out");
     let c = d.finish().unwrap();
     assert!(c.tables["public.t"].batches.is_empty(), "taken batches are not in finish()");
     assert_eq!(c.transactions.num_rows(), 0);
@@ -586,13 +592,15 @@ fn errors_name_what_and_where() {
     s.commit(0x100, 0x110, TS);
     let mut d = Decoder::new(DecoderOptions::default());
     let results: Vec<_> = s.messages.iter().map(|(lsn, m)| d.push(*lsn, &Buffer::from(m.clone()))).collect();
-    match results[3].as_ref().unwrap_err() {
+    // A transaction sent whole is decoded as it arrives: the Insert fails.
+    match results[2].as_ref().unwrap_err() {
         DecodeError::Value { table, column, lsn, index, offset, .. } => {
             assert_eq!((table.as_str(), column.as_str(), *lsn, *index, *offset), ("public.t", "n", 0x1020, 2, 19));
         }
         other => panic!("{other:?}"),
     }
-    assert!(results[3].as_ref().unwrap_err().to_string().contains("column \"n\" of public.t in message #2 at LSN 0/1020"));
+    assert!(results[2].as_ref().unwrap_err().to_string().contains("column \"n\" of public.t in message #2 at LSN 0/1020"));
+    assert!(matches!(results[3], Err(DecodeError::Stopped(_))));
     assert!(matches!(d.flush(), Err(DecodeError::Stopped(_))));
 }
 
@@ -650,4 +658,86 @@ fn zero_copy_measurement() {
     );
     assert!(own_views * 4 < value_bytes, "views allocate {own_views} for {value_bytes} bytes of values");
     assert!(own_plain >= value_bytes);
+}
+
+/// A flush while a transaction sent whole is open (its Commit not arrived yet, as
+/// when a walsender's read ends mid-transaction): its rows come out at the Commit,
+/// once, after those committed before it.
+#[test]
+fn flush_inside_a_transaction() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true)]);
+    s.insert(1, &[t("1")]);
+    s.commit(0x100, 0x110, TS);
+    s.begin(2, 0x200, TS + 1);
+    s.insert(1, &[t("2")]);
+    s.insert(1, &[t("3")]);
+    let split1 = s.messages.len();
+    s.insert(1, &[t("4")]);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("x", TEXT, -1, false)]);
+    s.insert(1, &[t("5"), t("x")]);
+    let split2 = s.messages.len();
+    s.insert(1, &[t("6"), t("y")]);
+    s.commit(0x200, 0x210, TS + 1);
+    let mut d = Decoder::new(DecoderOptions::default());
+    let mut taken: Vec<Output> = Vec::new();
+    for (i, (lsn, m)) in s.messages.iter().enumerate() {
+        if i == split1 || i == split2 {
+            d.flush().unwrap();
+            assert_eq!(d.safe_lsn(), 0x110, "the open transaction is not handed out");
+            taken.extend(d.take_ready());
+        }
+        d.push(*lsn, &Buffer::from(m.clone())).unwrap();
+    }
+    d.flush().unwrap();
+    assert_eq!(d.safe_lsn(), 0x210);
+    taken.extend(d.take_ready());
+    let tables: Vec<(u32, RecordBatch)> = taken
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Table { version, batch, .. } => Some((version, batch)),
+            _ => None,
+        })
+        .collect();
+    let v1: Vec<RecordBatch> = tables.iter().filter(|t| t.0 == 1).map(|t| t.1.clone()).collect();
+    let v2: Vec<RecordBatch> = tables.iter().filter(|t| t.0 == 2).map(|t| t.1.clone()).collect();
+    assert_eq!(rows(&v1, &["id", "_commit_lsn", "_commit_ts"]).len(), 4);
+    assert_eq!(
+        rows(&v1, &["id", "_xid", "_commit_lsn"]),
+        ["1|1|256", "2|2|512", "3|2|512", "4|2|512"]
+    );
+    assert_eq!(rows(&v2, &["id", "x", "_xid", "_commit_lsn"]), ["5|x|2|512", "6|y|2|512"]);
+}
+
+/// A transaction sent whole that grows past the batch size waits as messages
+/// (which may spill), not as rows; batches keep their size.
+#[test]
+fn large_whole_transaction_with_spill() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("v", TEXT, -1, false)]);
+    for i in 0..1000 {
+        s.insert(1, &[t(&i.to_string()), t("some text that takes room")]);
+    }
+    s.commit(0x100, 0x110, TS);
+    let mut d = Decoder::new(DecoderOptions { batch_size: 100, memory_limit: 4000, ..Default::default() });
+    let mut spilled = 0;
+    for (lsn, m) in &s.messages {
+        d.push(*lsn, &Buffer::from(m.clone())).unwrap();
+        spilled = spilled.max(d.spilled_bytes());
+    }
+    assert!(spilled > 0);
+    d.flush().unwrap();
+    let batches: Vec<RecordBatch> = d
+        .take_ready()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Table { batch, .. } => Some(batch),
+            _ => None,
+        })
+        .collect();
+    assert!(batches.iter().all(|b| b.num_rows() == 100), "{:?}", batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>());
+    let ids: Vec<String> = rows(&batches, &["id"]);
+    assert_eq!(ids, (0..1000).map(|i| i.to_string()).collect::<Vec<_>>());
 }

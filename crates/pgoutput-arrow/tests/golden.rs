@@ -60,6 +60,10 @@ fn decode(c: &Capture, special: SpecialValues) -> Result<(Changes, usize), Strin
     let mut d = Decoder::new(options);
     for (i, (lsn, m)) in c.messages.iter().enumerate() {
         d.push(*lsn, &Buffer::from(m.clone())).map_err(|e| format!("message {i}: {e}"))?;
+        // Flushes at arbitrary points, inside transactions too, as a live consumer does.
+        if i % 5 == 3 {
+            d.flush().map_err(|e| e.to_string())?;
+        }
     }
     let pending = d.pending_transactions();
     Ok((d.finish().map_err(|e| e.to_string())?, pending))
