@@ -230,9 +230,7 @@ impl ArrayDecoder {
             return bad();
         }
         if let Some(l) = leaf {
-            for d in 1..=l {
-                self.dims.push(dims[d].unwrap_or(0));
-            }
+            self.dims.extend(dims[1..=l].iter().map(|d| d.unwrap_or(0)));
         }
         if ndeclared > 0 && (ndeclared != self.dims.len() || declared[..ndeclared] != self.dims[..]) {
             return bad();

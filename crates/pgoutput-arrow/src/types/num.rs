@@ -147,32 +147,26 @@ fn hex_digit(c: u8) -> Option<u8> {
     }
 }
 
-/// uuid_out's form: 8-4-4-4-12 lowercase hex digits.
+/// uuid_out's form: 8-4-4-4-12 hex digits.
 pub(crate) fn uuid_text(bytes: &[u8]) -> Result<[u8; 16]> {
+    let bad = || err("uuid", bytes);
+    if bytes.len() != 36 || bytes[8] != b'-' || bytes[13] != b'-' || bytes[18] != b'-' || bytes[23] != b'-' {
+        return bad();
+    }
     let mut out = [0u8; 16];
     let mut n = 0;
-    let mut hi: Option<u8> = None;
-    for (i, &c) in bytes.iter().enumerate() {
-        if c == b'-' && matches!(i, 8 | 13 | 18 | 23) {
+    let mut i = 0;
+    while i < 36 {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            i += 1;
             continue;
         }
-        let d = match hex_digit(c) {
-            Some(d) => d,
-            None => return err("uuid", bytes),
-        };
-        match hi.take() {
-            None => hi = Some(d),
-            Some(h) => {
-                if n == 16 {
-                    return err("uuid", bytes);
-                }
-                out[n] = (h << 4) | d;
-                n += 1;
-            }
+        match (hex_digit(bytes[i]), hex_digit(bytes[i + 1])) {
+            (Some(h), Some(l)) => out[n] = (h << 4) | l,
+            _ => return bad(),
         }
-    }
-    if n != 16 || hi.is_some() || bytes.len() != 36 {
-        return err("uuid", bytes);
+        n += 1;
+        i += 2;
     }
     Ok(out)
 }
@@ -244,8 +238,19 @@ pub(crate) fn decimal_type(typmod: i32) -> Option<(u8, i8)> {
     Some((precision as u8, scale as i8))
 }
 
+/// 10^0 ..= 10^38: every power of ten an i128 holds.
+const POW10: [i128; 39] = {
+    let mut t = [1i128; 39];
+    let mut i = 1;
+    while i < 39 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
 fn pow10(n: u32) -> Option<i128> {
-    10i128.checked_pow(n)
+    POW10.get(n as usize).copied()
 }
 
 fn fits(v: i128, precision: u8) -> bool {
@@ -388,16 +393,16 @@ pub(crate) fn numeric_bin_to_decimal(
     // integer that is digit * 10^(4 * (weight - i) + scale).
     let mut v: i128 = 0;
     for i in 0..n.ndigits() {
-        let d = n.digit(i) as i128;
+        let d = n.digit(i) as u32;
         if d == 0 {
             continue;
         }
         let exp = 4 * (n.weight as i32 - i as i32) + scale as i32;
         let term = if exp >= 0 {
-            pow10(exp as u32).and_then(|p| p.checked_mul(d))
+            pow10(exp as u32).and_then(|p| p.checked_mul(d as i128))
         } else if exp > -4 {
-            let p = 10i128.pow((-exp) as u32);
-            (d % p == 0).then_some(d / p)
+            let p = 10u32.pow((-exp) as u32);
+            (d % p == 0).then_some((d / p) as i128)
         } else {
             None
         };
@@ -417,9 +422,14 @@ pub(crate) fn numeric_bin_to_decimal(
 pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> {
     let n = numeric_bin(bytes)?;
     match n.sign {
-        NUMERIC_NAN => return Ok(out.push_str("NaN")),
-        NUMERIC_PINF => return Ok(out.push_str("Infinity")),
-        NUMERIC_NINF => return Ok(out.push_str("-Infinity")),
+        NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF => {
+            out.push_str(match n.sign {
+                NUMERIC_NAN => "NaN",
+                NUMERIC_PINF => "Infinity",
+                _ => "-Infinity",
+            });
+            return Ok(());
+        }
         NUMERIC_NEG => out.push('-'),
         _ => {}
     }
