@@ -330,7 +330,7 @@ impl Decoder {
                     // A first segment for a transaction already open means the stream
                     // was started again (a reconnection): what it had is sent anew.
                     if let Some(old) = self.streams.remove(&s.xid) {
-                        self.buffered -= old.memory;
+                        self.buffered = self.buffered.saturating_sub(old.memory);
                         self.catalog.drop_scope(s.xid);
                     }
                 }
@@ -369,7 +369,7 @@ impl Decoder {
                     // (connections without streaming): nothing to drop then.
                     let Some(txn) = self.streams.remove(&a.xid) else { return Ok(()) };
                     self.catalog.drop_scope(a.xid);
-                    self.buffered -= txn.memory;
+                    self.buffered = self.buffered.saturating_sub(txn.memory);
                     self.begin_emit();
                     self.transactions.append(TxnRow {
                         xid: txn.xid,
@@ -389,7 +389,7 @@ impl Decoder {
                 } else {
                     let Some(txn) = self.streams.get_mut(&a.xid) else { return Ok(()) };
                     let freed = txn.abort_subtransaction(a.subxid);
-                    self.buffered -= freed;
+                    self.buffered = self.buffered.saturating_sub(freed);
                     if self.arrived {
                         self.begin_emit();
                         self.transactions.append(TxnRow {
@@ -452,7 +452,7 @@ impl Decoder {
                 let txn = self.prepared.remove(r.gid);
                 let (begin_lsn, streamed, origin, changes) = match &txn {
                     Some(t) => {
-                        self.buffered -= t.memory;
+                        self.buffered = self.buffered.saturating_sub(t.memory);
                         (Some(t.begin_lsn), t.streamed, t.origin.clone(), if self.arrived { t.changes } else { 0 })
                     }
                     None => (None, false, None, 0),
@@ -614,7 +614,7 @@ impl Decoder {
                 .max_by_key(|t| t.memory);
             let Some(txn) = largest.filter(|t| t.memory > 0) else { break };
             let freed = txn.spill(dir.as_deref())?;
-            self.buffered -= freed;
+            self.buffered = self.buffered.saturating_sub(freed);
         }
         Ok(())
     }
@@ -640,14 +640,14 @@ impl Decoder {
         }
         // The same gid again is the prepare sent anew after a reconnection.
         if let Some(old) = self.prepared.insert(gid, txn) {
-            self.buffered -= old.memory;
+            self.buffered = self.buffered.saturating_sub(old.memory);
         }
         Ok(())
     }
 
     /// Decodes a finished transaction's changes into the builders and records it.
     fn finish_txn(&mut self, mut txn: Txn, fin: Finish) -> Result<(), DecodeError> {
-        self.buffered -= txn.memory;
+        self.buffered = self.buffered.saturating_sub(txn.memory);
         self.begin_emit();
         let meta = TxnMeta { commit_lsn: fin.commit_lsn, commit_ts: fin.ts, xid: txn.xid, status: None };
         let mut emitted = txn.direct_rows;
@@ -848,7 +848,7 @@ impl Decoder {
             self.carries[sid] = Some(carry);
         }
         if committed > 0 {
-            self.unflushed_rows -= committed;
+            self.unflushed_rows = self.unflushed_rows.saturating_sub(committed);
             let batch = if committed < rows { batch.slice(0, committed) } else { batch };
             self.ready.push(Output::Table { name, version, batch });
         }
@@ -859,19 +859,19 @@ impl Decoder {
         let n = self.truncates.len();
         if n > 0 {
             let batch = self.truncates.finish()?;
-            self.unflushed_rows -= n;
+            self.unflushed_rows = self.unflushed_rows.saturating_sub(n);
             self.ready.push(Output::Truncates(batch));
         }
         let n = self.messages.len();
         if n > 0 {
             let batch = self.messages.finish()?;
-            self.unflushed_rows -= n;
+            self.unflushed_rows = self.unflushed_rows.saturating_sub(n);
             self.ready.push(Output::Messages(batch));
         }
         let n = self.transactions.len();
         if n > 0 {
             let batch = self.transactions.finish()?;
-            self.unflushed_rows -= n;
+            self.unflushed_rows = self.unflushed_rows.saturating_sub(n);
             self.ready.push(Output::Transactions(batch));
         }
         Ok(())
