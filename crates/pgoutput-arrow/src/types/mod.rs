@@ -235,7 +235,8 @@ impl ColumnBuilder {
                 }
                 _ => {
                     let kind = StrKind::for_oid(oid);
-                    if kind == StrKind::Unrendered && opts.binary {
+                    // aclitem has no send function: even a binary stream sends its text.
+                    if kind == StrKind::Unrendered && opts.binary && oid != oid::ACLITEM {
                         Col::Raw(BinStore::new(opts.views))
                     } else {
                         str_col(kind)

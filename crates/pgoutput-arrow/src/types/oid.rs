@@ -22,6 +22,7 @@ pub const POINT: u32 = 600;
 pub const LSEG: u32 = 601;
 pub const PATH: u32 = 602;
 pub const BOX: u32 = 603;
+pub const ACLITEM: u32 = 1033;
 pub const POLYGON: u32 = 604;
 pub const LINE: u32 = 628;
 pub const CIDR: u32 = 650;

@@ -449,7 +449,7 @@ pub(crate) fn float8_out(v: f64, out: &mut String) {
     float_out(v, r, 15, out);
 }
 
-#[allow(dead_code)]
+#[cfg(test)]
 pub(crate) fn float4_out(v: f32, out: &mut String) {
     let mut b = StackBuf { buf: [0; 40], len: 0 };
     let r = write!(b, "{v:e}").map(|_| b);
