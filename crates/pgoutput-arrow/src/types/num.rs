@@ -402,7 +402,7 @@ pub(crate) fn numeric_bin_to_decimal(
             pow10(exp as u32).and_then(|p| p.checked_mul(d as i128))
         } else if exp > -4 {
             let p = 10u32.pow((-exp) as u32);
-            (d % p == 0).then_some((d / p) as i128)
+            d.is_multiple_of(p).then_some((d / p) as i128)
         } else {
             None
         };
