@@ -104,9 +104,10 @@ def _count_rows(result: Any) -> int:
 def worker(decoder: str, capture: Path, runs: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
+    import pyarrow.compute as pc
+
     table = pq.read_table(capture)
-    payload = sum(len(b) for b in table.column("data").to_pylist()) if decoder != "pgoutput_arrow" \
-        else int(table.column("data").combine_chunks().value_lengths().to_numpy().sum())
+    payload = int(pc.sum(pc.binary_length(table.column("data"))).as_py())
     if decoder == "pgoutput_arrow":
         run = _pgoutput_arrow_runner(table)
     else:
