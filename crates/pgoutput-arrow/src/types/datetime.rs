@@ -159,7 +159,7 @@ pub(crate) fn date_text(bytes: &[u8]) -> Result<i32> {
     });
     match parsed.and_then(|d| i32::try_from(d - UNIX_TO_PG_DAYS as i64).ok()) {
         Some(d) if d != i32::MIN && d != i32::MAX => Ok(d),
-        _ => err("date", bytes),
+        _ => err("date (DateStyle ISO: 2024-01-02, with \" BC\")", bytes),
     }
 }
 
@@ -350,7 +350,12 @@ fn timestamp_text_any(bytes: &[u8], with_offset: bool) -> Result<i64> {
         let micros = days as i128 * USECS_PER_DAY as i128 + time as i128 - east as i128 * USECS_PER_SEC as i128;
         i64::try_from(micros).ok().filter(|&v| v != i64::MIN && v != i64::MAX)
     })();
-    parsed.map_or_else(|| err(if with_offset { "timestamptz" } else { "timestamp" }, bytes), Ok)
+    let what = if with_offset {
+        "timestamptz (DateStyle ISO: 2024-01-02 03:04:05.123456+05:30)"
+    } else {
+        "timestamp (DateStyle ISO: 2024-01-02 03:04:05.123456)"
+    };
+    parsed.map_or_else(|| err(what, bytes), Ok)
 }
 
 /// timestamp_out: "YYYY-MM-DD HH:MM:SS[.ffffff][ BC]".
@@ -436,7 +441,7 @@ pub(crate) fn interval_text(bytes: &[u8]) -> Result<Interval> {
         b"-infinity" => return Ok(INTERVAL_NINF),
         _ => {}
     }
-    let bad = || err("interval", bytes);
+    let bad = || err("interval (IntervalStyle postgres: 1 year 2 mons 3 days 04:05:06)", bytes);
     let (mut months, mut days, mut micros) = (0i64, 0i64, 0i64);
     let mut seen_time = false;
     let mut parts = bytes.split(|&c| c == b' ');
