@@ -60,13 +60,13 @@ pub struct Decoder {
     seq: u64,
     next_buffer_id: u64,
     /// The transaction between Begin (or Begin Prepare) and Commit (or Prepare).
-    current: Option<Txn>,
+    current: Option<Box<Txn>>,
     /// Streamed transactions not yet committed, by top-level xid.
-    streams: IdMap<Xid, Txn>,
+    streams: IdMap<Xid, Box<Txn>>,
     /// Inside a Stream Start … Stop block: its top-level xid.
     stream_xid: Option<Xid>,
     /// Prepared transactions waiting for their outcome, by gid.
-    prepared: HashMap<String, Txn>,
+    prepared: HashMap<String, Box<Txn>>,
     /// Builders by schema id.
     tables: Vec<Option<TableBuilder>>,
     /// Per table name: the schema id whose builder receives its rows now.
@@ -86,6 +86,8 @@ pub struct Decoder {
     stopped: Option<String>,
     /// The entry vector of the last transaction decoded, reused by the next one.
     spare_entries: Vec<Entry>,
+    /// The allocation of the last transaction decoded, reused by the next Begin.
+    spare_txn: Option<Box<Txn>>,
     /// By schema id: rows of the open transaction taken out of a builder by a flush
     /// before its Commit; they come out at the Commit.
     carries: Vec<Option<RecordBatch>>,
@@ -117,6 +119,7 @@ impl Decoder {
             safe_at_empty: 0,
             stopped: None,
             spare_entries: Vec::new(),
+            spare_txn: None,
             carries: Vec::new(),
         }
     }
@@ -216,7 +219,13 @@ impl Decoder {
                 if let Some(x) = self.stream_xid {
                     return Err(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x)));
                 }
-                let mut txn = Txn::new(b.xid, at.lsn, false);
+                let mut txn = match self.spare_txn.take() {
+                    Some(mut t) => {
+                        *t = Txn::new(b.xid, at.lsn, false);
+                        t
+                    }
+                    None => Box::new(Txn::new(b.xid, at.lsn, false)),
+                };
                 txn.entries = std::mem::take(&mut self.spare_entries);
                 txn.direct = !self.arrived;
                 txn.final_lsn = Some(b.final_lsn.0);
@@ -230,7 +239,7 @@ impl Decoder {
                 if let Some(x) = self.stream_xid {
                     return Err(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x)));
                 }
-                let mut txn = Txn::new(b.xid, at.lsn, false);
+                let mut txn = Box::new(Txn::new(b.xid, at.lsn, false));
                 txn.gid = Some(b.gid.to_string());
                 txn.prepare_lsn = Some(b.prepare_lsn.0);
                 self.current = Some(txn);
@@ -334,7 +343,7 @@ impl Decoder {
                         self.catalog.drop_scope(s.xid);
                     }
                 }
-                self.streams.entry(s.xid).or_insert_with(|| Txn::new(s.xid, at.lsn, true));
+                self.streams.entry(s.xid).or_insert_with(|| Box::new(Txn::new(s.xid, at.lsn, true)));
             }
             Message::StreamStop => {
                 if self.stream_xid.take().is_none() {
@@ -484,7 +493,7 @@ impl Decoder {
             Some(x) => self.streams.get_mut(&x),
             None => self.current.as_mut(),
         };
-        txn.ok_or_else(|| Self::protocol(at, kind, format!("{kind} outside a transaction")))
+        txn.map(|t| &mut **t).ok_or_else(|| Self::protocol(at, kind, format!("{kind} outside a transaction")))
     }
 
     /// The schema id in force for a change, after checking that its tuples fit it.
@@ -619,7 +628,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn prepare(&mut self, txn: Txn, prepare_ts: i64, at: &At<'_>) -> Result<(), DecodeError> {
+    fn prepare(&mut self, txn: Box<Txn>, prepare_ts: i64, at: &At<'_>) -> Result<(), DecodeError> {
         let gid = txn.gid.clone().unwrap_or_default();
         if self.arrived {
             self.begin_emit();
@@ -646,7 +655,7 @@ impl Decoder {
     }
 
     /// Decodes a finished transaction's changes into the builders and records it.
-    fn finish_txn(&mut self, mut txn: Txn, fin: Finish) -> Result<(), DecodeError> {
+    fn finish_txn(&mut self, mut txn: Box<Txn>, fin: Finish) -> Result<(), DecodeError> {
         self.buffered = self.buffered.saturating_sub(txn.memory);
         self.begin_emit();
         let meta = TxnMeta { commit_lsn: fin.commit_lsn, commit_ts: fin.ts, xid: txn.xid, status: None };
@@ -730,6 +739,7 @@ impl Decoder {
                 self.flush_table(sid as usize)?;
             }
         }
+        self.spare_txn = Some(txn);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ use arrow_array::builder::{Int64Builder, NullBufferBuilder, StringBuilder};
 use arrow_array::{
     new_null_array, ArrayRef, Int64Array, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
 };
-use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
 
@@ -133,7 +133,8 @@ pub(crate) struct TableBuilder {
     columns: Vec<ColumnBuilder>,
     before: Vec<ColumnBuilder>,
     before_fields: Fields,
-    before_nulls: NullBufferBuilder,
+    /// Which rows carry old values; None while none of this batch does.
+    before_valid: Option<BooleanBufferBuilder>,
     /// Rows without old values not yet appended to the `_before` children: a batch
     /// without any old values gets an all-null struct without per-row work.
     before_pending: usize,
@@ -166,7 +167,7 @@ impl TableBuilder {
             columns,
             before,
             before_fields: fields,
-            before_nulls: NullBufferBuilder::new(0),
+            before_valid: None,
             before_pending: 0,
             ops: Vec::new(),
             lsn: Vec::new(),
@@ -255,11 +256,19 @@ impl TableBuilder {
                         return Err(value_error(&self.rel, i, ctx, v, e.message));
                     }
                 }
-                self.before_nulls.append_non_null();
+                let len = self.len;
+                let valid = self.before_valid.get_or_insert_with(|| {
+                    let mut v = BooleanBufferBuilder::new(len + 1);
+                    v.append_n(len, false);
+                    v
+                });
+                valid.append(true);
             }
             None => {
                 self.before_pending += 1;
-                self.before_nulls.append_null();
+                if let Some(valid) = &mut self.before_valid {
+                    valid.append(false);
+                }
             }
         }
         self.ops.push(op as u8);
@@ -305,12 +314,12 @@ impl TableBuilder {
         let len = std::mem::take(&mut self.len);
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
         let before_type = DataType::Struct(self.before_fields.clone());
-        let before: ArrayRef = if self.before.first().is_none_or(|c| c.is_empty()) {
+        let valid = self.before_valid.take();
+        let before: ArrayRef = if valid.is_none() || self.before.is_empty() {
             // No row of this batch carried old values (or there are no columns).
-            self.before_nulls = NullBufferBuilder::new(0);
             self.before_pending = 0;
             if self.before.is_empty() {
-                let nulls = self.before_nulls_finish(len);
+                let nulls = valid.map(|mut v| NullBuffer::new(v.finish())).or_else(|| self.before_nulls_finish(len));
                 Arc::new(StructArray::new_empty_fields(len, nulls))
             } else {
                 new_null_array(&before_type, len)
@@ -323,7 +332,7 @@ impl TableBuilder {
             }
             self.before_pending = 0;
             let children: Vec<ArrayRef> = self.before.iter_mut().map(|c| c.finish()).collect();
-            let nulls = self.before_nulls.finish();
+            let nulls = valid.map(|mut v| NullBuffer::new(v.finish()));
             Arc::new(
                 StructArray::try_new(self.before_fields.clone(), children, nulls)
                     .map_err(|e| DecodeError::arrow(format!("_before of {}", self.rel.table), e))?,
@@ -348,8 +357,8 @@ impl TableBuilder {
             .map_err(|e| DecodeError::arrow(format!("a batch of {}", self.rel.table), e))
     }
 
-    fn before_nulls_finish(&mut self, len: usize) -> Option<arrow_buffer::NullBuffer> {
-        Some(arrow_buffer::NullBuffer::new_null(len)).filter(|_| len > 0)
+    fn before_nulls_finish(&mut self, len: usize) -> Option<NullBuffer> {
+        Some(NullBuffer::new_null(len)).filter(|_| len > 0)
     }
 
     fn finish_unchanged(&mut self) -> Result<ArrayRef, DecodeError> {
