@@ -22,6 +22,7 @@ enum Elem {
 pub(crate) struct ArrayDecoder {
     dims: Vec<usize>,
     lbound_not_one: bool,
+    lbounds: Vec<i32>,
     elems: Vec<Elem>,
     unescaped: Vec<u8>,
 }
@@ -30,6 +31,7 @@ impl ArrayDecoder {
     fn reset(&mut self) {
         self.dims.clear();
         self.lbound_not_one = false;
+        self.lbounds.clear();
         self.elems.clear();
         self.unescaped.clear();
     }
@@ -41,6 +43,11 @@ impl ArrayDecoder {
 
     pub(crate) fn lower_bounds_not_one(&self) -> bool {
         self.lbound_not_one
+    }
+
+    /// Lower bounds of a binary array's dimensions.
+    pub(crate) fn lower_bounds(&self) -> &[i32] {
+        &self.lbounds
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -87,6 +94,7 @@ impl ArrayDecoder {
                 return bad();
             }
             self.lbound_not_one |= lb != 1;
+            self.lbounds.push(lb);
             self.dims.push(n as usize);
             total = match total.checked_mul(n as usize) {
                 // Every element takes 4 bytes at least: more cannot be there.

@@ -50,8 +50,9 @@ pub struct TypeOptions {
     /// The stream was started with `binary 'true'` (default false). Only types that cannot be
     /// decoded depend on it: they become Binary (the raw send bytes) instead of Utf8 (the text).
     pub binary: bool,
-    /// Dimensions of array columns (default 1). PostgreSQL does not send them, and one
-    /// column may hold arrays of any dimension; a value of another dimension is a ValueError.
+    /// Dimensions of array columns (default 1): lists nested this deep. PostgreSQL does not
+    /// send them, and one column may hold arrays of any dimension; a value of another
+    /// dimension is a special value. 0: arrays are Utf8 with PostgreSQL's text (any shape).
     pub array_ndims: usize,
 }
 
@@ -163,7 +164,7 @@ struct Scratch {
 
 impl ColumnBuilder {
     pub fn new(ty: &PgColumnType, opts: &TypeOptions) -> Self {
-        let ndims = opts.array_ndims.max(1);
+        let ndims = opts.array_ndims;
         if builtin_type_name(ty.oid).is_none() {
             // A domain over a built-in type: decoded as its base type, described as itself.
             if let Some(base) = ty.type_name.as_deref().and_then(oid::builtin_by_name) {
@@ -184,7 +185,13 @@ impl ColumnBuilder {
         let text_special = opts.special_values == SpecialValues::Text;
         let str_col = |kind: StrKind| Col::Str { kind, out: StrStore::new(opts.views) };
         let mut extension = None;
-        let col = if let Some(elem) = oid::array_element(oid) {
+        let col = if let (Some(_), 0) = (oid::array_element(oid), ndims) {
+            // Arrays as array_out's literal: any shape fits.
+            match StrKind::for_oid(oid) {
+                StrKind::Unrendered if opts.binary => Col::Raw(BinStore::new(opts.views)),
+                kind => str_col(kind),
+            }
+        } else if let Some(elem) = oid::array_element(oid) {
             let child = ColumnBuilder::build_elem(elem, typmod, opts, ndims);
             let field = Arc::new(child.field("item"));
             Col::List(Box::new(ListCol {

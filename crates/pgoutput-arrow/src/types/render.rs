@@ -61,6 +61,18 @@ pub(crate) enum StrKind {
     OidVector,
     Snapshot,
     TsVector,
+    /// Element types, for arrays rendered as text.
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Oid,
+    Float4,
+    Float8,
+    Bytea,
+    Uuid,
+    /// A whole array as array_out's literal, with this element type.
+    Array(u32),
     /// No renderer: text mode passes the text; a binary value is shown as `\x` hex.
     Unrendered,
 }
@@ -113,7 +125,19 @@ impl StrKind {
             oid::OIDVECTOR => StrKind::OidVector,
             oid::TXID_SNAPSHOT | oid::PG_SNAPSHOT => StrKind::Snapshot,
             oid::TSVECTOR => StrKind::TsVector,
-            _ => StrKind::Unrendered,
+            oid::BOOL => StrKind::Bool,
+            oid::INT2 => StrKind::Int2,
+            oid::INT4 => StrKind::Int4,
+            oid::INT8 => StrKind::Int8,
+            oid::OID => StrKind::Oid,
+            oid::FLOAT4 => StrKind::Float4,
+            oid::FLOAT8 => StrKind::Float8,
+            oid::BYTEA => StrKind::Bytea,
+            oid::UUID => StrKind::Uuid,
+            _ => match oid::array_element(oid) {
+                Some(elem) if StrKind::for_oid(elem) != StrKind::Unrendered => StrKind::Array(elem),
+                _ => StrKind::Unrendered,
+            },
         }
     }
 
@@ -344,6 +368,37 @@ pub(crate) fn render(kind: StrKind, bytes: &[u8], out: &mut String) -> Result<()
             r.end()?;
         }
         StrKind::TsVector => tsvector(bytes, out)?,
+        StrKind::Bool => out.push_str(if super::num::bool_bin(bytes)? { "t" } else { "f" }),
+        StrKind::Int2 => {
+            let _ = write!(out, "{}", super::num::int2_bin(bytes)?);
+        }
+        StrKind::Int4 => {
+            let _ = write!(out, "{}", super::num::int4_bin(bytes)?);
+        }
+        StrKind::Int8 => {
+            let _ = write!(out, "{}", super::num::int8_bin(bytes)?);
+        }
+        StrKind::Oid => {
+            let _ = write!(out, "{}", super::num::oid_bin(bytes)?);
+        }
+        StrKind::Float4 => float4_out(super::num::float4_bin(bytes)?, out),
+        StrKind::Float8 => float8_out(super::num::float8_bin(bytes)?, out),
+        StrKind::Bytea => {
+            // byteaout with bytea_output 'hex' (the default).
+            out.push_str("\\x");
+            for b in bytes {
+                let _ = write!(out, "{b:02x}");
+            }
+        }
+        StrKind::Uuid => {
+            for (i, b) in super::num::uuid_bin(bytes)?.iter().enumerate() {
+                if matches!(i, 4 | 6 | 8 | 10) {
+                    out.push('-');
+                }
+                let _ = write!(out, "{b:02x}");
+            }
+        }
+        StrKind::Array(elem) => array(elem, bytes, out)?,
         StrKind::Unrendered => {
             out.push_str("\\x");
             for b in bytes {
@@ -449,7 +504,6 @@ pub(crate) fn float8_out(v: f64, out: &mut String) {
     float_out(v, r, 15, out);
 }
 
-#[cfg(test)]
 pub(crate) fn float4_out(v: f32, out: &mut String) {
     let mut b = StackBuf { buf: [0; 40], len: 0 };
     let r = write!(b, "{v:e}").map(|_| b);
@@ -547,6 +601,68 @@ fn ipv6(a: &[u8], out: &mut String) {
     if best != usize::MAX && best + best_len == 8 {
         out.push(':');
     }
+}
+
+/// array_out: "{...}" nested per dimension, "[lb:ub]..=" first when a lower bound is not 1;
+/// an element is double-quoted when empty, "NULL", or holding a brace, the delimiter, a
+/// quote, a backslash or white space, with `"` and `\` escaped by a backslash.
+fn array(elem: u32, bytes: &[u8], out: &mut String) -> Result<()> {
+    let mut dec = super::array::ArrayDecoder::default();
+    dec.parse_binary(bytes, elem)?;
+    let (dims, lbounds) = (dec.dims(), dec.lower_bounds());
+    if dims.is_empty() {
+        out.push_str("{}");
+        return Ok(());
+    }
+    if lbounds.iter().any(|&lb| lb != 1) {
+        for (&n, &lb) in dims.iter().zip(lbounds) {
+            let _ = write!(out, "[{}:{}]", lb, lb as i64 + n as i64 - 1);
+        }
+        out.push('=');
+    }
+    let kind = StrKind::for_oid(elem);
+    let delim = oid::array_delimiter(elem) as char;
+    // The running count of elements closes each dimension at its multiples.
+    let mut strides = [1usize; 6];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * dims[d + 1];
+    }
+    let mut value = String::new();
+    for i in 0..dec.len() {
+        let opens = (0..dims.len()).filter(|&d| i % (strides[d] * dims[d]) == 0).count();
+        if i > 0 {
+            let closes = (0..dims.len()).filter(|&d| i % (strides[d] * dims[d]) == 0).count();
+            (0..closes).for_each(|_| out.push('}'));
+            out.push(delim);
+        }
+        (0..opens).for_each(|_| out.push('{'));
+        match dec.element(i, bytes) {
+            None => out.push_str("NULL"),
+            Some((b, _)) => {
+                value.clear();
+                render(kind, b, &mut value)?;
+                let quote = value.is_empty()
+                    || value.eq_ignore_ascii_case("NULL")
+                    || value.chars().any(|c| {
+                        matches!(c, '{' | '}' | '"' | '\\' | ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c') || c == delim
+                    });
+                if quote {
+                    out.push('"');
+                }
+                for c in value.chars() {
+                    if c == '"' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+                if quote {
+                    out.push('"');
+                }
+            }
+        }
+    }
+    (0..dims.len()).for_each(|_| out.push('}'));
+    Ok(())
 }
 
 const RANGE_EMPTY: u8 = 0x01;
