@@ -20,7 +20,7 @@ use pgoutput_proto::{parse_message, Lsn, Message, Parser, TupleData, Xid};
 
 use crate::catalog::Catalog;
 use crate::changes::{assemble, Changes};
-use crate::error::DecodeError;
+use crate::error::{DecodeError, Fallible};
 use crate::idmap::IdMap;
 use crate::meta::{MessagesBuilder, TransactionsBuilder, TruncatesBuilder, TxnRow};
 use crate::options::{DecoderOptions, EmitMode};
@@ -137,7 +137,7 @@ impl Decoder {
     /// values may be referenced without copying.
     pub fn push(&mut self, lsn: u64, message: &Buffer) -> Result<(), DecodeError> {
         let id = self.new_buffer_id();
-        self.push_slice(lsn, message, id, 0, message.len())
+        self.push_slice(lsn, message, id, 0, message.len()).map_err(|e| *e)
     }
 
     /// Many messages at once, e.g. the `data` column of a capture: values are
@@ -156,7 +156,7 @@ impl Decoder {
             }
             let start = offsets[i].as_usize();
             let end = offsets[i + 1].as_usize();
-            self.push_slice(lsn, values, id, start, end - start)?;
+            self.push_slice(lsn, values, id, start, end - start).map_err(|e| *e)?;
         }
         Ok(())
     }
@@ -177,19 +177,19 @@ impl Decoder {
                 // Short values live inside the view itself.
                 let buffer = Buffer::from(data.value(i));
                 let id = self.new_buffer_id();
-                self.push_slice(lsn, &buffer, id, 0, len)?;
+                self.push_slice(lsn, &buffer, id, 0, len).map_err(|e| *e)?;
             } else {
                 let index = (view >> 64) as u32 as usize;
                 let offset = (view >> 96) as u32 as usize;
-                self.push_slice(lsn, &data.data_buffers()[index], first_id + index as u64, offset, len)?;
+                self.push_slice(lsn, &data.data_buffers()[index], first_id + index as u64, offset, len).map_err(|e| *e)?;
             }
         }
         Ok(())
     }
 
-    fn push_slice(&mut self, lsn: u64, base: &Buffer, buffer_id: u64, start: usize, len: usize) -> Result<(), DecodeError> {
+    fn push_slice(&mut self, lsn: u64, base: &Buffer, buffer_id: u64, start: usize, len: usize) -> Fallible<()> {
         if let Some(why) = &self.stopped {
-            return Err(DecodeError::Stopped(why.clone()));
+            return Err(Box::new(DecodeError::Stopped(why.clone())));
         }
         let seq = self.seq;
         self.seq += 1;
@@ -208,16 +208,16 @@ impl Decoder {
         DecodeError::Protocol { lsn: at.lsn, index: at.seq, kind, message }
     }
 
-    fn handle(&mut self, message: Message<'_>, at: &At<'_>) -> Result<(), DecodeError> {
+    fn handle(&mut self, message: Message<'_>, at: &At<'_>) -> Fallible<()> {
         let kind = message.kind_name();
         let open_txn_error = |what: &str, xid: Xid| format!("{kind} while {what} {xid} is open");
         match message {
             Message::Begin(b) => {
                 if let Some(t) = &self.current {
-                    return Err(Self::protocol(at, kind, open_txn_error("transaction", t.xid)));
+                    return Err(Box::new(Self::protocol(at, kind, open_txn_error("transaction", t.xid))));
                 }
                 if let Some(x) = self.stream_xid {
-                    return Err(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x)));
+                    return Err(Box::new(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x))));
                 }
                 let mut txn = match self.spare_txn.take() {
                     Some(mut t) => {
@@ -234,10 +234,10 @@ impl Decoder {
             }
             Message::BeginPrepare(b) => {
                 if let Some(t) = &self.current {
-                    return Err(Self::protocol(at, kind, open_txn_error("transaction", t.xid)));
+                    return Err(Box::new(Self::protocol(at, kind, open_txn_error("transaction", t.xid))));
                 }
                 if let Some(x) = self.stream_xid {
-                    return Err(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x)));
+                    return Err(Box::new(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x))));
                 }
                 let mut txn = Box::new(Txn::new(b.xid, at.lsn, false));
                 txn.gid = Some(b.gid.to_string());
@@ -249,7 +249,7 @@ impl Decoder {
                     Some(t) if t.gid.is_none() => t,
                     other => {
                         self.current = other;
-                        return Err(Self::protocol(at, kind, "Commit without a Begin before it".into()));
+                        return Err(Box::new(Self::protocol(at, kind, "Commit without a Begin before it".into())));
                     }
                 };
                 let fin = Finish {
@@ -267,7 +267,7 @@ impl Decoder {
                     Some(t) if t.gid.is_some() => t,
                     other => {
                         self.current = other;
-                        return Err(Self::protocol(at, kind, "Prepare without a Begin Prepare before it".into()));
+                        return Err(Box::new(Self::protocol(at, kind, "Prepare without a Begin Prepare before it".into())));
                     }
                 };
                 txn.prepare_lsn = Some(p.prepare_lsn.0);
@@ -281,7 +281,7 @@ impl Decoder {
                 };
                 match txn {
                     Some(t) => t.origin = Some((o.name.to_string(), o.commit_lsn.0)),
-                    None => return Err(Self::protocol(at, kind, "Origin outside a transaction".into())),
+                    None => return Err(Box::new(Self::protocol(at, kind, "Origin outside a transaction".into()))),
                 }
             }
             Message::Relation(r) => {
@@ -329,10 +329,10 @@ impl Decoder {
             }
             Message::StreamStart(s) => {
                 if let Some(x) = self.stream_xid {
-                    return Err(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x)));
+                    return Err(Box::new(Self::protocol(at, kind, open_txn_error("the stream block of transaction", x))));
                 }
                 if let Some(t) = &self.current {
-                    return Err(Self::protocol(at, kind, open_txn_error("transaction", t.xid)));
+                    return Err(Box::new(Self::protocol(at, kind, open_txn_error("transaction", t.xid))));
                 }
                 self.stream_xid = Some(s.xid);
                 if s.first_segment {
@@ -347,16 +347,16 @@ impl Decoder {
             }
             Message::StreamStop => {
                 if self.stream_xid.take().is_none() {
-                    return Err(Self::protocol(at, kind, "Stream Stop outside a stream block".into()));
+                    return Err(Box::new(Self::protocol(at, kind, "Stream Stop outside a stream block".into())));
                 }
             }
             Message::StreamCommit(c) => {
                 let Some(txn) = self.streams.remove(&c.xid) else {
-                    return Err(Self::protocol(
+                    return Err(Box::new(Self::protocol(
                         at,
                         kind,
                         format!("Stream Commit for transaction {}, which no Stream Start opened", c.xid),
-                    ));
+                    )));
                 };
                 if self.stream_xid == Some(c.xid) {
                     self.stream_xid = None;
@@ -420,11 +420,11 @@ impl Decoder {
             }
             Message::StreamPrepare(p) => {
                 let Some(mut txn) = self.streams.remove(&p.xid) else {
-                    return Err(Self::protocol(
+                    return Err(Box::new(Self::protocol(
                         at,
                         kind,
                         format!("Stream Prepare for transaction {}, which no Stream Start opened", p.xid),
-                    ));
+                    )));
                 };
                 if self.stream_xid == Some(p.xid) {
                     self.stream_xid = None;
@@ -436,14 +436,14 @@ impl Decoder {
             }
             Message::CommitPrepared(c) => {
                 let Some(txn) = self.prepared.remove(c.gid) else {
-                    return Err(Self::protocol(
+                    return Err(Box::new(Self::protocol(
                         at,
                         kind,
                         format!(
                             "Commit Prepared of gid {:?} (xid {}), whose Prepare this decoder did not see",
                             c.gid, c.xid
                         ),
-                    ));
+                    )));
                 };
                 let fin = Finish {
                     commit_lsn: Some(c.commit_lsn.0),
@@ -488,12 +488,12 @@ impl Decoder {
     }
 
     /// The transaction a change belongs to: the stream block's, or the open one.
-    fn open_txn(&mut self, at: &At<'_>, kind: &'static str) -> Result<&mut Txn, DecodeError> {
+    fn open_txn(&mut self, at: &At<'_>, kind: &'static str) -> Fallible<&mut Txn> {
         let txn = match self.stream_xid {
             Some(x) => self.streams.get_mut(&x),
             None => self.current.as_mut(),
         };
-        txn.map(|t| &mut **t).ok_or_else(|| Self::protocol(at, kind, format!("{kind} outside a transaction")))
+        txn.map(|t| &mut **t).ok_or_else(|| Box::new(Self::protocol(at, kind, format!("{kind} outside a transaction"))))
     }
 
     /// The schema id in force for a change, after checking that its tuples fit it.
@@ -503,7 +503,7 @@ impl Decoder {
         row: &TupleData<'_>,
         old: Option<&TupleData<'_>>,
         at: &At<'_>,
-    ) -> Result<u32, DecodeError> {
+    ) -> Fallible<u32> {
         let schema_id = self
             .catalog
             .lookup(relation_id, self.stream_xid)
@@ -511,7 +511,7 @@ impl Decoder {
         let rel = self.catalog.version(schema_id);
         for t in std::iter::once(row).chain(old) {
             if t.len() != rel.columns.len() {
-                return Err(DecodeError::Protocol {
+                return Err(Box::new(DecodeError::Protocol {
                     lsn: at.lsn,
                     index: at.seq,
                     kind: "change",
@@ -521,7 +521,7 @@ impl Decoder {
                         rel.table,
                         rel.columns.len()
                     ),
-                });
+                }));
             }
         }
         Ok(schema_id)
@@ -529,7 +529,7 @@ impl Decoder {
 
     /// A change (or transactional message) of the open transaction: buffered, or
     /// decoded at once in Arrived mode.
-    fn change(&mut self, message: &Message<'_>, carried_xid: Option<Xid>, aux: u32, at: &At<'_>) -> Result<(), DecodeError> {
+    fn change(&mut self, message: &Message<'_>, carried_xid: Option<Xid>, aux: u32, at: &At<'_>) -> Fallible<()> {
         let kind = message.kind_name();
         let is_row = matches!(message, Message::Insert(_) | Message::Update(_) | Message::Delete(_));
         if self.arrived {
@@ -609,7 +609,7 @@ impl Decoder {
     }
 
     /// Keeps buffered memory under the limit by spilling the largest transactions.
-    fn maybe_spill(&mut self) -> Result<(), DecodeError> {
+    fn maybe_spill(&mut self) -> Fallible<()> {
         if self.buffered <= self.opts.memory_limit {
             return Ok(());
         }
@@ -628,7 +628,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn prepare(&mut self, txn: Box<Txn>, prepare_ts: i64, at: &At<'_>) -> Result<(), DecodeError> {
+    fn prepare(&mut self, txn: Box<Txn>, prepare_ts: i64, at: &At<'_>) -> Fallible<()> {
         let gid = txn.gid.clone().unwrap_or_default();
         if self.arrived {
             self.begin_emit();
@@ -655,7 +655,7 @@ impl Decoder {
     }
 
     /// Decodes a finished transaction's changes into the builders and records it.
-    fn finish_txn(&mut self, mut txn: Box<Txn>, fin: Finish) -> Result<(), DecodeError> {
+    fn finish_txn(&mut self, mut txn: Box<Txn>, fin: Finish) -> Fallible<()> {
         self.buffered = self.buffered.saturating_sub(txn.memory);
         self.begin_emit();
         let meta = TxnMeta { commit_lsn: fin.commit_lsn, commit_ts: fin.ts, xid: txn.xid, status: None };
@@ -753,7 +753,7 @@ impl Decoder {
         ctx: &MessageCtx<'_>,
         meta: &TxnMeta,
         direct: bool,
-    ) -> Result<bool, DecodeError> {
+    ) -> Fallible<bool> {
         match message {
             Message::Insert(i) => self.append_row(aux, Op::Insert, &i.new, None, ctx, meta, direct),
             Message::Update(u) => {
@@ -784,7 +784,7 @@ impl Decoder {
         ctx: &MessageCtx<'_>,
         meta: &TxnMeta,
         direct: bool,
-    ) -> Result<bool, DecodeError> {
+    ) -> Fallible<bool> {
         let sid = schema_id as usize;
         if self.tables.len() <= sid {
             self.tables.resize_with(sid + 1, || None);
@@ -836,7 +836,7 @@ impl Decoder {
 
     /// Hands out the committed rows of a builder; rows of the open transaction
     /// wait in `carries` for its Commit.
-    fn flush_table(&mut self, sid: usize) -> Result<(), DecodeError> {
+    fn flush_table(&mut self, sid: usize) -> Fallible<()> {
         let Some(builder) = self.tables.get_mut(sid).and_then(|b| b.as_mut()) else { return Ok(()) };
         let rows = builder.len();
         if rows == 0 {
@@ -852,7 +852,7 @@ impl Decoder {
             }
             let carry = match self.carries[sid].take() {
                 Some(c) => concat_batches(&tail.schema(), [&c, &tail])
-                    .map_err(|e| DecodeError::arrow(format!("rows of {name} waiting for their Commit"), e))?,
+                    .map_err(|e| DecodeError::boxed_arrow(format!("rows of {name} waiting for their Commit"), e))?,
                 None => tail,
             };
             self.carries[sid] = Some(carry);
@@ -865,7 +865,7 @@ impl Decoder {
         Ok(())
     }
 
-    fn flush_meta(&mut self) -> Result<(), DecodeError> {
+    fn flush_meta(&mut self) -> Fallible<()> {
         let n = self.truncates.len();
         if n > 0 {
             let batch = self.truncates.finish()?;
@@ -896,8 +896,12 @@ impl Decoder {
     /// Turns partially filled builders into batches (call at the end of input or
     /// before acknowledging `safe_lsn`).
     pub fn flush(&mut self) -> Result<(), DecodeError> {
+        self.flush_all().map_err(|e| *e)
+    }
+
+    fn flush_all(&mut self) -> Fallible<()> {
         if let Some(why) = &self.stopped {
-            return Err(DecodeError::Stopped(why.clone()));
+            return Err(Box::new(DecodeError::Stopped(why.clone())));
         }
         let result = (|| {
             for sid in 0..self.tables.len() {

@@ -79,4 +79,18 @@ impl DecodeError {
     pub(crate) fn arrow(what: impl Into<String>, source: ArrowError) -> Self {
         DecodeError::Arrow { what: what.into(), source }
     }
+
+    pub(crate) fn boxed_arrow(what: impl Into<String>, source: ArrowError) -> Box<Self> {
+        Box::new(Self::arrow(what, source))
+    }
+}
+
+/// What the decoder's internal steps return: the error boxed, so that the
+/// `Result` of each step on the hot path fits in a register.
+pub(crate) type Fallible<T> = Result<T, Box<DecodeError>>;
+
+impl From<io::Error> for Box<DecodeError> {
+    fn from(e: io::Error) -> Self {
+        Box::new(DecodeError::Spill(e))
+    }
 }

@@ -10,7 +10,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use pgoutput_proto::PG_EPOCH_OFFSET_MICROS;
 
-use crate::error::DecodeError;
+use crate::error::{DecodeError, Fallible};
 use crate::table::TxnMeta;
 
 fn ts_type() -> DataType {
@@ -161,7 +161,7 @@ impl TruncatesBuilder {
         self.len += 1;
     }
 
-    pub fn finish(&mut self) -> Result<RecordBatch, DecodeError> {
+    pub fn finish(&mut self) -> Fallible<RecordBatch> {
         self.len = 0;
         let mut arrays: Vec<ArrayRef> = vec![
             Arc::new(self.relations.finish()),
@@ -169,7 +169,7 @@ impl TruncatesBuilder {
             Arc::new(self.restart_identity.finish()),
         ];
         self.txn.finish(&mut arrays);
-        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::arrow("the truncates batch", e))
+        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::boxed_arrow("the truncates batch", e))
     }
 }
 
@@ -207,7 +207,7 @@ impl MessagesBuilder {
         self.len += 1;
     }
 
-    pub fn finish(&mut self) -> Result<RecordBatch, DecodeError> {
+    pub fn finish(&mut self) -> Fallible<RecordBatch> {
         self.len = 0;
         let mut arrays: Vec<ArrayRef> = vec![
             Arc::new(self.prefix.finish()),
@@ -215,7 +215,7 @@ impl MessagesBuilder {
             Arc::new(self.transactional.finish()),
         ];
         self.txn.finish(&mut arrays);
-        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::arrow("the messages batch", e))
+        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::boxed_arrow("the messages batch", e))
     }
 }
 
@@ -293,7 +293,7 @@ impl TransactionsBuilder {
         self.len += 1;
     }
 
-    pub fn finish(&mut self) -> Result<RecordBatch, DecodeError> {
+    pub fn finish(&mut self) -> Fallible<RecordBatch> {
         self.len = 0;
         let arrays: Vec<ArrayRef> = vec![
             Arc::new(self.xid.finish()),
@@ -309,6 +309,6 @@ impl TransactionsBuilder {
             Arc::new(self.changes.finish()),
             Arc::new(self.seq.finish()),
         ];
-        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::arrow("the transactions batch", e))
+        RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::boxed_arrow("the transactions batch", e))
     }
 }

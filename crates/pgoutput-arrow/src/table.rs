@@ -13,7 +13,7 @@ use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUni
 use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
 
 use crate::catalog::RelVersion;
-use crate::error::DecodeError;
+use crate::error::{DecodeError, Fallible};
 use crate::types::{ColumnBuilder, Source, TypeOptions};
 
 /// Names of the metadata columns, after the published columns, in order.
@@ -198,10 +198,10 @@ impl TableBuilder {
         old: Option<&TupleData<'_>>,
         ctx: &MessageCtx<'_>,
         txn: &TxnMeta,
-    ) -> Result<(), DecodeError> {
+    ) -> Fallible<()> {
         let n = self.columns.len();
         if row.len() != n || old.is_some_and(|o| o.len() != n) {
-            return Err(DecodeError::Protocol {
+            return Err(Box::new(DecodeError::Protocol {
                 lsn: ctx.lsn,
                 index: ctx.seq,
                 kind: "change",
@@ -211,7 +211,7 @@ impl TableBuilder {
                     self.rel.table,
                     n
                 ),
-            });
+            }));
         }
         let track_unchanged = op != Op::Delete;
         for (i, (cell, col)) in row.cells().zip(self.columns.iter_mut()).enumerate() {
@@ -231,7 +231,7 @@ impl TableBuilder {
                 Cell::Binary(v) => col.append_binary(v, ctx.source(v)).map_err(|e| (v, e)),
             };
             if let Err((v, e)) = result {
-                return Err(value_error(&self.rel, i, ctx, v, e.message));
+                return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
             }
         }
         match old {
@@ -253,7 +253,7 @@ impl TableBuilder {
                         Cell::Binary(v) => col.append_binary(v, ctx.source(v)).map_err(|e| (v, e)),
                     };
                     if let Err((v, e)) = result {
-                        return Err(value_error(&self.rel, i, ctx, v, e.message));
+                        return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
                     }
                 }
                 let len = self.len;
@@ -309,7 +309,7 @@ impl TableBuilder {
     }
 
     /// The rows so far as a batch; the builder starts again empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, DecodeError> {
+    pub fn finish(&mut self) -> Fallible<RecordBatch> {
         self.committed = 0;
         let len = std::mem::take(&mut self.len);
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
@@ -335,7 +335,7 @@ impl TableBuilder {
             let nulls = valid.map(|mut v| NullBuffer::new(v.finish()));
             Arc::new(
                 StructArray::try_new(self.before_fields.clone(), children, nulls)
-                    .map_err(|e| DecodeError::arrow(format!("_before of {}", self.rel.table), e))?,
+                    .map_err(|e| DecodeError::boxed_arrow(format!("_before of {}", self.rel.table), e))?,
             )
         };
         arrays.push(Arc::new(StringArray::from_iter_values(self.ops.drain(..).map(|o| OP_NAMES[o as usize]))));
@@ -354,20 +354,20 @@ impl TableBuilder {
             arrays.push(Arc::new(subxid.finish()));
         }
         RecordBatch::try_new(self.schema.clone(), arrays)
-            .map_err(|e| DecodeError::arrow(format!("a batch of {}", self.rel.table), e))
+            .map_err(|e| DecodeError::boxed_arrow(format!("a batch of {}", self.rel.table), e))
     }
 
     fn before_nulls_finish(&mut self, len: usize) -> Option<NullBuffer> {
         Some(NullBuffer::new_null(len)).filter(|_| len > 0)
     }
 
-    fn finish_unchanged(&mut self) -> Result<ArrayRef, DecodeError> {
+    fn finish_unchanged(&mut self) -> Fallible<ArrayRef> {
         let names: StringArray =
             self.unchanged.drain(..).map(|i| Some(self.rel.columns[i as usize].name.as_str())).collect();
         let offsets = std::mem::replace(&mut self.unchanged_offsets, vec![0]);
         let field = Arc::new(Field::new("item", DataType::Utf8, false));
         let list = ListArray::try_new(field, OffsetBuffer::new(ScalarBuffer::from(offsets)), Arc::new(names), None)
-            .map_err(|e| DecodeError::arrow(format!("_unchanged of {}", self.rel.table), e))?;
+            .map_err(|e| DecodeError::boxed_arrow(format!("_unchanged of {}", self.rel.table), e))?;
         Ok(Arc::new(list))
     }
 }

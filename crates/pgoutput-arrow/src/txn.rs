@@ -11,7 +11,7 @@ use std::sync::Arc;
 use arrow_buffer::Buffer;
 use pgoutput_proto::Xid;
 
-use crate::error::DecodeError;
+use crate::error::Fallible;
 use crate::spill::{EntryHeader, SpillFile};
 
 pub(crate) struct Entry {
@@ -111,7 +111,7 @@ impl Txn {
     }
 
     /// Writes the in-memory messages to the spill file; returns the memory freed.
-    pub fn spill(&mut self, dir: Option<&Path>) -> Result<usize, DecodeError> {
+    pub fn spill(&mut self, dir: Option<&Path>) -> Fallible<usize> {
         if self.entries.is_empty() {
             return Ok(0);
         }
@@ -147,8 +147,8 @@ impl Txn {
     pub fn replay(
         &mut self,
         next_buffer_id: &mut u64,
-        mut f: impl FnMut(EntryRef<'_>) -> Result<(), DecodeError>,
-    ) -> Result<(), DecodeError> {
+        mut f: impl FnMut(EntryRef<'_>) -> Fallible<()>,
+    ) -> Fallible<()> {
         self.aborted_subxids.sort_unstable();
         let skip = |h: &EntryHeader, aborted: &[Xid]| {
             h.in_stream && !aborted.is_empty() && aborted.binary_search(&h.xid).is_ok()
