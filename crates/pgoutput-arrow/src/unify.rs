@@ -211,3 +211,52 @@ pub fn unify(versions: &[TableVersion]) -> Result<(SchemaRef, Vec<RecordBatch>),
     }
     Ok((target, batches))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int32Array, Int64Array, StringArray};
+    use DataType::*;
+
+    #[test]
+    fn lossless_casts() {
+        assert!(lossless(&Int32, &Int64));
+        assert!(!lossless(&Int64, &Int32));
+        assert!(lossless(&Decimal128(10, 2), &Decimal128(12, 2)));
+        assert!(lossless(&Decimal128(10, 2), &Decimal128(12, 4)));
+        assert!(!lossless(&Decimal128(10, 2), &Decimal128(10, 3)));
+        assert!(lossless(&Int32, &Decimal128(12, 2)));
+        assert!(!lossless(&Int32, &Decimal128(11, 2)));
+        assert!(lossless(&Utf8, &Utf8View));
+        assert!(lossless(&Date32, &Timestamp(TimeUnit::Microsecond, None)));
+        assert!(!lossless(&Int32, &Utf8));
+        assert_eq!(common_type(&Int64, &Int32), Some((Int64, false)));
+        assert_eq!(common_type(&Utf8View, &Int32), Some((Utf8, true)));
+    }
+
+    fn field(name: &str, t: DataType) -> Field {
+        Field::new(name, t, true).with_metadata(HashMap::from([("pg.type_oid".to_string(), "0".to_string())]))
+    }
+
+    #[test]
+    fn conform_adds_missing_columns_and_casts() {
+        let old = Arc::new(Schema::new(vec![field("id", Int32), field("gone", Utf8), Field::new("_op", Utf8, false)]));
+        let new = Arc::new(Schema::new(vec![field("id", Int64), field("added", Int32), Field::new("_op", Utf8, false)]));
+        let target = unify_schemas(&[old.clone(), new]).unwrap();
+        let names: Vec<&str> = target.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["id", "added", "gone", "_op"]);
+        let batch = RecordBatch::try_new(
+            old,
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec!["a", "b"])),
+                Arc::new(StringArray::from(vec!["insert", "delete"])),
+            ],
+        )
+        .unwrap();
+        let out = conform(&batch, &target).unwrap();
+        assert_eq!(out.column(0).as_ref(), &Int64Array::from(vec![1, 2]) as &dyn Array);
+        assert_eq!(out.column(1).null_count(), 2);
+        assert_eq!(out.column(2).as_ref(), &StringArray::from(vec!["a", "b"]) as &dyn Array);
+    }
+}
