@@ -63,7 +63,7 @@ fn rows_columns_and_metadata() {
     assert_eq!(ts.value(0), TS + 946_684_800_000_000);
     // The transaction.
     assert_eq!(
-        rows(&[c.transactions.clone()], &["xid", "begin_lsn", "commit_lsn", "end_lsn", "outcome", "streamed", "changes"]),
+        rows(std::slice::from_ref(&c.transactions), &["xid", "begin_lsn", "commit_lsn", "end_lsn", "outcome", "streamed", "changes"]),
         vec!["700|4096|20480|20496|committed|false|3"]
     );
 }
@@ -124,7 +124,7 @@ fn commit_order_across_interleaved_streams() {
     keys.dedup();
     assert_eq!(keys.len(), 5);
     assert_eq!(
-        rows(&[c.transactions.clone()], &["xid", "outcome", "streamed", "changes"]),
+        rows(std::slice::from_ref(&c.transactions), &["xid", "outcome", "streamed", "changes"]),
         vec!["300|committed|false|1", "200|committed|true|1", "100|committed|true|3"]
     );
 }
@@ -153,7 +153,7 @@ fn savepoint_rollback_within_stream() {
         s.stream_commit(500, 0x9000, 0x9010, TS);
         let c = decode_with(&s, DecoderOptions { memory_limit: limit, ..Default::default() });
         assert_eq!(table_rows(&c, "public.a", &["id", "_xid"]), vec!["1|500", "3|500", "5|500"], "memory_limit {limit}");
-        assert_eq!(rows(&[c.transactions.clone()], &["xid", "changes"]), vec!["500|3"]);
+        assert_eq!(rows(std::slice::from_ref(&c.transactions), &["xid", "changes"]), vec!["500|3"]);
     }
 }
 
@@ -176,7 +176,7 @@ fn aborted_stream_and_unknown_abort() {
     assert_eq!(table_rows(&c, "public.a", &["id"]), vec!["2"]);
     assert_eq!(c.messages.num_rows(), 0);
     assert_eq!(
-        rows(&[c.transactions.clone()], &["xid", "outcome", "end_lsn", "streamed", "changes"]),
+        rows(std::slice::from_ref(&c.transactions), &["xid", "outcome", "end_lsn", "streamed", "changes"]),
         vec!["600|aborted|32768|true|0", "601|committed|36880|false|1"]
     );
 }
@@ -245,7 +245,7 @@ fn two_phase_commit_and_rollback() {
         vec!["10|703|41728", "7|700|45056", "9|702|45568"]
     );
     assert_eq!(
-        rows(&[c.transactions.clone()], &["xid", "gid", "outcome", "streamed", "changes"]),
+        rows(std::slice::from_ref(&c.transactions), &["xid", "gid", "outcome", "streamed", "changes"]),
         vec![
             "703|∅|committed|false|1",
             "700|g1|prepared-committed|false|1",
@@ -270,11 +270,11 @@ fn truncate_and_messages() {
     s.commit(0x9100, 0x9110, TS);
     let c = decode(&s);
     assert_eq!(
-        rows(&[c.truncates.clone()], &["relations", "cascade", "restart_identity", "_commit_lsn", "_xid"]),
+        rows(std::slice::from_ref(&c.truncates), &["relations", "cascade", "restart_identity", "_commit_lsn", "_xid"]),
         vec!["[public.a, sales.b]|true|true|36864|800", "[sales.b]|false|false|37120|801"]
     );
     assert_eq!(
-        rows(&[c.messages.clone()], &["prefix", "content", "transactional", "_lsn", "_commit_lsn", "_xid", "_seq"]),
+        rows(std::slice::from_ref(&c.messages), &["prefix", "content", "transactional", "_lsn", "_commit_lsn", "_xid", "_seq"]),
         vec!["audit|6f757473696465|false|80|∅|∅|0", "app|0001696e73696465|true|36608|36864|800|5"]
     );
     // Tables announced but without rows are there, empty.
@@ -532,7 +532,7 @@ fn arrived_mode_emits_before_commit() {
     push_all(&mut d, &s2);
     let c = d.finish().unwrap();
     assert_eq!(
-        rows(&[c.transactions.clone()], &["xid", "outcome", "changes"]),
+        rows(std::slice::from_ref(&c.transactions), &["xid", "outcome", "changes"]),
         ["11|subtransaction-aborted|0", "10|committed|2"]
     );
 }
