@@ -717,51 +717,68 @@ class FileSink:
             self._write(key)
 
 
+_INTERVAL_STRUCT = pa.struct([("months", pa.int32()), ("days", pa.int32()),
+                              ("nanoseconds", pa.int64())])
+_UUID_META = {b"ARROW:extension:name": b"arrow.uuid", b"ARROW:extension:metadata": b""}
+
+
+def _parquet_field(f: pa.Field) -> pa.Field:
+    """How a column is stored in Parquet so that pyarrow reads it back as it was and Spark
+    reads it at all: Parquet has no month_day_nano interval (stored as a struct of months,
+    days and nanoseconds), and Spark rejects Parquet's UUID type (stored as plain 16 bytes,
+    with the arrow.uuid extension recorded in the field metadata, which pyarrow restores)."""
+    t = f.type
+    if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.uuid":
+        return pa.field(f.name, t.storage_type, f.nullable, {**(f.metadata or {}), **_UUID_META})
+    if t == pa.month_day_nano_interval():
+        return f.with_type(_INTERVAL_STRUCT)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = _parquet_field(t.value_field)
+        if inner.equals(t.value_field, check_metadata=True):
+            return f
+        return f.with_type(pa.list_(inner) if pa.types.is_list(t) else pa.large_list(inner))
+    if pa.types.is_struct(t):
+        children = [t.field(i) for i in range(t.num_fields)]
+        fixed = [_parquet_field(c) for c in children]
+        if all(a.equals(b, check_metadata=True) for a, b in zip(children, fixed)):
+            return f
+        return f.with_type(pa.struct(fixed))
+    return f
+
+
+def _to_type(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """``arr`` rebuilt with the type :func:`_parquet_field` chose, array by array (no
+    Python values, which cannot hold every date PostgreSQL can)."""
+    if arr.type == t:
+        return arr
+    if isinstance(arr.type, pa.BaseExtensionType):
+        return _to_type(arr.storage, t)
+    if arr.type == pa.month_day_nano_interval():
+        return pa.array([None if v is None else
+                         {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
+                         for v in arr.to_pylist()], t)
+    mask = arr.is_null() if arr.null_count else None
+    if pa.types.is_struct(arr.type):
+        children = [_to_type(c, t.field(i).type) for i, c in enumerate(arr.flatten())]
+        return pa.StructArray.from_arrays(children, fields=[t.field(i) for i in range(t.num_fields)],
+                                          mask=mask)
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        cls = pa.ListArray if pa.types.is_list(arr.type) else pa.LargeListArray
+        values = _to_type(arr.values, t.value_type)
+        return cls.from_arrays(arr.offsets, values, type=t, mask=mask)
+    return arr.cast(t)
+
+
 def _storable(table: pa.Table, fmt: str) -> pa.Table:
-    """Parquet has no month_day_nano interval: store intervals as a struct of months, days
-    and nanoseconds (the same three numbers)."""
     if fmt != "parquet":
         return table
-    interval = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("nanoseconds", pa.int64())])
-
-    def fix(t: pa.DataType) -> pa.DataType:
-        if t == pa.month_day_nano_interval():
-            return interval
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            inner = fix(t.value_type)
-            return t if inner == t.value_type else pa.list_(t.value_field.with_type(inner))
-        if pa.types.is_struct(t):
-            fields = [t.field(i) for i in range(t.num_fields)]
-            fixed = [f.with_type(fix(f.type)) for f in fields]
-            return t if fixed == fields else pa.struct(fixed)
-        return t
-
-    def convert(arr: pa.Array, t: pa.DataType) -> pa.Array:
-        if arr.type == t:
-            return arr
-        if arr.type == pa.month_day_nano_interval():
-            vals = arr.to_pylist()
-            return pa.array([None if v is None else
-                             {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
-                             for v in vals], t)
-        return pa.array(_interval_dicts(arr.to_pylist()), t)
-
-    cols, fields = [], []
-    for f, col in zip(table.schema, table.columns):
-        t = fix(f.type)
-        cols.append(pa.chunked_array([convert(c, t) for c in col.chunks], t) if t != f.type else col)
-        fields.append(f.with_type(t))
+    fields = [_parquet_field(f) for f in table.schema]
+    if all(a.equals(b, check_metadata=True) for a, b in zip(table.schema, fields)):
+        return table
+    cols = [col if f.type == old.type else
+            pa.chunked_array([_to_type(c, f.type) for c in col.chunks], f.type)
+            for f, old, col in zip(fields, table.schema, table.columns)]
     return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
-
-
-def _interval_dicts(v: Any) -> Any:
-    if isinstance(v, list):
-        return [_interval_dicts(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _interval_dicts(x) for k, x in v.items()}
-    if hasattr(v, "nanoseconds") and hasattr(v, "months"):
-        return {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
-    return v
 
 
 def _write_atomically(table: pa.Table, path: Path, fmt: str) -> None:
