@@ -56,7 +56,7 @@ for line in sys.stdin:
       PGOUTPUT_BENCH_ONLY=$cap perf record -q -e cpu-clock -F 999 -o "$PGOUTPUT_BENCH_DATA/perf-$cap.data" \
         "$BIN" --bench --profile-time 5 >/dev/null 2>&1
       perf report -i "$PGOUTPUT_BENCH_DATA/perf-$cap.data" --no-children --sort symbol --stdio 2>/dev/null |
-        grep -v '^#' | grep -v '^$' | head -25 > "$PGOUTPUT_BENCH_DATA/profile-$cap.txt"
+        grep -v '^#' | grep -v '^$' | sed -n 1,25p > "$PGOUTPUT_BENCH_DATA/profile-$cap.txt"
     done
   else
     echo "== perf is not usable here: no profile"
