@@ -153,6 +153,9 @@ pub(crate) struct TableBuilder {
     unchanged: Vec<u16>,
     arrived: Option<(StringBuilder, Int64Builder)>,
     len: usize,
+    /// Rows of the last batch: the next one reserves that much at its first row,
+    /// rather than growing (and copying) its vectors row by row.
+    reserve: usize,
 }
 
 impl TableBuilder {
@@ -181,6 +184,7 @@ impl TableBuilder {
             unchanged: Vec::new(),
             arrived: arrived.then(|| (StringBuilder::new(), Int64Builder::new())),
             len: 0,
+            reserve: 0,
         }
     }
 
@@ -212,6 +216,16 @@ impl TableBuilder {
                     n
                 ),
             }));
+        }
+        if self.len == 0 && self.reserve > 0 {
+            let n = std::mem::take(&mut self.reserve);
+            self.ops.reserve(n);
+            self.lsn.reserve(n);
+            self.commit_lsn.reserve(n);
+            self.commit_ts.reserve(n);
+            self.xid.reserve(n);
+            self.seq.reserve(n);
+            self.unchanged_offsets.reserve(n);
         }
         let track_unchanged = op != Op::Delete;
         for (i, (cell, col)) in row.cells().zip(self.columns.iter_mut()).enumerate() {
@@ -312,6 +326,7 @@ impl TableBuilder {
     pub fn finish(&mut self) -> Fallible<RecordBatch> {
         self.committed = 0;
         let len = std::mem::take(&mut self.len);
+        self.reserve = len;
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
         let before_type = DataType::Struct(self.before_fields.clone());
         let valid = self.before_valid.take();
