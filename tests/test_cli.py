@@ -179,6 +179,53 @@ def test_stdin_arrow_stream(workload: Workload, capture: Path, tmp_path: Path) -
                                          capture_output=True, timeout=120).stdout
 
 
+def test_pretty_is_the_default_on_a_terminal(capture: Path) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([dump_command(), os.fspath(capture)], stdout=follower,
+                            stderr=subprocess.PIPE)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    assert out.startswith(b"BEGIN ") and b"COMMIT " in out
+
+
+def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path) -> None:
+    """A capture made with COPY ... (FORMAT csv), as the help shows; infinity dates and a
+    24:00:00 time (an error unless --special-values says otherwise)."""
+    pg18.execute("CREATE TABLE cli_csv (id int PRIMARY KEY, d date, t time)")
+    pg18.execute("CREATE PUBLICATION cli_csv_pub FOR TABLE cli_csv")
+    pg18.create_slot("cli_csv_slot")
+    pg18.execute("INSERT INTO cli_csv VALUES (1, 'infinity', '10:00'), (2, '-infinity', '24:00')")
+    path = tmp_path / "capture.csv"
+    with pg18.connect() as conn, conn.cursor() as cur, path.open("w") as f:
+        cur.copy_expert(
+            "COPY (SELECT lsn, xid, data FROM pg_logical_slot_get_binary_changes('cli_csv_slot', "
+            "NULL, NULL, 'proto_version', '1', 'publication_names', 'cli_csv_pub')) "
+            "TO STDOUT (FORMAT csv)", f)
+    conn.close()
+    pg18.drop_slot("cli_csv_slot")
+    line = _one_error_line(dump(path, "--format", "jsonl", check=False))
+    assert "public.cli_csv" in line and '"t"' in line and "24:00:00" in line
+    objs = [json.loads(x) for x in dump(path, "--format", "jsonl", "--special-values", "text")
+            .stdout.splitlines()]
+    assert [(o["new"]["d"], o["new"]["t"]) for o in objs] == [("infinity", "10:00:00"),
+                                                              ("-infinity", "24:00:00")]
+    objs = [json.loads(x) for x in dump(path, "--format", "jsonl", "--special-values", "null")
+            .stdout.splitlines()]
+    assert [o["new"]["t"] for o in objs] == ["10:00:00", None]
+
+
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()

@@ -45,7 +45,7 @@ __all__ = [
 __all__ += _exceptions.__all__
 
 SpecialValues = Literal["error", "null", "text"]
-EmitMode = Literal["committed", "immediate"]
+EmitMode = Literal["committed", "arrived", "immediate"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -114,10 +114,12 @@ class Decoder:
     Options (all keyword-only):
 
     ``special_values``
-        What to do with a value no Arrow value of its column's type can hold (``infinity``
-        in a date, a BC date, ``24:00:00``, NaN in ``numeric(p,s)``): ``"error"`` (the
-        default) raises :class:`DecodeValueError` naming table, column and LSN; ``"null"``
-        stores NULL; ``"text"`` decodes that column as PostgreSQL's text instead.
+        What to do with a value no Arrow value of its column's type can hold (``24:00:00``,
+        NaN or Infinity in ``numeric(p,s)``, a timestamp beyond int64 microseconds):
+        ``"error"`` (the default) raises :class:`DecodeValueError` naming table, column and
+        LSN; ``"null"`` stores NULL (and ±infinity dates and timestamps too); ``"text"``
+        decodes such columns as PostgreSQL's text instead. By default ±infinity dates and
+        timestamps are the extreme values of their Arrow type (PostgreSQL's own sentinels).
     ``views``
         Build text and binary columns as view arrays that point into the input messages
         (zero copy, the default) instead of copying values into contiguous buffers.
@@ -128,7 +130,8 @@ class Decoder:
         ``spill_dir`` (a temporary directory when None).
     ``emit``
         ``"committed"`` (the default): changes come out at their transaction's commit, in
-        commit order. ``"immediate"``: as they arrive, with their status.
+        commit order. ``"arrived"`` (alias ``"immediate"``): as they arrive, with ``_status``
+        and ``_subxid`` columns; the Transactions table says how each transaction ended.
 
     Typical loop::
 

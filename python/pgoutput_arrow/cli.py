@@ -46,9 +46,7 @@ examples:
   pgoutput-dump capture.parquet --format parquet --output out/
                      writes out/public.orders/00000000016B3748-00000000016C0000.parquet ...
   pgoutput-dump capture.parquet --stats                  counts per table and operation
-  python -c 'import pyarrow as pa, pyarrow.parquet as pq, sys
-  with pa.ipc.new_stream(sys.stdout.buffer, (t := pq.read_table("c.parquet")).schema) as w:
-      w.write_table(t)' | pgoutput-dump - --format jsonl   (an Arrow IPC stream on stdin)
+  some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
 
 capturing with plain SQL (wal_level = logical):
   CREATE PUBLICATION pub FOR ALL TABLES;
@@ -145,9 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     dec = p.add_argument_group("decoding")
     dec.add_argument(
         "--special-values", choices=("error", "null", "text"), default="error",
-        help="values no Arrow value of the column's type can hold (infinity dates, BC dates, "
-        "24:00:00, NaN in numeric(p,s)): fail (the default), store NULL, or decode the column "
-        "as text",
+        help="values no Arrow value of the column's type can hold (time 24:00:00, NaN or "
+        "Infinity in numeric(p,s), timestamps beyond int64 microseconds): fail (the default), "
+        "store NULL, or decode the column as PostgreSQL's text; +-infinity dates and "
+        "timestamps are kept as the type's extreme values and printed as infinity",
     )
     dec.add_argument(
         "--no-views", action="store_true",
