@@ -741,3 +741,27 @@ fn large_whole_transaction_with_spill() {
     let ids: Vec<String> = rows(&batches, &["id"]);
     assert_eq!(ids, (0..1000).map(|i| i.to_string()).collect::<Vec<_>>());
 }
+
+#[test]
+fn arrived_mode_statuses() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.begin(5, 0x500, TS);
+    s.insert(1, &[t("1")]);
+    s.commit(0x500, 0x510, TS);
+    s.begin_prepare(6, "g", 0x600, 0x610, TS);
+    s.insert(1, &[t("2")]);
+    s.truncate(&[1], false, false);
+    s.prepare(6, "g", 0x600, 0x610, TS);
+    s.commit_prepared(6, "g", 0x700, 0x710, TS + 1);
+    let c = decode_with(&s, DecoderOptions { emit: EmitMode::Arrived, ..Default::default() });
+    assert_eq!(
+        table_rows(&c, "public.a", &["id", "_status", "_xid", "_commit_lsn", "_subxid"]),
+        ["1|committed|5|1280|∅", "2|prepared|6|∅|∅"]
+    );
+    assert_eq!(rows(std::slice::from_ref(&c.truncates), &["relations", "_status", "_xid"]), ["[public.a]|prepared|6"]);
+    assert_eq!(
+        rows(std::slice::from_ref(&c.transactions), &["xid", "gid", "outcome", "changes"]),
+        ["5|∅|committed|1", "6|g|prepared|1", "6|g|prepared-committed|1"]
+    );
+}
