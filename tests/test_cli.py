@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -138,6 +139,32 @@ def test_parquet_output_reads_back_in_spark(capture: Path, workload: Workload, t
     # Every table and the side tables are readable.
     for name in (workload.other, "_transactions", "_truncates", "_messages"):
         assert spark.read.parquet(str(tmp_path / name)).count() > 0
+
+
+def test_parquet_output_of_large_transactions(pg18: PgServer, tmp_path: Path) -> None:
+    """Two transactions of 100,000 rows with long text and bytea (view columns in the
+    decoder): with --rows-per-file 100000 one file each, never a transaction split."""
+    pg18.execute("CREATE TABLE cli_big (id int PRIMARY KEY, body text, blob bytea)")
+    pg18.execute("CREATE PUBLICATION cli_big_pub FOR TABLE cli_big")
+    pg18.create_slot("cli_big_slot")
+    for lo in (1, 100001):
+        pg18.execute(f"INSERT INTO cli_big SELECT g, repeat(md5(g::text), 3), "
+                     f"decode(md5(g::text), 'hex') FROM generate_series({lo}, {lo + 99999}) g")
+    rows = pg18.get_binary_changes("cli_big_slot", {"proto_version": "1", "binary": "true",
+                                                    "publication_names": "cli_big_pub"})
+    pg18.drop_slot("cli_big_slot")
+    cap = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"lsn": [r[0] for r in rows], "data": [r[2] for r in rows]}), cap)
+    dump(cap, "--format", "parquet", "--output", tmp_path / "out", "--rows-per-file", "100000")
+    files = sorted((tmp_path / "out" / "public.cli_big").iterdir())
+    assert len(files) == 2
+    ranges = [tuple(int(x, 16) for x in f.stem.split("-")) for f in files]
+    assert ranges[0][0] == ranges[0][1] < ranges[1][0] == ranges[1][1]
+    back = pa.concat_tables(pq.read_table(f) for f in files)
+    assert back.num_rows == 200000
+    assert back.column("id").to_pylist() == list(range(1, 200001))
+    expected = pg18.scalar("SELECT md5(string_agg(body, ',' ORDER BY id)) FROM cli_big")
+    assert hashlib.md5(",".join(back.column("body").to_pylist()).encode()).hexdigest() == expected
 
 
 def test_arrow_output(capture: Path, workload: Workload, tmp_path: Path) -> None:

@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "--rows-per-file", metavar="N", type=_positive, default=1_000_000,
-        help="with --output, start a new file after N rows of a table (default 1000000)",
+        help="with --output, start a new file of a table once it holds N rows or more; a "
+        "transaction is never split across files (default 1000000)",
     )
     out.add_argument(
         "--stats", action="store_true",
@@ -662,8 +663,10 @@ def _value_counts(arr: pa.Array) -> tuple[list[str], list[int]]:
 
 
 class FileSink:
-    """Parquet or Arrow IPC files per table, each holding up to ``rows_per_file`` rows and
-    named by the commit LSNs of its first and last rows."""
+    """Parquet or Arrow IPC files per table, each holding whole transactions, about
+    ``rows_per_file`` rows, and named by the commit LSNs of its first and last rows. (Two
+    files can share a range only when a table's schema changed inside a transaction: the
+    later one gets a ``-N`` suffix.)"""
 
     def __init__(self, root: Path, fmt: str, rows_per_file: int) -> None:
         self.root = root
@@ -680,8 +683,6 @@ class FileSink:
         if held is None:
             held = self.pending[key] = (version, [])
         held[1].append(batch)
-        if sum(b.num_rows for b in held[1]) >= self.rows_per_file:
-            self._write(key)
 
     def write(self, chunk: Chunk) -> None:
         for name, version, b in chunk.tables:
@@ -689,6 +690,12 @@ class FileSink:
         for kind in ("truncates", "messages", "transactions"):
             for b in getattr(chunk, kind):
                 self._add(f"_{kind}", 0, b)
+        # Only here, between groups of whole transactions: a transaction is never split
+        # across files, so the files' LSN ranges do not overlap and their names sort in
+        # commit order (rows_per_file is a soft limit).
+        for key, (_, batches) in list(self.pending.items()):
+            if sum(b.num_rows for b in batches) >= self.rows_per_file:
+                self._write(key)
 
     def _write(self, key: str) -> None:
         _, batches = self.pending.pop(key)
@@ -722,15 +729,22 @@ _UUID_META = {b"ARROW:extension:name": b"arrow.uuid", b"ARROW:extension:metadata
 
 
 def _parquet_field(f: pa.Field) -> pa.Field:
-    """How a column is stored in Parquet so that pyarrow reads it back as it was and Spark
-    reads it at all: Parquet has no month_day_nano interval (stored as a struct of months,
-    days and nanoseconds), and Spark rejects Parquet's UUID type (stored as plain 16 bytes,
-    with the arrow.uuid extension recorded in the field metadata, which pyarrow restores)."""
+    """How a column is stored in Parquet so that pyarrow reads it back with the same values
+    and Spark reads it at all: Parquet has no month_day_nano interval (stored as a struct of
+    months, days and nanoseconds), Spark rejects Parquet's UUID type (stored as plain 16
+    bytes, with the arrow.uuid extension recorded in the field metadata, which pyarrow
+    restores), and view arrays become plain strings and binaries."""
     t = f.type
     if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.uuid":
         return pa.field(f.name, t.storage_type, f.nullable, {**(f.metadata or {}), **_UUID_META})
     if t == pa.month_day_nano_interval():
         return f.with_type(_INTERVAL_STRUCT)
+    # pyarrow's Parquet writer cannot slice view arrays into pages ("Slicing not implemented
+    # for StringView"): plain string and binary, the same Parquet column.
+    if pa.types.is_string_view(t):
+        return f.with_type(pa.string())
+    if pa.types.is_binary_view(t):
+        return f.with_type(pa.binary())
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         inner = _parquet_field(t.value_field)
         if inner.equals(t.value_field, check_metadata=True):
