@@ -6,7 +6,6 @@
 //! Every `unsafe` block of the extension lives in this module.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use std::ffi::CStr;
 use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::{FFI_ArrowArrayStream, RecordBatchStreamReader};
 use arrow_array::{Array, RecordBatch, RecordBatchIterator, StructArray};
@@ -14,6 +13,7 @@ use arrow_schema::SchemaRef;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyTuple};
+use std::ffi::CStr;
 
 const STREAM_CAPSULE: &CStr = c"arrow_array_stream";
 const SCHEMA_CAPSULE: &CStr = c"arrow_schema";
@@ -64,15 +64,17 @@ pub fn import_stream(obj: &Bound<'_, PyAny>) -> PyResult<RecordBatchStreamReader
         )));
     }
     let capsule = obj.call_method0("__arrow_c_stream__")?;
-    let capsule = capsule.cast::<PyCapsule>().map_err(|_| {
-        PyTypeError::new_err("__arrow_c_stream__ did not return a PyCapsule")
-    })?;
+    let capsule = capsule
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("__arrow_c_stream__ did not return a PyCapsule"))?;
     let pointer = capsule.pointer_checked(Some(STREAM_CAPSULE))?;
     // SAFETY: the capsule is named "arrow_array_stream", so by the PyCapsule interface its
     // pointer is a valid, aligned, initialised `struct ArrowArrayStream`, which has the layout
     // of `FFI_ArrowArrayStream` (#[repr(C)]). `from_raw` moves the struct out and leaves a
     // released one in its place, so the capsule's destructor will not release it again. The
     // capsule stays alive (held by `capsule`) for the duration of the move.
-    let reader = unsafe { RecordBatchStreamReader::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>()) };
+    let reader = unsafe {
+        RecordBatchStreamReader::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>())
+    };
     reader.map_err(arrow_error)
 }

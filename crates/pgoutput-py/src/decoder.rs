@@ -85,7 +85,9 @@ impl PyDecoder {
         let decoder = match &mut *guard {
             State::Open(decoder) => decoder,
             State::Finished => {
-                return Err(PyRuntimeError::new_err("this Decoder is finished: finish() was called"))
+                return Err(PyRuntimeError::new_err(
+                    "this Decoder is finished: finish() was called",
+                ))
             }
             State::Broken => {
                 return Err(PyRuntimeError::new_err(
@@ -132,7 +134,10 @@ impl PyDecoder {
         }
         options.spill_dir = spill_dir;
         options.emit = parse_emit(emit)?;
-        Ok(Self { state: Mutex::new(State::Open(Box::new(Decoder::new(options)))), fed: Mutex::new(0) })
+        Ok(Self {
+            state: Mutex::new(State::Open(Box::new(Decoder::new(options)))),
+            fed: Mutex::new(0),
+        })
     }
 
     /// Feeds one message. The bytes are copied once into an Arrow buffer that the
@@ -152,7 +157,8 @@ impl PyDecoder {
         let mut fed = 0u64;
         let result = self.run(py, |decoder| {
             for batch in reader {
-                let batch = batch.map_err(|e| Failure::Capture(format!("reading the capture: {e}")))?;
+                let batch =
+                    batch.map_err(|e| Failure::Capture(format!("reading the capture: {e}")))?;
                 let row = first + fed;
                 let lsns = input::lsns(&batch, row).map_err(|e| Failure::Capture(e.0))?;
                 match input::messages(&batch, row).map_err(|e| Failure::Capture(e.0))? {
@@ -175,14 +181,19 @@ impl PyDecoder {
         let outputs = self.run(py, |decoder| Ok(decoder.take_ready()))?;
         let list = PyList::empty(py);
         for output in outputs {
-            let (kind, table, version, batch): (&str, Option<String>, Option<u64>, RecordBatch) = match output {
-                Output::Table { name, version, batch } => ("table", Some(name), Some(version as u64), batch),
-                Output::Truncates(batch) => ("truncates", None, None, batch),
-                Output::Messages(batch) => ("messages", None, None, batch),
-                Output::Transactions(batch) => ("transactions", None, None, batch),
-                #[allow(unreachable_patterns)]
-                _ => continue,
-            };
+            let (kind, table, version, batch): (&str, Option<String>, Option<u64>, RecordBatch) =
+                match output {
+                    Output::Table {
+                        name,
+                        version,
+                        batch,
+                    } => ("table", Some(name), Some(version as u64), batch),
+                    Output::Truncates(batch) => ("truncates", None, None, batch),
+                    Output::Messages(batch) => ("messages", None, None, batch),
+                    Output::Transactions(batch) => ("transactions", None, None, batch),
+                    #[allow(unreachable_patterns)]
+                    _ => continue,
+                };
             list.append((kind, table, version, ArrowBatch::new(batch)))?;
         }
         Ok(list)
@@ -208,7 +219,9 @@ impl PyDecoder {
             match std::mem::replace(&mut *guard, State::Finished) {
                 State::Open(decoder) => decoder,
                 State::Finished => {
-                    return Err(PyRuntimeError::new_err("this Decoder is finished: finish() was called"))
+                    return Err(PyRuntimeError::new_err(
+                        "this Decoder is finished: finish() was called",
+                    ))
                 }
                 State::Broken => {
                     *guard = State::Broken;

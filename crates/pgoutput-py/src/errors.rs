@@ -8,7 +8,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// An instance of `pgoutput_arrow.exceptions.<class>(message, **attributes)` as a `PyErr`.
-pub fn new_error(py: Python<'_>, class: &str, message: String, attributes: &[(&str, Option<u64>)]) -> PyErr {
+pub fn new_error(
+    py: Python<'_>,
+    class: &str,
+    message: String,
+    attributes: &[(&str, Option<u64>)],
+) -> PyErr {
     new_error_with(py, class, message, |kwargs| {
         for (name, value) in attributes {
             kwargs.set_item(name, value)?;
@@ -27,11 +32,15 @@ fn new_error_with(
         let class = py.import("pgoutput_arrow.exceptions")?.getattr(class)?;
         let kwargs = PyDict::new(py);
         fill(&kwargs)?;
-        Ok(PyErr::from_value(class.call((message.clone(),), Some(&kwargs))?))
+        Ok(PyErr::from_value(
+            class.call((message.clone(),), Some(&kwargs))?,
+        ))
     };
     // If the exceptions module cannot be imported the package is broken; still say what failed.
     build().unwrap_or_else(|import_error| {
-        PyRuntimeError::new_err(format!("{message} (and pgoutput_arrow.exceptions failed: {import_error})"))
+        PyRuntimeError::new_err(format!(
+            "{message} (and pgoutput_arrow.exceptions failed: {import_error})"
+        ))
     })
 }
 
@@ -39,34 +48,46 @@ fn new_error_with(
 pub fn decode_error(py: Python<'_>, err: DecodeError) -> PyErr {
     let message = err.to_string();
     match err {
-        DecodeError::Parse { lsn, index, source } => new_error_with(py, "ParseError", message, |kw| {
-            kw.set_item("lsn", lsn)?;
-            kw.set_item("index", index)?;
-            kw.set_item("offset", source.offset())
-        }),
-        DecodeError::Value { table, column, lsn, index, offset, .. } => {
-            new_error_with(py, "DecodeValueError", message, |kw| {
+        DecodeError::Parse { lsn, index, source } => {
+            new_error_with(py, "ParseError", message, |kw| {
                 kw.set_item("lsn", lsn)?;
-                kw.set_item("table", table)?;
-                kw.set_item("column", column)?;
                 kw.set_item("index", index)?;
-                kw.set_item("offset", offset)
+                kw.set_item("offset", source.offset())
             })
         }
+        DecodeError::Value {
+            table,
+            column,
+            lsn,
+            index,
+            offset,
+            ..
+        } => new_error_with(py, "DecodeValueError", message, |kw| {
+            kw.set_item("lsn", lsn)?;
+            kw.set_item("table", table)?;
+            kw.set_item("column", column)?;
+            kw.set_item("index", index)?;
+            kw.set_item("offset", offset)
+        }),
         DecodeError::UnknownRelation { relation_id, lsn } => {
             new_error_with(py, "UnknownRelationError", message, |kw| {
                 kw.set_item("lsn", lsn)?;
                 kw.set_item("relation_id", relation_id)
             })
         }
-        DecodeError::Protocol { lsn, index, .. } => {
-            new_error(py, "ProtocolError", message, &[("lsn", Some(lsn)), ("index", Some(index))])
-        }
+        DecodeError::Protocol { lsn, index, .. } => new_error(
+            py,
+            "ProtocolError",
+            message,
+            &[("lsn", Some(lsn)), ("index", Some(index))],
+        ),
         DecodeError::Spill(_) => new_error(py, "SpillError", message, &[]),
-        DecodeError::Schema { table, column, .. } => new_error_with(py, "SchemaError", message, |kw| {
-            kw.set_item("table", table)?;
-            kw.set_item("column", column)
-        }),
+        DecodeError::Schema { table, column, .. } => {
+            new_error_with(py, "SchemaError", message, |kw| {
+                kw.set_item("table", table)?;
+                kw.set_item("column", column)
+            })
+        }
         DecodeError::Input(_) => new_error(py, "CaptureError", message, &[]),
         other => new_error(py, "PgoutputError", message, &[("lsn", other.lsn())]),
     }

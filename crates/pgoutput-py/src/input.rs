@@ -37,24 +37,49 @@ pub fn lsns(batch: &RecordBatch, first_row: u64) -> Result<Vec<u64>, CaptureErro
     let parse = |row: usize, text: Option<&str>| -> Result<u64, CaptureError> {
         match text {
             None => Ok(0),
-            Some(text) => Lsn::from_str(text).map(|lsn| lsn.0).map_err(|_| bad_text(row, text)),
+            Some(text) => Lsn::from_str(text)
+                .map(|lsn| lsn.0)
+                .map_err(|_| bad_text(row, text)),
         }
     };
     match array.data_type() {
-        DataType::UInt64 => Ok(array.as_primitive::<UInt64Type>().iter().map(|v| v.unwrap_or(0)).collect()),
+        DataType::UInt64 => Ok(array
+            .as_primitive::<UInt64Type>()
+            .iter()
+            .map(|v| v.unwrap_or(0))
+            .collect()),
         DataType::Int64 => array
             .as_primitive::<Int64Type>()
             .iter()
             .enumerate()
             .map(|(row, v)| {
                 u64::try_from(v.unwrap_or(0)).map_err(|_| {
-                    CaptureError(format!("row {}: lsn {} is negative", first_row + row as u64, v.unwrap_or(0)))
+                    CaptureError(format!(
+                        "row {}: lsn {} is negative",
+                        first_row + row as u64,
+                        v.unwrap_or(0)
+                    ))
                 })
             })
             .collect(),
-        DataType::Utf8 => array.as_string::<i32>().iter().enumerate().map(|(r, t)| parse(r, t)).collect(),
-        DataType::LargeUtf8 => array.as_string::<i64>().iter().enumerate().map(|(r, t)| parse(r, t)).collect(),
-        DataType::Utf8View => array.as_string_view().iter().enumerate().map(|(r, t)| parse(r, t)).collect(),
+        DataType::Utf8 => array
+            .as_string::<i32>()
+            .iter()
+            .enumerate()
+            .map(|(r, t)| parse(r, t))
+            .collect(),
+        DataType::LargeUtf8 => array
+            .as_string::<i64>()
+            .iter()
+            .enumerate()
+            .map(|(r, t)| parse(r, t))
+            .collect(),
+        DataType::Utf8View => array
+            .as_string_view()
+            .iter()
+            .enumerate()
+            .map(|(r, t)| parse(r, t))
+            .collect(),
         other => Err(CaptureError(format!(
             "column lsn has type {other}; expected text (X/Y), int64 or uint64"
         ))),
@@ -73,15 +98,25 @@ pub enum Messages {
 /// decoded into a new binary array.
 pub fn messages(batch: &RecordBatch, first_row: u64) -> Result<Messages, CaptureError> {
     let array = column(batch, "data")?;
-    if let Some(row) = array.logical_nulls().and_then(|nulls| nulls.iter().position(|valid| !valid)) {
-        return Err(CaptureError(format!("row {}: data is null; every row must hold one message", first_row + row as u64)));
+    if let Some(row) = array
+        .logical_nulls()
+        .and_then(|nulls| nulls.iter().position(|valid| !valid))
+    {
+        return Err(CaptureError(format!(
+            "row {}: data is null; every row must hold one message",
+            first_row + row as u64
+        )));
     }
     Ok(match array.data_type() {
         DataType::Binary => Messages::Binary(array.as_binary::<i32>().clone()),
         DataType::LargeBinary => Messages::LargeBinary(array.as_binary::<i64>().clone()),
         DataType::BinaryView => Messages::View(array.as_binary_view().clone()),
-        DataType::Utf8 => Messages::Binary(hex_messages(array.as_string::<i32>().iter(), first_row)?),
-        DataType::LargeUtf8 => Messages::Binary(hex_messages(array.as_string::<i64>().iter(), first_row)?),
+        DataType::Utf8 => {
+            Messages::Binary(hex_messages(array.as_string::<i32>().iter(), first_row)?)
+        }
+        DataType::LargeUtf8 => {
+            Messages::Binary(hex_messages(array.as_string::<i64>().iter(), first_row)?)
+        }
         other => {
             return Err(CaptureError(format!(
                 "column data has type {other}; expected binary (bytea), large_binary, binary_view, \
@@ -94,7 +129,10 @@ pub fn messages(batch: &RecordBatch, first_row: u64) -> Result<Messages, Capture
 /// A text `data` column holding bytea's hex output (`\x0123...`), as `COPY ... TO ... (FORMAT
 /// csv)` writes it: decoded into a new binary array (a copy; text captures are for
 /// convenience, binary ones for speed).
-fn hex_messages<'a>(values: impl Iterator<Item = Option<&'a str>>, first_row: u64) -> Result<BinaryArray, CaptureError> {
+fn hex_messages<'a>(
+    values: impl Iterator<Item = Option<&'a str>>,
+    first_row: u64,
+) -> Result<BinaryArray, CaptureError> {
     let mut builder = arrow_array::builder::BinaryBuilder::new();
     let mut bytes = Vec::new();
     for (row, value) in values.enumerate() {
@@ -106,13 +144,20 @@ fn hex_messages<'a>(values: impl Iterator<Item = Option<&'a str>>, first_row: u6
                 value.chars().take(24).collect::<String>()
             ))
         };
-        let hex = value.strip_prefix("\\x").ok_or_else(|| bad("expected \\x at the start"))?.as_bytes();
+        let hex = value
+            .strip_prefix("\\x")
+            .ok_or_else(|| bad("expected \\x at the start"))?
+            .as_bytes();
         if hex.len() % 2 != 0 {
             return Err(bad("odd number of hex digits"));
         }
         bytes.clear();
         for pair in hex.chunks_exact(2) {
-            let digit = |c: u8| (c as char).to_digit(16).ok_or_else(|| bad("non-hex character"));
+            let digit = |c: u8| {
+                (c as char)
+                    .to_digit(16)
+                    .ok_or_else(|| bad("non-hex character"))
+            };
             bytes.push((digit(pair[0])? * 16 + digit(pair[1])?) as u8);
         }
         builder.append_value(&bytes);

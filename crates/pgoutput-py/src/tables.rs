@@ -109,6 +109,10 @@ impl ArrowBatch {
     }
 
     fn __repr__(&self) -> String {
-        format!("ArrowBatch({} rows, {} columns)", self.batch.num_rows(), self.batch.num_columns())
+        format!(
+            "ArrowBatch({} rows, {} columns)",
+            self.batch.num_rows(),
+            self.batch.num_columns()
+        )
     }
 }
