@@ -1,13 +1,12 @@
 """pgoutput_arrow.spark on a real local Spark (local[2]) and a real PostgreSQL capture.
 
-One SparkSession for the whole test session, with Arrow schema validation on. Tests that need
-the native decoder (``pgoutput_arrow._internal``) are skipped until it is built.
+One SparkSession for the whole test session, with Arrow schema validation on. The package must be
+built (``make develop``); the Spark workers run this interpreter, so they import the same build.
 """
 
 from __future__ import annotations
 
 import collections
-import importlib.util
 import os
 import random
 import sys
@@ -16,28 +15,8 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pytest
 
-pyspark = pytest.importorskip("pyspark")
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SPARK_PY = os.path.join(HERE, "..", "python", "pgoutput_arrow", "spark.py")
-
-try:
-    from pgoutput_arrow import spark as sp  # the built package
-
-    HAVE_DECODER = True
-except ImportError:
-    # The native extension is not built: load spark.py alone for the decoder-free tests, and
-    # ship it to the Spark workers by value.
-    _spec = importlib.util.spec_from_file_location("pgoutput_arrow_spark", SPARK_PY)
-    sp = importlib.util.module_from_spec(_spec)
-    sys.modules["pgoutput_arrow_spark"] = sp
-    _spec.loader.exec_module(sp)
-    from pyspark import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sp)
-    HAVE_DECODER = False
-
-needs_decoder = pytest.mark.skipif(not HAVE_DECODER, reason="pgoutput_arrow._internal is not built")
+import pyspark  # noqa: F401  (a dependency: missing it is a failure, not a skip)
+from pgoutput_arrow import spark as sp  # noqa: E402  (the built package, native decoder included)
 
 from spark_workload import run_workload  # noqa: E402
 
@@ -46,8 +25,10 @@ from spark_workload import run_workload  # noqa: E402
 def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    # The workers must run this interpreter (with pyarrow and, when built, the decoder).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The workers must run this interpreter (the .venv, with pyarrow and the built decoder),
+    # whatever PYSPARK_PYTHON the environment had.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (SparkSession.builder.master("local[2]").appName("pgoutput-arrow-tests")
                .config("spark.sql.execution.arrow.pyspark.validateSchema.enabled", "true")
                .config("spark.sql.shuffle.partitions", "4")
@@ -93,6 +74,22 @@ def _effective_relations(stream: list[tuple[int, bytes]]) -> collections.Counter
 
 
 # --------------------------------------------------------------------------- decoder-free
+
+def test_workers_run_this_interpreter_with_the_decoder(spark: Any) -> None:
+    def probe(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import sys as wsys
+
+        from pgoutput_arrow import _internal
+
+        for _ in batches:
+            yield pa.record_batch({"exe": [wsys.executable], "native": [_internal.__file__]})
+
+    got = spark.range(2).repartition(2).mapInArrow(probe, "exe string, native string").collect()
+    import pgoutput_arrow._internal as native
+
+    assert {r.exe for r in got} == {sys.executable}
+    assert {r.native for r in got} == {native.__file__}
+
 
 def test_capture_xid_column_is_top_level_xid(capture: Any) -> None:
     """The fact partition independence rests on: every message of a transaction (streamed
@@ -243,7 +240,6 @@ def _normalize_table(t: pa.Table) -> list[tuple]:
     return sorted((tuple(sorted((k, repr(v)) for k, v in r.items())) for r in rows))
 
 
-@needs_decoder
 def test_decode_partition_independent_equals_single_process(spark: Any, capture: Any) -> None:
     import pgoutput_arrow
 
@@ -267,27 +263,53 @@ def test_decode_partition_independent_equals_single_process(spark: Any, capture:
         assert lsn_order(a) == lsn_order(b) == lsn_order(pa.table(exp))
 
 
-@needs_decoder
 def test_udtf_from_sql(spark: Any, capture: Any) -> None:
+    """Each change the single-process decoder gives comes out of the SQL UDTF once, with the
+    same table, op, LSNs, xid, key text (new and old) and unchanged-TOAST columns; the capture
+    spans several Spark partitions and is gathered WITH SINGLE PARTITION."""
     rows, tables, _ = capture
     sp.register(spark)
-    _capture_df(spark, rows).coalesce(1).createOrReplaceTempView("udtf_capture")
-    got = spark.sql("SELECT `table`, op, count(*) AS n FROM pgoutput_changes("
-                    "TABLE(SELECT lsn, xid, data FROM udtf_capture) WITH SINGLE PARTITION) "
-                    "GROUP BY 1, 2").collect()
+    _capture_df(spark, rows).repartition(3).createOrReplaceTempView("udtf_capture")
+    got = spark.sql(
+        "SELECT `table`, op, lsn, commit_lsn, xid, seq, coalesce(new['id'], new['a']) AS k, "
+        "coalesce(old['id'], old['a']) AS ok, new['b'] AS b, unchanged FROM pgoutput_changes("
+        "TABLE(SELECT lsn, xid, data FROM udtf_capture) WITH SINGLE PARTITION)").collect()
+    local = dec_tables_cache(rows)
+    want: collections.Counter = collections.Counter()
+    for name, t in local.items():
+        key = "id" if "id" in t.column_names else "a"
+        for r in t.to_pylist():
+            before = r["_before"] or {}
+            want[(name, r["_op"], r["_lsn"], r["_commit_lsn"], r["_xid"],
+                  None if r[key] is None else str(r[key]),
+                  None if before.get(key) is None else str(before[key]),
+                  r.get("b"), tuple(r["_unchanged"] or ()))] += 1
+    have = collections.Counter((r.table, r.op, r.lsn, r.commit_lsn, r.xid, r.k, r.ok, r.b,
+                                tuple(r.unchanged or ())) for r in got)
+    assert sum(want.values()) > 2000 and {k[0] for k in want} == set(tables)
+    assert have == want
+    # seq orders the changes of a table as the single-process decoder does, up to shared LSNs.
+    for name in tables:
+        mine = [r.lsn for r in sorted((r for r in got if r.table == name), key=lambda r: (r.commit_lsn, r.seq))]
+        theirs = [r["_lsn"] for r in sorted(local[name].to_pylist(),
+                                            key=lambda r: (r["_commit_lsn"], r["_seq"]))]
+        assert mine == theirs, name
+
+
+_DEC_CACHE: dict[int, Any] = {}
+
+
+def dec_tables_cache(rows: list[tuple[int, int, bytes]]) -> dict[str, pa.Table]:
     import pgoutput_arrow
 
-    dec = pgoutput_arrow.Decoder(views=False)
-    for l, _, d in rows:
-        dec.feed(d, l)
-    want = collections.Counter()
-    for name, t in dec.finish().tables.items():
-        for op in t.column("_op").to_pylist():
-            want[(name, op)] += 1
-    assert {(r.table, r.op): r.n for r in got} == dict(want)
+    if id(rows) not in _DEC_CACHE:
+        dec = pgoutput_arrow.Decoder(views=False)
+        for l, _, d in rows:
+            dec.feed(d, l)
+        _DEC_CACHE[id(rows)] = dec.finish().tables
+    return _DEC_CACHE[id(rows)]
 
 
-@needs_decoder
 def test_apply_changes_equals_postgres(spark: Any, pg18: Any, capture: Any) -> None:
     rows, tables, _ = capture
     decoded = sp.decode(_capture_df(spark, rows))
@@ -298,7 +320,6 @@ def test_apply_changes_equals_postgres(spark: Any, pg18: Any, capture: Any) -> N
         assert [tuple(r[c] for c in cols) for r in state] == [tuple(w) for w in want], name
 
 
-@needs_decoder
 def test_batch_data_source(spark: Any, capture: Any, tmp_path: Any) -> None:
     import pyarrow.parquet as pq
 
