@@ -618,6 +618,7 @@ def _intermediate(changes: Any, schemas: dict[str, pa.Schema]) -> Iterator[pa.Re
                                "t": pa.array(np.full(table.num_rows, ti, np.int32)),
                                "row": pa.array(np.arange(table.num_rows, dtype=np.int64))}))
     if not parts:
+        yield from _truncates_only(changes)
         return
     allrows = pa.concat_tables(parts).combine_chunks()
     commit = allrows.column("commit").to_numpy()
@@ -646,6 +647,29 @@ def _intermediate(changes: Any, schemas: dict[str, pa.Schema]) -> Iterator[pa.Re
             blob = _ipc(cast_for_spark(chunk, target))
             yield pa.record_batch({"table": [name], "commit_lsn": [None], "n": [chunk.num_rows],
                                    "ipc": [blob]}, schema=_INTER_SCHEMA)
+    yield from _truncates_only(changes)
+
+
+TRUNCATES = "_truncates"
+"""The key of :func:`decode`'s TRUNCATEs (``with_truncates=True``); no table name lacks a schema."""
+
+
+def _truncates_only(changes: Any) -> Iterator[pa.RecordBatch]:
+    truncates = changes.truncates
+    if truncates.num_rows:
+        target = to_spark_arrow_schema(truncates.schema)
+        for chunk in truncates.to_batches(max_chunksize=65536):
+            yield pa.record_batch({"table": [TRUNCATES], "commit_lsn": [None], "n": [chunk.num_rows],
+                                   "ipc": [_ipc(cast_for_spark(chunk, target))]}, schema=_INTER_SCHEMA)
+
+
+def _plain_table_fn(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for blob in b.column(0).to_pylist():
+                yield pa.ipc.open_stream(blob).read_next_batch().cast(schema)
+
+    return run
 
 
 def _spark_schema(schema: pa.Schema) -> Any:
@@ -655,7 +679,7 @@ def _spark_schema(schema: pa.Schema) -> Any:
 
 
 def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
-           **options: Any) -> dict[str, Any]:
+           with_truncates: bool = False, **options: Any) -> dict[str, Any]:
     """Decode a capture DataFrame (``lsn`` text or long, ``xid``, ``data`` binary) on the
     executors into ``{"schema.table": DataFrame}`` with the decoder's columns.
 
@@ -663,7 +687,10 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     capture-time row number, if the capture has one) only breaks ties among messages that share
     an LSN, which otherwise only decides ``_seq`` among them. ``options`` go to the decoder.
     The decoded rows are cached (``persist``) so that the per-table DataFrames share one
-    decoding pass.
+    decoding pass. ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`):
+    the decoder's TRUNCATEs (``relations``, ``cascade``, ``restart_identity`` and the transaction
+    columns; its ``_seq`` is not comparable with the tables' ``_seq``, order by ``_commit_lsn``,
+    ``_lsn``), for :func:`apply_changes`.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
@@ -690,6 +717,10 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     for name, schema in schemas.items():
         out[name] = (inter.where(F.col("table") == name).select("ipc")
                      .mapInArrow(_finish_table_fn(schema, bc), _spark_schema(schema)))
+    if with_truncates:
+        tschema = to_spark_arrow_schema(_decode_streams([], options).truncates.schema)
+        out[TRUNCATES] = (inter.where(F.col("table") == TRUNCATES).select("ipc")
+                          .mapInArrow(_plain_table_fn(tschema), _spark_schema(tschema)))
     return out
 
 
@@ -712,16 +743,29 @@ def _finish_table_fn(schema: pa.Schema, bc: Any) -> Callable[[Iterator[pa.Record
 
 # --------------------------------------------------------------------------- replicas
 
-def apply_changes(changes: Any, keys: Sequence[str]) -> Any:
+def apply_changes(changes: Any, keys: Sequence[str], *, truncates: Any = None,
+                  table: str | None = None) -> Any:
     """The latest state per key of one table's changes (as :func:`decode` returns them).
 
     Changes are applied in commit order (``_commit_lsn``, ``_seq``). Deleted rows are removed.
     A column listed in ``_unchanged`` (an unchanged TOAST value) keeps the value of the
     previous version of the row, also across a key change. An update that changed the key
-    (``_before`` carries the old key) removes the old key's row.
+    (``_before`` carries the old key) removes the old key's row. With ``truncates`` (the
+    ``"_truncates"`` DataFrame of ``decode(..., with_truncates=True)``) and ``table`` (this
+    table's ``"schema.table"`` name), changes before the table's last TRUNCATE are dropped.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
+    if truncates is not None:
+        if table is None:
+            raise ValueError("apply_changes: truncates= needs table= (the table's schema.table name)")
+        last_trunc = (truncates.where(F.array_contains(F.col("relations"), table))
+                      .select(F.max(F.struct("_commit_lsn", "_lsn")).alias("m")).collect()[0].m)
+        if last_trunc is not None:
+            changes = changes.where(F.struct("_commit_lsn", "_lsn")
+                                    > F.struct(F.lit(last_trunc[0]).alias("_commit_lsn"),
+                                               F.lit(last_trunc[1]).alias("_lsn")))
 
     meta = {"_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"}
     cols = [c for c in changes.columns if c not in meta]
