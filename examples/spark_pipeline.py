@@ -2,7 +2,8 @@
 
     python examples/spark_pipeline.py capture.parquet out/ [table=key1,key2 ...]
 
-Runs with local[*]; on a cluster, submit it unchanged with spark-submit.
+Runs with local[*] when started with python (Spark's default master); on a cluster, submit it
+unchanged with spark-submit --master ... (the master is not fixed here, so spark-submit's wins).
 """
 
 import sys
@@ -13,13 +14,14 @@ from pgoutput_arrow import spark as pgspark
 
 
 def main(capture: str, out: str, keys: dict[str, list[str]]) -> None:
-    spark = (SparkSession.builder.appName("pgoutput-pipeline").master("local[*]")
+    spark = (SparkSession.builder.appName("pgoutput-pipeline")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    tables = pgspark.decode(spark.read.parquet(capture))
+    tables = pgspark.decode(spark.read.parquet(capture), with_truncates=True)
+    truncates = tables.pop(pgspark.TRUNCATES)
     for name, changes in tables.items():
         changes.write.mode("overwrite").parquet(f"{out}/changes/{name}")
         if name in keys:
-            pgspark.apply_changes(changes, keys[name]).write.mode("overwrite").parquet(f"{out}/replica/{name}")
+            pgspark.apply_changes(changes, keys[name], truncates=truncates, table=name).write.mode("overwrite").parquet(f"{out}/replica/{name}")
         print(name, changes.count(), "changes")
     spark.stop()
 
