@@ -32,7 +32,7 @@ import json
 import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import pyarrow as pa
@@ -900,7 +900,7 @@ def decode_rows_locally(rows: Sequence[tuple[int, int, bytes, int]], options: di
 def _lsn_column(arr: pa.Array) -> list[int]:
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         return [lsn_to_int(v) for v in arr.to_pylist()]
-    return arr.to_pylist()
+    return cast(list[int], arr.to_pylist())
 
 
 class PgoutputChangesUDTF:
@@ -931,7 +931,7 @@ def register(spark: Any) -> None:
     """Register for SQL: ``pgoutput_changes`` (Arrow UDTF), ``pgoutput_kind``,
     ``pgoutput_relation``, ``lsn_to_int``, ``lsn_to_text`` (Arrow UDFs), and the ``pgoutput``
     data source."""
-    from pyspark.sql.functions import arrow_udf, arrow_udtf
+    from pyspark.sql.functions import arrow_udf, arrow_udtf  # type: ignore[attr-defined]  # 4.1+, not in the stubs
 
     def kind(data: pa.Array) -> pa.Array:
         first = [None if d is None else message_kind(d) for d in data.to_pylist()]
@@ -940,7 +940,7 @@ def register(spark: Any) -> None:
     def relation(data: pa.Array) -> pa.Array:
         """Relation id of Relation messages (streamed or not) and of Insert/Update/Delete
         outside streamed chunks (inside them the first field is the xid)."""
-        out = []
+        out: list[int | None] = []
         for d in data.to_pylist():
             # Outside streamed chunks, Relation/Insert/Update/Delete start with the relation id.
             # (A Relation inside a streamed chunk has the xid first: its length tells.)
@@ -1017,7 +1017,7 @@ try:
             return _PgoutputReader(self.options, schema)
 
     class _PgoutputReader(DataSourceReader):
-        def __init__(self, options: dict[str, str], schema: Any) -> None:
+        def __init__(self, options: Mapping[str, str], schema: Any) -> None:
             self.options = dict(options)
             self.schema = schema
 
