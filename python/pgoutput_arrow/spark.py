@@ -922,7 +922,16 @@ class PgoutputChangesUDTF:
     def terminate(self) -> Iterator[pa.Table]:
         if not self.rows:
             return
-        changes = decode_rows_locally(self.rows, {"views": False})
+        from pgoutput_arrow.exceptions import ProtocolError, UnknownRelationError
+
+        try:
+            changes = decode_rows_locally(self.rows, {"views": False})
+        except (ProtocolError, UnknownRelationError) as e:
+            # The usual cause: the capture was split over several UDTF instances (Arrow UDTFs
+            # cannot ask for a single partition themselves).
+            raise type(e)(f"{e} (pgoutput_changes decodes the rows of one partition together: if the "
+                          "capture spans several Spark partitions, write "
+                          "TABLE(...) WITH SINGLE PARTITION)") from e
         for b in changes_to_generic(changes):
             yield pa.Table.from_batches([b])
 
