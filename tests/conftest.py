@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 from typing import Iterator
 
 import pytest
@@ -22,16 +23,53 @@ from pg_harness import PgServer  # noqa: E402
 _counter = itertools.count()
 
 
+#: The session's servers, in start order, for the slot clean-up below.
+_servers: list[PgServer] = []
+
+
 @pytest.fixture(scope="session")
 def pg18() -> Iterator[PgServer]:
     with PgServer(version=18) as server:
+        _servers.append(server)
         yield server
+        _servers.remove(server)
 
 
 @pytest.fixture(scope="session")
 def pg15() -> Iterator[PgServer]:
     with PgServer(version=15) as server:
+        _servers.append(server)
         yield server
+        _servers.remove(server)
+
+
+def _slots(server: PgServer) -> set[str]:
+    return {row[0] for row in server.query("SELECT slot_name FROM pg_replication_slots")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def drop_module_slots() -> Iterator[None]:
+    """Drop the replication slots a test module left on the shared servers.
+
+    A permanent slot outlives the test that made it: it holds WAL and one of the server's
+    ``max_replication_slots``, so a few modules' leftovers would starve the next module.
+    A slot still active at the end of its module is a leak of a stream, and fails loudly.
+    """
+    before = {id(server): _slots(server) for server in _servers}
+    yield
+    for server in list(_servers):
+        left = _slots(server) - before.get(id(server), set())
+        deadline = time.monotonic() + 15  # a closed stream's walsender exits asynchronously
+        while left:
+            for name, _ in server.query(
+                    "SELECT slot_name, pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                    " WHERE slot_name = ANY(%s) AND NOT active", (sorted(left),)):
+                left.discard(name)
+            left &= _slots(server)
+            if left and time.monotonic() > deadline:
+                pytest.fail(f"slots still streaming at the end of the module on {server}: {sorted(left)}")
+            if left:
+                time.sleep(0.2)
 
 
 @pytest.fixture(scope="session", params=[18, 15], ids=["pg18", "pg15"])

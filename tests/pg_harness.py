@@ -75,8 +75,8 @@ DEBIAN_BIN_DIR = "/usr/lib/postgresql/{version}/bin"
 #: Settings every server gets; ``PgServer(settings=...)`` adds to or overrides them.
 DEFAULT_SETTINGS: dict[str, str] = {
     "wal_level": "logical",
-    "max_replication_slots": "20",
-    "max_wal_senders": "20",
+    "max_replication_slots": "64",
+    "max_wal_senders": "64",
     "listen_addresses": "'127.0.0.1'",
     # Small, so that pgoutput streams in-progress transactions on small workloads.
     "logical_decoding_work_mem": "'64kB'",

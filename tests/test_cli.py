@@ -346,10 +346,11 @@ def test_wheel_installs_in_fresh_venv(tmp_path: Path) -> None:
                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     Path(purelib, "_test_deps.pth").write_text(str(Path(pyarrow.__file__).parents[1]) + "\n")
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     where = subprocess.run([venv / "bin" / "python", "-c",
                             "import pgoutput_arrow; print(pgoutput_arrow.__file__)"],
-                           capture_output=True, text=True, check=True).stdout
+                           capture_output=True, text=True, check=True, env=clean).stdout
     assert where.startswith(str(venv)), where
     out = subprocess.run([venv / "bin" / "pgoutput-dump", "--version"], capture_output=True,
-                         text=True, check=True).stdout
+                         text=True, check=True, env=clean).stdout
     assert out.strip() == f"pgoutput-dump {pgoutput_arrow.__version__}"
