@@ -132,6 +132,18 @@ class Decoder:
         ``"committed"`` (the default): changes come out at their transaction's commit, in
         commit order. ``"arrived"`` (alias ``"immediate"``): as they arrive, with ``_status``
         and ``_subxid`` columns; the Transactions table says how each transaction ended.
+    ``binary``
+        Whether the slot was started with ``binary 'true'``. Only types the stream does not
+        describe well enough to decode depend on it (enums, composites, extension types):
+        binary with the raw send bytes (and ``pg.type_name`` in the field metadata) in a
+        binary stream, utf8 with PostgreSQL's text in a text stream. None (the default)
+        takes it from the stream: the first value cell of the first change says.
+    ``array_ndims``
+        How deep array columns nest: ``1`` is ``list<T>``, ``2`` ``list<list<T>>``, ...;
+        ``0`` gives PostgreSQL's array text (any shape, any lower bounds). None (the
+        default): ``1``, unless the column's first non-empty array, before its first
+        batch comes out, has more dimensions; then that many. An array of another depth
+        than its column's later is a special value (see ``special_values``).
 
     Typical loop::
 
@@ -156,6 +168,8 @@ class Decoder:
         memory_limit: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
         emit: EmitMode = "committed",
+        binary: bool | None = None,
+        array_ndims: int | None = None,
     ) -> None:
         self._native = _internal.Decoder(
             special_values=special_values,
@@ -164,6 +178,8 @@ class Decoder:
             memory_limit=memory_limit,
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
             emit=emit,
+            binary=binary,
+            array_ndims=array_ndims,
         )
 
     def feed(self, data: bytes | bytearray | memoryview, lsn: int | str | None = None) -> None:
@@ -233,6 +249,8 @@ def decode(
     batch_size: int | None = None,
     memory_limit: int | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
+    binary: bool | None = None,
+    array_ndims: int | None = None,
 ) -> Changes:
     """Decodes a whole capture and returns its :class:`Changes`.
 
@@ -255,6 +273,8 @@ def decode(
         batch_size=batch_size,
         memory_limit=memory_limit,
         spill_dir=spill_dir,
+        binary=binary,
+        array_ndims=array_ndims,
     )
     decoder.feed_capture(capture_from(source))
     return decoder.finish()

@@ -709,7 +709,8 @@ class LiveStream:
         else:
             from . import Decoder  # the package's incremental decoder
 
-            dec = Decoder(**self._decoder_options)
+            # The stream's mode is known here: no need to detect it from the first change.
+            dec = Decoder(**{"binary": self.binary, **self._decoder_options})
         feed = getattr(dec, "feed", None)
         if feed is not None:
             self._feed = feed

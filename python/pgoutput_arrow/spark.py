@@ -700,6 +700,10 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     options.setdefault("views", False)
     ndf = _normalized(df, order_col)
     catalog = collect_catalog(ndf)
+    if options.get("binary") is None:
+        # Every partition's decoder must type enum/composite columns alike, and the
+        # schemas are made before any data is seen: ask the data once, here.
+        options["binary"] = _stream_is_binary(ndf)
     schemas = _table_schemas(catalog, options)
     n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
     inter_schema = StructType([StructField("table", StringType()), StructField("commit_lsn", LongType()),
@@ -722,6 +726,40 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         out[TRUNCATES] = (inter.where(F.col("table") == TRUNCATES).select("ipc")
                           .mapInArrow(_plain_table_fn(tschema), _spark_schema(tschema)))
     return out
+
+
+def _insert_value_kind(data: bytes) -> bool | None:
+    """Whether an Insert message's first value cell is binary ('b'), text ('t'), or None
+    when its cells are all null or unchanged (or it is not an Insert)."""
+    if data[:1] != b"I":
+        return None
+    # 'I', [xid (in a streamed chunk)], relation id, 'N', number of columns, cells.
+    for pos in (5, 9):
+        if data[pos:pos + 1] == b"N" and len(data) >= pos + 3:
+            break
+    else:
+        return None
+    pos += 3
+    while pos < len(data):
+        kind = data[pos:pos + 1]
+        if kind == b"b":
+            return True
+        if kind == b"t":
+            return False
+        if kind not in (b"n", b"u"):
+            return None
+        pos += 1
+    return None
+
+
+def _stream_is_binary(ndf: Any, sample: int = 100) -> bool:
+    """Whether the capture was taken with ``binary 'true'``, from its first Inserts."""
+    inserts = ndf.where("substring(data, 1, 1) = X'49'").select("data").limit(sample).collect()
+    for row in inserts:
+        kind = _insert_value_kind(bytes(row.data))
+        if kind is not None:
+            return kind
+    return False
 
 
 def _finish_table_fn(schema: pa.Schema, bc: Any) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

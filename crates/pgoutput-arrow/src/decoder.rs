@@ -16,7 +16,7 @@ use std::sync::Arc;
 use arrow_array::{Array, BinaryViewArray, GenericBinaryArray, OffsetSizeTrait, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_select::concat::concat_batches;
-use pgoutput_proto::{parse_message, Lsn, Message, Parser, TupleData, Xid};
+use pgoutput_proto::{parse_message, Cell, Lsn, Message, Parser, TupleData, Xid};
 
 use crate::catalog::Catalog;
 use crate::changes::{assemble, Changes};
@@ -790,6 +790,17 @@ impl Decoder {
             self.tables.resize_with(sid + 1, || None);
         }
         if self.tables[sid].is_none() {
+            if self.opts.detect_binary {
+                let first = row.cells().chain(old.into_iter().flat_map(|o| o.cells())).find_map(|c| match c {
+                    Cell::Text(_) => Some(false),
+                    Cell::Binary(_) => Some(true),
+                    Cell::Null | Cell::UnchangedToast => None,
+                });
+                if let Some(binary) = first {
+                    self.opts.types.binary = binary;
+                    self.opts.detect_binary = false;
+                }
+            }
             let rel = self.catalog.version(schema_id).clone();
             self.tables[sid] = Some(TableBuilder::new(rel, &self.opts.types, self.arrived));
         }

@@ -36,6 +36,10 @@ pub struct DecoderOptions {
     /// Where spill files go (default: the system's temporary directory).
     pub spill_dir: Option<PathBuf>,
     pub emit: EmitMode,
+    /// Take `types.binary` from the stream (default true): the first value cell of the
+    /// first change, sent as text ('t') or binary ('b'), says how the slot was started.
+    /// Tables whose first rows held only nulls keep `types.binary` as given.
+    pub detect_binary: bool,
 }
 
 impl Default for DecoderOptions {
@@ -46,6 +50,7 @@ impl Default for DecoderOptions {
             memory_limit: 256 << 20,
             spill_dir: None,
             emit: EmitMode::Committed,
+            detect_binary: true,
         }
     }
 }

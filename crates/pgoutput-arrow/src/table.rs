@@ -322,8 +322,36 @@ impl TableBuilder {
         }
     }
 
+    /// A list column took the depth of its first non-empty array: the old values' column
+    /// follows it where it still may (and the other way round), and the schema is made again.
+    fn refresh_retyped(&mut self) {
+        let mut retyped = false;
+        for (col, before) in self.columns.iter_mut().zip(self.before.iter_mut()) {
+            if !(col.take_retyped() | before.take_retyped()) {
+                continue;
+            }
+            retyped = true;
+            if let (Some((a, a_open)), Some((b, _))) = (col.list_depth(), before.list_depth()) {
+                // Where both are settled at different depths, `_before` keeps its own.
+                if a != b && !a_open {
+                    before.renest(a);
+                } else if a != b {
+                    col.renest(b);
+                }
+                col.take_retyped();
+                before.take_retyped();
+            }
+        }
+        if retyped {
+            let fields = column_fields(&self.rel, &self.columns);
+            self.schema = table_schema(&self.rel, &fields, self.arrived.is_some());
+            self.before_fields = column_fields(&self.rel, &self.before);
+        }
+    }
+
     /// The rows so far as a batch; the builder starts again empty.
     pub fn finish(&mut self) -> Fallible<RecordBatch> {
+        self.refresh_retyped();
         self.committed = 0;
         let len = std::mem::take(&mut self.len);
         self.reserve = len;

@@ -111,7 +111,8 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "error", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed"))]
+    #[pyo3(signature = (*, special_values = "error", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
         views: bool,
@@ -119,10 +120,25 @@ impl PyDecoder {
         memory_limit: Option<usize>,
         spill_dir: Option<PathBuf>,
         emit: &str,
+        binary: Option<bool>,
+        array_ndims: Option<usize>,
     ) -> PyResult<Self> {
         let mut options = DecoderOptions::default();
         options.types.special_values = parse_special_values(special_values)?;
         options.types.views = views;
+        if let Some(binary) = binary {
+            options.types.binary = binary;
+            options.detect_binary = false;
+        }
+        if let Some(ndims) = array_ndims {
+            if ndims > 6 {
+                return Err(PyValueError::new_err(format!(
+                    "array_ndims must be between 0 and 6 (PostgreSQL's limit), not {ndims}"
+                )));
+            }
+            options.types.array_ndims = ndims;
+            options.types.learn_array_ndims = false;
+        }
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {
                 return Err(PyValueError::new_err("batch_size must be at least 1"));

@@ -54,11 +54,21 @@ pub struct TypeOptions {
     /// send them, and one column may hold arrays of any dimension; a value of another
     /// dimension is a special value. 0: arrays are Utf8 with PostgreSQL's text (any shape).
     pub array_ndims: usize,
+    /// A list column whose values so far are all null or empty, and that has not yet
+    /// finished a batch with rows, takes the dimensions of its first non-empty array
+    /// (default true): `int4[][]` columns come out as nested lists without options.
+    pub learn_array_ndims: bool,
 }
 
 impl Default for TypeOptions {
     fn default() -> Self {
-        TypeOptions { special_values: SpecialValues::Error, views: true, binary: false, array_ndims: 1 }
+        TypeOptions {
+            special_values: SpecialValues::Error,
+            views: true,
+            binary: false,
+            array_ndims: 1,
+            learn_array_ndims: true,
+        }
     }
 }
 
@@ -139,6 +149,10 @@ struct ListCol {
     elem_oid: u32,
     /// Dimensions below and including this level.
     ndims: usize,
+    /// How the element builders were made, to make them again at another depth.
+    opts: TypeOptions,
+    /// A batch with rows came out: the depth is part of a published schema.
+    published: bool,
 }
 
 /// Builds the Arrow array of one column, value by value.
@@ -151,6 +165,9 @@ pub struct ColumnBuilder {
     extension: Option<&'static str>,
     special: SpecialValues,
     len: usize,
+    /// The Arrow type changed since the builder was made (a list column took the depth
+    /// of its first non-empty array).
+    retyped: bool,
     /// Reused by array parsing and binary-to-text rendering.
     scratch: Scratch,
 }
@@ -201,6 +218,8 @@ impl ColumnBuilder {
                 field,
                 elem_oid: elem,
                 ndims,
+                opts: opts.clone(),
+                published: false,
             }))
         } else {
             match oid {
@@ -280,6 +299,7 @@ impl ColumnBuilder {
             extension,
             special: opts.special_values,
             len: 0,
+            retyped: false,
             scratch: Scratch::default(),
         }
     }
@@ -537,7 +557,9 @@ impl ColumnBuilder {
             return self.special_array(dry, "array with a lower bound other than 1: a list cannot keep it");
         }
         let dims = dec.dims();
-        if !dims.is_empty() && dims.len() != ndims {
+        if !dims.is_empty() && dims.len() != ndims && self.renest(dims.len()) {
+            // The column's first non-empty array set its depth.
+        } else if !dims.is_empty() && dims.len() != ndims {
             let msg = format!(
                 "{}-dimensional array in a column decoded as {}-dimensional lists (TypeOptions::array_ndims)",
                 dims.len(),
@@ -589,6 +611,38 @@ impl ColumnBuilder {
         }
     }
 
+    /// The depth of a list column, and whether it may still change (see
+    /// [`TypeOptions::learn_array_ndims`]); None for other columns.
+    pub fn list_depth(&self) -> Option<(usize, bool)> {
+        match &self.col {
+            Col::List(l) => Some((l.ndims, l.can_renest())),
+            _ => None,
+        }
+    }
+
+    /// Makes a list column `ndims` deep if its depth may still change; true if it is now.
+    pub fn renest(&mut self, ndims: usize) -> bool {
+        let Col::List(l) = &mut self.col else { return false };
+        if l.ndims == ndims {
+            return true;
+        }
+        if !l.can_renest() || ndims == 0 {
+            return false;
+        }
+        // Every row so far is null or an empty array: offsets and nulls stay as they are.
+        l.child = ColumnBuilder::build_elem(l.elem_oid, self.typmod, &l.opts, ndims);
+        l.field = Arc::new(l.child.field("item"));
+        l.ndims = ndims;
+        self.data_type = DataType::List(l.field.clone());
+        self.retyped = true;
+        true
+    }
+
+    /// Whether the Arrow type changed since the last call (see [`ColumnBuilder::renest`]).
+    pub fn take_retyped(&mut self) -> bool {
+        std::mem::take(&mut self.retyped)
+    }
+
     /// Finishes the array built so far and resets the builder for the next batch.
     pub fn finish(&mut self) -> ArrayRef {
         self.len = 0;
@@ -617,6 +671,10 @@ impl ColumnBuilder {
 pub(crate) struct Special(pub String);
 
 impl ListCol {
+    fn can_renest(&self) -> bool {
+        self.opts.learn_array_ndims && !self.published && self.child.len == 0
+    }
+
     /// The builder of the scalar elements, below every list level.
     fn innermost(&mut self) -> &mut ColumnBuilder {
         let mut b = &mut self.child;
@@ -653,6 +711,7 @@ impl ListCol {
     }
 
     fn finish(&mut self) -> ArrayRef {
+        self.published |= self.offsets.len() > 1;
         let values = self.child.finish();
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         let nulls = self.nulls.finish();

@@ -23,3 +23,46 @@ fn int4_text_and_binary() {
     assert_eq!(a.value(1), 7);
     assert!(a.is_null(2));
 }
+
+/// `int4[]` (oid 1007) columns take the depth of their first non-empty array.
+#[test]
+fn list_depth_from_first_non_empty_array() {
+    let mut b = col(1007, -1);
+    b.append_null();
+    b.append_text(b"{}", None).unwrap();
+    assert_eq!(b.list_depth(), Some((1, true)));
+    b.append_text(b"{{1,2},{3,NULL}}", None).unwrap();
+    assert_eq!(b.list_depth(), Some((2, false)));
+    assert!(b.take_retyped());
+    let err = b.append_text(b"{5}", None).unwrap_err();
+    assert!(err.message.contains("1-dimensional array in a column decoded as 2-dimensional"), "{}", err.message);
+    assert_eq!(b.len(), 3);
+    let a = b.finish();
+    assert_eq!(a.data_type(), b.data_type());
+    let outer = a.as_list::<i32>();
+    assert!(outer.is_null(0));
+    assert_eq!(outer.value_length(1), 0);
+    let rows = outer.value(2);
+    let inner = rows.as_list::<i32>();
+    assert_eq!(inner.len(), 2);
+    let last = inner.value(1);
+    let last = last.as_primitive::<arrow_array::types::Int32Type>();
+    assert_eq!((last.value(0), last.is_null(1)), (3, true));
+}
+
+/// Once a batch with rows came out, or with learning off, the depth stays.
+#[test]
+fn list_depth_fixed_after_a_batch_or_when_not_learning() {
+    let mut b = col(1007, -1);
+    b.append_null();
+    b.finish();
+    assert!(b.append_text(b"{{1}}", None).is_err());
+    let opts = TypeOptions { learn_array_ndims: false, ..TypeOptions::default() };
+    let mut b = ColumnBuilder::new(&PgColumnType { oid: 1007, typmod: -1, type_name: None }, &opts);
+    assert!(b.append_text(b"{{1}}", None).is_err());
+    // Depth 0 (text) never changes.
+    let opts = TypeOptions { array_ndims: 0, ..TypeOptions::default() };
+    let mut b = ColumnBuilder::new(&PgColumnType { oid: 1007, typmod: -1, type_name: None }, &opts);
+    b.append_text(b"{{1}}", None).unwrap();
+    assert_eq!(b.data_type(), &DataType::Utf8View);
+}
