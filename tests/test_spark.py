@@ -181,6 +181,8 @@ def test_types_accepted_by_spark(spark: Any) -> None:
     src = pa.table({
         "oid": pa.array([1, 4294967295, None], pa.uint32()),
         "u": pa.array([u.bytes, None, b"\x00" * 16], pa.binary(16)),
+        # The decoder's uuid columns: pyarrow's canonical extension type.
+        "ux": pa.ExtensionArray.from_storage(pa.uuid(), pa.array([u.bytes, None, b"\x00" * 16], pa.binary(16))),
         "iv": pa.array([pa.scalar((1, 2, 3000), pa.month_day_nano_interval()).as_py(), None,
                         pa.scalar((-1, 0, -5), pa.month_day_nano_interval()).as_py()], pa.month_day_nano_interval()),
         "tm": pa.array([datetime.time(1, 2, 3, 4), None, datetime.time(23, 59, 59, 999999)], pa.time64("us")),
@@ -204,6 +206,7 @@ def test_types_accepted_by_spark(spark: Any) -> None:
     rows = spark.range(1).coalesce(1).mapInArrow(emit, spark_schema).collect()
     assert [r.oid for r in rows] == [1, 4294967295, None]
     assert rows[0].u == str(u) and rows[1].u is None and rows[2].u == str(uuid.UUID(int=0))
+    assert [r.ux for r in rows] == [r.u for r in rows]
     assert rows[0].iv == Row(months=1, days=2, nanos=3000) and rows[1].iv is None
     assert rows[0].tm == datetime.time(1, 2, 3, 4)
     assert [r.sv for r in rows] == ["a", None, "ccc"]

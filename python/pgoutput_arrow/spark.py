@@ -60,7 +60,8 @@ _MDN_STRUCT = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("nanos",
 
 def spark_arrow_type(t: pa.DataType) -> pa.DataType:
     """The Arrow type Spark 4.3 accepts (mapInArrow and Python data sources) for ``t``."""
-    if isinstance(t, pa.ExtensionType):
+    # BaseExtensionType: pyarrow's canonical extension types (arrow.uuid) are not ExtensionType.
+    if isinstance(t, pa.BaseExtensionType):
         if t.extension_name == "arrow.uuid":
             return pa.string()
         return spark_arrow_type(t.storage_type)
@@ -156,7 +157,7 @@ def _cast_array(arr: pa.Array, target: pa.DataType) -> pa.Array:
     src = arr.type
     if src == target:
         return arr
-    if isinstance(src, pa.ExtensionType):
+    if isinstance(src, pa.BaseExtensionType):
         if src.extension_name == "arrow.uuid":
             return _uuid_text(arr)
         return _cast_array(arr.storage, target)
