@@ -1,4 +1,5 @@
-"""pgoutput_arrow.spark on a real local Spark (local[2]) and a real PostgreSQL capture.
+"""pgoutput_arrow.spark on a real local Spark (local[2]) and a real PostgreSQL capture, and
+the streaming source (pgoutput_arrow.spark_stream) on live slots of real PostgreSQL 18 and 15.
 
 One SparkSession for the whole test session, with Arrow schema validation on. The package must be
 built (``make develop``); the Spark workers run this interpreter, so they import the same build.
@@ -9,7 +10,9 @@ from __future__ import annotations
 import collections
 import os
 import random
+import re
 import sys
+import time
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -388,3 +391,396 @@ def test_decode_binary_capture_keeps_raw_enum_and_composite_bytes(spark: Any, pg
     assert [None if r.m is None else bytes(r.m) for r in got] == [None, b"happy", b"sad"]
     assert [None if r.p is None else bytes(r.p) for r in got] == \
         [None if v is None else bytes(v) for v in local.sort_by("id").column("p").to_pylist()]
+
+
+# --------------------------------------------------------------------------- streaming source
+
+def _slot_position(pg: Any, slot: str) -> int:
+    return sp.lsn_to_int(pg.scalar("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                   "WHERE slot_name = %s", (slot,)))
+
+
+def _read_range(reader: Any, start: dict, end: dict) -> list[dict]:
+    return [r for part in reader.partitions(start, end) for b in reader.read(part) for r in b.to_pylist()]
+
+
+def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) -> None:
+    """The stream reader's driver and executor halves against a real slot: offsets cut at
+    whole transactions (a transaction larger than the limit is not split), reading and polling
+    leave the slot alone, commit(end) advances it exactly to end, a range read again after
+    the slot moved gives the same rows, and an idle publication still lets the slot advance."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from pgoutput_arrow.exceptions import ReplicationError
+    from pgoutput_arrow.spark_stream import PgoutputStreamReader, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); CREATE TABLE {t}_quiet (x text); "
+               f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    pg.create_slot(slot)
+    initial = _slot_position(pg, slot)
+    opts = {"dsn": pg.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
+            "idleAdvanceBytes": "65536", "pollInterval": "0"}
+    reader = PgoutputStreamReader(opts, stream_schema(opts))
+    start = reader.initialOffset()
+    assert start == {"lsn": sp.lsn_to_text(initial)}
+    assert reader.latestOffset(start, ReadAllAvailable()) == start  # nothing yet
+
+    for i in (1, 2, 3):
+        pg.execute(f"INSERT INTO {t} VALUES ({i}, 'one')")
+    pg.execute(f"INSERT INTO {t} SELECT g, 'bulk' FROM generate_series(100, 149) g")  # 50 changes
+    pg.execute(f"BEGIN; UPDATE {t} SET v = 'two' WHERE id = 1; DELETE FROM {t} WHERE id = 2; COMMIT")
+    pg.execute(f"BEGIN; INSERT INTO {t} VALUES (9, 'rolled back'); ROLLBACK")
+
+    first = reader.latestOffset(start, ReadMaxRows(2))
+    second = reader.latestOffset(first, ReadMaxRows(2))
+    third = reader.latestOffset(second, ReadMaxRows(2))
+    last = reader.latestOffset(third, ReadAllAvailable())
+    batches = [_read_range(reader, a, b) for a, b in ((start, first), (first, second), (second, third),
+                                                      (third, last))]
+    assert [[(r["_op"], r["id"]) for r in b] for b in batches[:2]] == \
+        [[("insert", 1), ("insert", 2)], [("insert", 3)]]
+    assert [r["id"] for r in batches[2]] == list(range(100, 150))  # whole, over the limit
+    assert [(r["_op"], r["id"], r["v"], r["_seq"]) for r in batches[3]] == \
+        [("update", 1, "two", 0), ("delete", 2, None, 1)]
+    assert _slot_position(pg, slot) == initial  # polling and reading moved nothing
+
+    reader.commit(second)
+    assert _slot_position(pg, slot) == sp.lsn_to_int(second["lsn"])
+    # After the slot moved, the same ranges read the same rows.
+    assert [_read_range(reader, a, b) for a, b in ((second, third), (third, last))] == batches[2:]
+    reader.commit(first)  # older than the slot: nothing moves backwards, no error
+    assert _slot_position(pg, slot) == sp.lsn_to_int(second["lsn"])
+
+    # Only an unpublished table changes: once the server wrote more than idleAdvanceBytes,
+    # the offset moves past it (an empty batch) so that the slot need not hold that WAL.
+    pg.execute(f"INSERT INTO {t}_quiet SELECT repeat('x', 200) FROM generate_series(1, 2000)")
+    idle = reader.latestOffset(last, ReadAllAvailable())
+    assert sp.lsn_to_int(idle["lsn"]) - sp.lsn_to_int(last["lsn"]) >= 65536
+    assert _read_range(reader, last, idle) == []
+    reader.commit(idle)
+    assert _slot_position(pg, slot) == sp.lsn_to_int(idle["lsn"])
+
+    # Someone else consumed the slot past a batch's start: a clear error, not a silent gap.
+    pg.execute(f"INSERT INTO {t} VALUES (10, 'taken')")
+    taken = reader.latestOffset(idle, ReadAllAvailable())
+    pg.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, taken["lsn"]))
+    with pytest.raises(ReplicationError, match="consumed by someone else"):
+        _read_range(reader, idle, taken)
+    reader.stop()
+
+
+def test_stream_reader_reconnects_after_a_server_restart(unique_name: str) -> None:
+    """The driver's connection dies with a server restart between two micro-batches; the
+    next call (here the commit) reconnects, and the slot kept its position."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pg_harness import PgServer
+    from pgoutput_arrow.spark_stream import PgoutputStreamReader, stream_schema
+
+    with PgServer(version=18) as server:  # restarted below: not the shared one
+        server.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
+        server.create_slot("s")
+        opts = {"dsn": server.dsn, "slot": "s", "publication": "p", "table": "public.t"}
+        reader = PgoutputStreamReader(opts, stream_schema(opts))
+        start = reader.initialOffset()
+        server.execute("INSERT INTO t VALUES (1)")
+        end = reader.latestOffset(start, ReadAllAvailable())
+        server.restart()
+        reader.commit(end)
+        assert _slot_position(server, "s") == sp.lsn_to_int(end["lsn"])
+        server.execute("INSERT INTO t VALUES (2)")
+        assert [r["id"] for r in _read_range(reader, end, reader.latestOffset(end, ReadAllAvailable()))] == [2]
+        reader.stop()
+
+
+def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_name: str) -> None:
+    """A walsender still holding the slot (the previous query's, exiting) makes a read wait
+    and then succeed, not fail."""
+    import threading
+
+    import psycopg2.extras
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pgoutput_arrow.spark_stream import PgoutputStreamReader, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY); CREATE PUBLICATION {pub} FOR TABLE {t}")
+    pg18.create_slot(slot)
+    opts = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}"}
+    reader = PgoutputStreamReader(opts, stream_schema(opts))
+    start = reader.initialOffset()
+    pg18.execute(f"INSERT INTO {t} VALUES (1)")
+    end = reader.latestOffset(start, ReadAllAvailable())
+    holder = psycopg2.connect(pg18.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    holder.cursor().start_replication(slot_name=slot, decode=False, options={
+        "proto_version": "1", "publication_names": pub})  # never confirms anything
+    assert pg18.scalar("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    release = threading.Timer(1.5, holder.close)
+    release.start()
+    t0 = time.monotonic()
+    assert [r["id"] for r in _read_range(reader, start, end)] == [1]
+    assert time.monotonic() - t0 >= 1.0
+    release.join()
+    reader.stop()
+
+
+def test_stream_schema_from_catalog_equals_decoded(pg: Any, unique_name: str) -> None:
+    """The streaming schema is built before any change arrives, from the catalog (the Relation
+    and Type messages pgoutput would send); it equals what the decoder makes of the real
+    messages: domains, enums, arrays, generated columns, a column list, REPLICA IDENTITY FULL."""
+    from pgoutput_arrow.spark_stream import stream_schema
+
+    import pgoutput_arrow
+
+    a, b, pub, slot = f"{unique_name}_a", f"{unique_name}_b", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg.execute(f"""
+        CREATE TYPE {a}_mood AS ENUM ('sad', 'happy');
+        CREATE DOMAIN {a}_pos AS int CHECK (VALUE > 0);
+        CREATE TABLE {a} (id int PRIMARY KEY, m {a}_mood, p {a}_pos, u uuid, j jsonb, iv interval,
+                          bt bytea, num numeric(12,3), tags text[], ts timestamptz, d date,
+                          g int GENERATED ALWAYS AS (id * 2) STORED, f float8, big bigint, o oid);
+        CREATE TABLE {b} (k text, w int, hidden text, x numeric);
+        ALTER TABLE {b} REPLICA IDENTITY FULL;
+        CREATE PUBLICATION {pub} FOR TABLE {a}, {b} (k, w, x);""")
+    pg.create_slot(slot)
+    opts = {"dsn": pg.dsn, "slot": slot, "publication": pub}
+    schemas = {name: stream_schema({**opts, "table": f"public.{name}"}) for name in (a, b)}
+    pg.execute(f"INSERT INTO {a} (id, m, p, u, j, iv, bt, num, tags, ts, d, f, big, o) VALUES "
+               f"(1, 'happy', 3, gen_random_uuid(), '{{}}', '1 day', '\\x00', 1.5, '{{a}}', now(), "
+               f"'2024-01-01', 0.5, 7, 42); INSERT INTO {b} VALUES ('k', 1, 'h', 2)")
+    rows = pg.get_binary_changes(slot, {"proto_version": "1", "publication_names": pub}, peek=True)
+    decoded = pgoutput_arrow.decode([(l, d) for l, _, d in rows], views=False).tables
+    for name in (a, b):
+        want = sp._spark_schema(sp.to_spark_arrow_schema(decoded[f"public.{name}"].schema))
+        assert schemas[name] == want, name
+    assert "g" not in schemas[a].fieldNames() and "hidden" not in schemas[b].fieldNames()
+
+
+def _checkpoint(path: Any) -> tuple[dict[int, int], set[int]]:
+    """A streaming checkpoint's planned batches (id → end LSN of this source) and the ids of
+    those Spark committed."""
+    import json
+
+    ends = {int(f.name): sp.lsn_to_int(json.loads(f.read_text().splitlines()[-1])["lsn"])
+            for f in (path / "offsets").iterdir() if f.name.isdigit()}
+    committed = {int(f.name) for f in (path / "commits").iterdir() if f.name.isdigit()}
+    return ends, committed
+
+
+def test_stream_restart_from_checkpoint_exactly_once(spark: Any, pg18: Any, unique_name: str,
+                                                     tmp_path: Any) -> None:
+    """readStream.format("pgoutput") with a checkpoint, written by an idempotent foreachBatch
+    (each batch overwrites its own directory). Three runs on one checkpoint: AvailableNow;
+    then a processing-time query stopped while a writer is busy, after which its last
+    committed batch is made uncommitted (as if the driver died before the commit log), so
+    the restart reads that batch again; then AvailableNow once more. The union of the output
+    has every change of the table once — the same as a second slot decoded in one go, with
+    PostgreSQL's own row counts for inserts, updates and deletes — its replay equals the
+    table, and the slot was only ever moved to the end of a batch Spark had committed."""
+    import datetime
+    import threading
+
+    import pyarrow.parquet as pq
+
+    import pgoutput_arrow
+
+    t, other, pub = f"{unique_name}_t", f"{unique_name}_other", f"{unique_name}_pub"
+    slot, ref = f"{unique_name}_slot", f"{unique_name}_ref"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n bigint); "
+                 f"CREATE TABLE {other} (id int PRIMARY KEY); CREATE TABLE {t}_unpublished (x int); "
+                 f"CREATE PUBLICATION {pub} FOR TABLE {t}, {other}")
+    initial = pg18.create_slot(slot)
+    pg18.create_slot(ref)  # the same changes, decoded in one go at the end
+    inserted: list[int] = []
+    counts = collections.Counter()
+    conn = pg18.connect()
+
+    def run(sql: str, op: str | None = None, ids: Any = ()) -> None:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            if op:
+                counts[op] += cur.rowcount
+        inserted.extend(ids)
+
+    # Before the first run: single-row and multi-row transactions (one larger than the
+    # per-batch limit), updates, deletes, a rollback, other tables.
+    for i in range(1, 41):
+        run(f"INSERT INTO {t} VALUES ({i}, 'v{i}', {i})", "insert", [i])
+    run(f"INSERT INTO {t} SELECT g, 'bulk', g FROM generate_series(41, 240) g", "insert", range(41, 241))
+    run(f"UPDATE {t} SET v = 'u' || id WHERE id % 5 = 0", "update")
+    run(f"DELETE FROM {t} WHERE id % 7 = 0", "delete")
+    run(f"BEGIN; INSERT INTO {t} VALUES (9001, 'never', 0); ROLLBACK")
+    run("BEGIN")  # one statement per call: rowcount is the last statement's
+    run(f"INSERT INTO {other} VALUES (1)")
+    run(f"UPDATE {t} SET n = -1 WHERE id = 1", "update")
+    run("COMMIT")
+    run(f"INSERT INTO {t}_unpublished SELECT g FROM generate_series(1, 100) g")
+
+    out, ckpt = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start(trigger: dict, limit: int) -> Any:
+        df = (spark.readStream.format("pgoutput").option("dsn", pg18.dsn).option("slot", slot)
+              .option("publication", pub).option("table", f"public.{t}")
+              .option("maxChangesPerTrigger", str(limit)).option("pollInterval", "0.2").load())
+
+        def sink(batch: Any, batch_id: int) -> None:
+            batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+        return (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(ckpt))
+                .trigger(**trigger).start())
+
+    def check_slot() -> int:
+        ends, committed = _checkpoint(ckpt)
+        position = _slot_position(pg18, slot)
+        assert position in {initial} | {ends[b] for b in committed}, sp.lsn_to_text(position)
+        assert position <= max(ends[b] for b in committed)
+        return position
+
+    sp.register(spark)
+    q = start({"availableNow": True}, 100)
+    q.awaitTermination()
+    assert q.exception() is None
+    ends, committed = _checkpoint(ckpt)
+    assert len(committed) >= 3 and committed == set(ends)
+    after_first = check_slot()
+
+    # More changes while stopped: a key change, a TRUNCATE, new rows.
+    run(f"UPDATE {t} SET id = id + 10000 WHERE id BETWEEN 1 AND 10", "update")
+    run(f"UPDATE {t} SET n = n * 2 WHERE id BETWEEN 10001 AND 10005", "update")
+    run(f"TRUNCATE {t}")
+    counts["truncate"] += 1
+    for i in range(1001, 1101, 10):
+        run(f"INSERT INTO {t} SELECT g, 'after', g FROM generate_series({i}, {i + 9}) g", "insert",
+            range(i, i + 10))
+
+    # A processing-time query, stopped while changes keep coming.
+    def writer() -> None:
+        wconn = pg18.connect()
+        with wconn.cursor() as cur:
+            for i in range(2001, 2031):
+                cur.execute(f"INSERT INTO {t} VALUES ({i}, 'live', {i})")
+                cur.execute(f"UPDATE {t} SET n = n + 1 WHERE id = {i - 1000}")
+                counts["update"] += cur.rowcount
+                inserted.append(i)
+                counts["insert"] += 1
+                time.sleep(0.1)
+        wconn.close()
+
+    q = start({"processingTime": "0.5 seconds"}, 30)
+    w = threading.Thread(target=writer)
+    w.start()
+    deadline = time.monotonic() + 180
+    while sum(1 for p in q.recentProgress if p["numInputRows"] > 0) < 3 or w.is_alive():
+        assert time.monotonic() < deadline and q.isActive, q.exception()
+        time.sleep(0.2)
+    q.stop()
+    w.join()
+    check_slot()
+    # The latest planned batch is run again on restart: it is uncommitted if the stop cut it
+    # short; if not, its commit is removed, as if the driver died after running it and before
+    # logging it. (Only the latest may be: Spark commits a batch to the source, which moves
+    # the slot, when it plans the next.)
+    ends, committed = _checkpoint(ckpt)
+    redo = max(ends)
+    if redo in committed:
+        for name in (str(redo), f".{redo}.crc"):  # the log entry and Hadoop's checksum of it
+            (ckpt / "commits" / name).unlink()
+    assert _slot_position(pg18, slot) <= (ends[redo - 1] if redo else initial)
+    first_attempt = out / f"batch={redo}"
+    redo_rows = (pq.read_table(first_attempt).to_pylist() if (first_attempt / "_SUCCESS").exists()
+                 else None)
+    redo_files = {f.name for f in first_attempt.iterdir()} if first_attempt.exists() else set()
+
+    run(f"INSERT INTO {t} SELECT g, 'last', g FROM generate_series(3001, 3050) g", "insert",
+        range(3001, 3051))
+    run(f"DELETE FROM {t} WHERE id BETWEEN 1001 AND 1020", "delete")
+    q = start({"availableNow": True}, 1000)
+    q.awaitTermination()
+    assert q.exception() is None
+    assert {f.name for f in first_attempt.iterdir()} - redo_files  # it ran again
+    if redo_rows is not None:
+        assert pq.read_table(first_attempt).to_pylist() == redo_rows  # with the same rows
+    final = check_slot()
+    assert final > after_first
+    conn.close()
+
+    # The union of all committed batches against the same changes decoded in one go.
+    ends, committed = _checkpoint(ckpt)
+    assert committed == set(ends)
+    # Spark writes timestamps as INT96: read back as naive UTC microseconds.
+    got = [r for b in sorted(committed)
+           for r in pq.read_table(out / f"batch={b}", coerce_int96_timestamp_unit="us").to_pylist()]
+    rows = pg18.get_binary_changes(ref, {"proto_version": "1", "publication_names": pub})
+    decoded = pgoutput_arrow.decode([(l, d) for l, _, d in rows], views=False)
+    want = decoded.tables[f"public.{t}"].to_pylist() + [
+        {"_op": "truncate", **{k: r[k] for k in ("_lsn", "_commit_lsn", "_commit_ts", "_xid")}}
+        for r in decoded.truncates.to_pylist() if f"public.{t}" in r["relations"]]
+    assert all(r["_commit_lsn"] < ends[max(committed)] for r in want)
+
+    def key(r: dict) -> tuple:
+        before = (r.get("_before") or {}).get("id")
+        ts = r["_commit_ts"]
+        if ts.tzinfo is not None:
+            ts = ts.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return (r["_commit_lsn"], r["_lsn"], r["_op"], r.get("id"), r.get("v"), r.get("n"),
+                before, r["_xid"], ts)
+
+    assert sorted(map(key, got)) == sorted(map(key, want))
+    # In (_commit_lsn, _seq) order, the changes come in the server's order.
+    in_order = [(r["_commit_lsn"], r["_lsn"]) for r in sorted(got, key=lambda r: (r["_commit_lsn"], r["_seq"]))]
+    assert in_order == sorted(in_order)
+    # PostgreSQL's own counts: every inserted id exactly once, every updated and deleted row.
+    ops = collections.Counter(r["_op"] for r in got)
+    assert ops == counts and counts["update"] > 80 and counts["delete"] > 40
+    assert collections.Counter(r["id"] for r in got if r["_op"] == "insert") == \
+        collections.Counter(inserted) and max(collections.Counter(inserted).values()) == 1
+    # Replayed in order, the changes give the table.
+    state: dict[int, tuple] = {}
+    for r in sorted(got, key=lambda r: (r["_commit_lsn"], r["_seq"])):
+        if r["_op"] == "truncate":
+            state.clear()
+            continue
+        old = (r["_before"] or {}).get("id", r["id"])
+        if r["_op"] in ("update", "delete"):
+            state.pop(old, None)
+        if r["_op"] != "delete":
+            state[r["id"]] = (r["id"], r["v"], r["n"])
+    assert sorted(state.values()) == sorted(pg18.query(f"SELECT id, v, n FROM {t}"))
+    assert len(state) > 100
+
+
+def test_stream_errors_are_clear(spark: Any, pg18: Any, unique_name: str) -> None:
+    """Bad streaming set-ups fail before anything is read, with one clear message: through
+    Spark, a missing slot (at load()) and a batch read given a live slot; checked directly
+    (the same schema() Spark calls, without a planner process each), a table the publication
+    does not publish, a missing option, a two_phase slot, a bad name or limit."""
+    from pgoutput_arrow.exceptions import SlotNotFound
+    from pgoutput_arrow.spark_stream import stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY); CREATE TABLE {t}_np (id int); "
+                 f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    pg18.create_slot(slot)
+    pg18.create_slot(f"{slot}_2pc", two_phase=True)
+    good = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}"}
+    sp.register(spark)
+    with pytest.raises(Exception, match=re.escape('replication slot "no_such_slot" does not exist')):
+        (spark.readStream.format("pgoutput").options(**{**good, "slot": "no_such_slot"}).load())
+    with pytest.raises(Exception, match="is read with spark.readStream"):
+        spark.read.format("pgoutput").options(**good).load().collect()
+
+    assert stream_schema(good).fieldNames()[0] == "id"
+    with pytest.raises(SlotNotFound, match=re.escape('replication slot "no_such_slot" does not exist')):
+        stream_schema({**good, "slot": "no_such_slot"})
+    cases = [
+        ({"table": f"public.{t}_np"}, f"table public.{t}_np is not in publication {pub}"),
+        ({"publication": ""}, "missing: publication"),
+        ({"slot": f"{slot}_2pc"}, "was created with two_phase"),
+        ({"table": t}, "must be schema-qualified"),
+        ({"maxChangesPerTrigger": "0"}, "maxChangesPerTrigger must be at least 1"),
+        ({"publication": "no_such_pub"}, "publication no_such_pub does not exist"),
+    ]
+    for options, message in cases:
+        with pytest.raises(Exception, match=re.escape(message)):
+            stream_schema({**good, **options})

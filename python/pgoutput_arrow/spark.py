@@ -7,6 +7,8 @@ Ways in:
 * :func:`register` — for SQL: the Arrow UDTF ``pgoutput_changes`` and the Arrow UDFs
   ``pgoutput_kind``, ``pgoutput_relation``, ``lsn_to_int``, ``lsn_to_text``; and the
   ``pgoutput`` batch data source.
+* ``spark.readStream.format("pgoutput")`` — a live replication slot as a streaming source with
+  LSN offsets, acknowledged only when Spark commits a micro-batch (:mod:`.spark_stream`).
 * :func:`apply_changes` — the latest state per key: a replica of the source table.
 * :func:`to_spark_arrow_schema` / :func:`cast_for_spark` — the decoder's Arrow types mapped to
   types Spark accepts (see docs/spark.md for the table).
@@ -1041,18 +1043,33 @@ try:
     class PgoutputDataSource(DataSource):
         """``spark.read.format("pgoutput").option("table", "public.t").load(path)``: one table of
         a capture (Parquet files with ``lsn``, ``xid``, ``data``), typed as :func:`decode` does.
-        Without ``table``, the generic change schema of the ``pgoutput_changes`` UDTF."""
+        Without ``table``, the generic change schema of the ``pgoutput_changes`` UDTF.
+
+        ``spark.readStream.format("pgoutput")`` with the options ``dsn``, ``slot``,
+        ``publication`` (and ``table``) streams a live replication slot, with LSN offsets
+        (:mod:`pgoutput_arrow.spark_stream`)."""
 
         @classmethod
         def name(cls) -> str:
             return "pgoutput"
 
+        def _is_live(self) -> bool:
+            return any(k.lower() in ("dsn", "slot") for k in self.options)
+
         def _decoded(self) -> Any:
             if not hasattr(self, "_changes"):
+                if "path" not in self.options:
+                    raise ValueError("spark.read.format('pgoutput') reads a capture: pass its path "
+                                     "to load(path); a live slot is read with spark.readStream "
+                                     "and the options dsn, slot, publication")
                 self._changes = decode_rows_locally(_read_capture(self.options["path"]), {"views": False})
             return self._changes
 
         def schema(self) -> Any:
+            if self._is_live():
+                from .spark_stream import stream_schema
+
+                return stream_schema(self.options)
             table = self.options.get("table")
             if table is None:
                 return UDTF_SCHEMA
@@ -1062,7 +1079,23 @@ try:
             return _spark_schema(to_spark_arrow_schema(changes.tables[table].schema))
 
         def reader(self, schema: Any) -> "DataSourceReader":
+            if self._is_live():
+                raise ValueError("spark.read.format('pgoutput') reads captures from a path; a live "
+                                 "replication slot (options dsn, slot) is read with "
+                                 "spark.readStream.format('pgoutput')")
             return _PgoutputReader(self.options, schema)
+
+        def streamReader(self, schema: Any) -> Any:
+            try:
+                from .spark_stream import PgoutputStreamReader
+            except ImportError as e:  # pyspark.sql.streaming.datasource: 4.2+
+                raise ImportError("spark.readStream.format('pgoutput') needs pyspark 4.2 or later "
+                                  f"(read limits for Python streaming sources): {e}") from e
+            if not self._is_live():
+                raise ValueError("spark.readStream.format('pgoutput') streams a live replication "
+                                 "slot: it needs the options dsn, slot and publication (a capture "
+                                 "file is read with spark.read.format('pgoutput').load(path))")
+            return PgoutputStreamReader(self.options, schema)
 
     class _PgoutputReader(DataSourceReader):
         def __init__(self, options: Mapping[str, str], schema: Any) -> None:

@@ -1,0 +1,718 @@
+"""``spark.readStream.format("pgoutput")``: a live logical replication slot as a Spark streaming
+source whose offsets are LSNs, so that Spark's checkpoints give exactly-once output.
+
+::
+
+    stream = (spark.readStream.format("pgoutput")
+              .option("dsn", "host=db user=repl dbname=shop")
+              .option("slot", "shop_spark").option("publication", "shop")
+              .option("table", "public.orders")
+              .load())
+
+How a micro-batch is cut and read (docs/spark.md, "Streaming from a replication slot"):
+
+* An offset ``{"lsn": "X/Y"}`` means: every transaction whose commit record starts before
+  ``X/Y`` has been delivered. A micro-batch ``[start, end)`` holds exactly the transactions whose
+  commit LSN lies in it. This is the rule the server itself applies to a slot: decoding skips
+  the transactions whose commit record starts before the slot's ``confirmed_flush_lsn``.
+* ``latestOffset`` reads the slot with ``pg_logical_slot_peek_binary_changes`` up to the
+  server's flushed WAL position (peeking does not consume), and returns that position, or the
+  end of the last whole transaction that fits the read limit. ``read`` peeks again up to the
+  batch's end and keeps the transactions that commit inside the batch: re-reading a batch
+  after a restart gives the same rows.
+* ``commit(end)`` — called by Spark once the micro-batch is in its commit log — is the only
+  place the slot moves: ``pg_replication_slot_advance(slot, end)``. The server may then
+  discard the WAL before ``end``.
+
+Transactions are sent whole, at their commit (pgoutput without ``streaming``), so a batch never
+holds part of one. Slots created with ``two_phase`` are refused: their prepared transactions
+would be decoded at PREPARE, and a slot advanced past a PREPARE does not send its changes again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Iterator, Mapping, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from .exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
+from .live import _classify_connect_error, _quote_ident, lsn_to_str, parse_lsn
+
+__all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "stream_schema"]
+
+#: Without changes to the publication, the offset still moves once the server has written
+#: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
+DEFAULT_IDLE_ADVANCE_BYTES = 16 << 20
+
+#: After a poll that found nothing, the next one waits this long (Spark polls every 10 ms).
+DEFAULT_POLL_INTERVAL_S = 1.0
+
+#: The stream asks for text tuple data (``peek_options``): say so, so that enum and composite
+#: columns are typed the same in the schema (built before any data) and in every batch.
+DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False}
+
+#: Change messages: Insert, Update, Delete, Truncate.
+_CHANGE_KINDS = (ord("I"), ord("U"), ord("D"), ord("T"))
+
+#: Types with an oid below this are built in; pgoutput sends a Type message for the others.
+_FIRST_GENBKI_OID = 10000
+
+_T = TypeVar("_T")
+
+_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged")
+
+
+# --------------------------------------------------------------------------- options
+
+@dataclasses.dataclass(frozen=True)
+class StreamSource:
+    """The stream's options, checked: what every side (driver, executors) needs to reach the
+    slot. ``table`` is ``"schema.table"``, or None for the generic change schema."""
+
+    dsn: str
+    slot: str
+    publications: tuple[str, ...]
+    table: str | None
+    max_changes: int | None
+    idle_advance_bytes: int
+    poll_interval: float
+    connect_timeout: int
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> "StreamSource":
+        opts = {k.lower(): v for k, v in options.items()}
+        missing = [k for k in ("dsn", "slot", "publication") if not opts.get(k)]
+        if missing:
+            raise ValueError(
+                "spark.readStream.format('pgoutput') needs the options dsn (libpq connection "
+                "string), slot (a logical slot with plugin pgoutput) and publication; missing: "
+                + ", ".join(missing))
+        table = opts.get("table") or None
+        if table is not None and "." not in table:
+            raise ValueError(f"option table must be schema-qualified ('public.{table}'), "
+                             f"not {table!r}")
+        pubs = tuple(p.strip() for p in opts["publication"].split(",") if p.strip())
+        return cls(
+            dsn=opts["dsn"], slot=opts["slot"], publications=pubs, table=table,
+            max_changes=_int_option(opts, "maxChangesPerTrigger", None, minimum=1),
+            idle_advance_bytes=_int_option(opts, "idleAdvanceBytes", DEFAULT_IDLE_ADVANCE_BYTES,
+                                           minimum=0) or 0,
+            poll_interval=_float_option(opts, "pollInterval", DEFAULT_POLL_INTERVAL_S),
+            connect_timeout=_int_option(opts, "connectTimeout", 10, minimum=1) or 10,
+        )
+
+    # ---------------------------------------------------------------- SQL
+
+    def connect(self, autocommit: bool = True) -> Any:
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(self.dsn, connect_timeout=self.connect_timeout)
+        except psycopg2.Error as e:
+            raise _classify_connect_error(e, "pgoutput stream: cannot connect") from None
+        conn.autocommit = autocommit
+        return conn
+
+    def peek_options(self) -> list[str]:
+        # Protocol 1 without streaming: every transaction arrives whole at its commit.
+        return ["proto_version", "1",
+                "publication_names", ",".join(_quote_ident(p) for p in self.publications)]
+
+    def check(self, cur: Any) -> int:
+        """Clear errors before anything is read: the slot exists, is a pgoutput slot of
+        this database without two_phase, no walsender streams it, the publications exist and
+        publish ``table``. Returns the slot's ``confirmed_flush_lsn``."""
+        cur.execute("SELECT current_database(), current_setting('server_version_num')::int")
+        dbname, version = cur.fetchone()
+        two_phase = "two_phase" if version >= 140000 else "false"
+        cur.execute(f"SELECT plugin, slot_type, database, {two_phase}, active_pid, "
+                    "confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                    (self.slot,))
+        row = cur.fetchone()
+        if row is None:
+            raise SlotNotFound(
+                f'pgoutput stream: replication slot "{self.slot}" does not exist in database '
+                f"{dbname} (create it with SELECT pg_create_logical_replication_slot("
+                f"'{self.slot}', 'pgoutput'))")
+        plugin, slot_type, database, is_two_phase, active_pid, confirmed = row
+        if slot_type != "logical" or plugin != "pgoutput":
+            raise ReplicationError(
+                f'pgoutput stream: replication slot "{self.slot}" is a {slot_type} slot with '
+                f"plugin {plugin}; expected a logical slot with plugin pgoutput")
+        if database != dbname:
+            raise ReplicationError(
+                f'pgoutput stream: replication slot "{self.slot}" belongs to database '
+                f"{database}, but the connection is to {dbname}")
+        if is_two_phase:
+            raise ReplicationError(
+                f'pgoutput stream: replication slot "{self.slot}" was created with two_phase: '
+                "its prepared transactions would be decoded at PREPARE, and a slot advanced "
+                "past a PREPARE never sends those changes again; use a slot without two_phase")
+        if active_pid is not None:
+            raise SlotInUse(
+                f'pgoutput stream: replication slot "{self.slot}" is active for PID '
+                f"{active_pid} (a walsender streams it; a slot has one consumer)")
+        if confirmed is None:
+            raise ReplicationError(
+                f'pgoutput stream: replication slot "{self.slot}" has no confirmed_flush_lsn '
+                "(it was invalidated: its WAL is gone); drop and re-create it")
+        cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
+                    (list(self.publications),))
+        found = {r[0] for r in cur.fetchall()}
+        absent = [p for p in self.publications if p not in found]
+        if absent:
+            raise PublicationNotFound(
+                f"pgoutput stream: publication {', '.join(absent)} does not exist in database "
+                f"{dbname}")
+        if self.table is not None:
+            cur.execute("SELECT DISTINCT schemaname || '.' || tablename FROM pg_publication_tables"
+                        " WHERE pubname = ANY(%s) ORDER BY 1", (list(self.publications),))
+            published = [r[0] for r in cur.fetchall()]
+            if self.table not in published:
+                raise ValueError(
+                    f"pgoutput stream: table {self.table} is not in publication "
+                    f"{', '.join(self.publications)}; it publishes {published}")
+        return parse_lsn(confirmed)
+
+    def confirmed_flush(self, cur: Any) -> int:
+        cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                    "WHERE slot_name = %s", (self.slot,))
+        row = cur.fetchone()
+        if row is None:
+            raise SlotNotFound(f'pgoutput stream: replication slot "{self.slot}" no longer exists')
+        if row[0] is None:
+            raise ReplicationError(f'pgoutput stream: replication slot "{self.slot}" was '
+                                   "invalidated (no confirmed_flush_lsn): its WAL is gone")
+        return parse_lsn(row[0])
+
+    def check_not_consumed(self, cur: Any, start: int) -> None:
+        """The slot must not be past ``start``: what lies between was consumed elsewhere."""
+        confirmed = self.confirmed_flush(cur)
+        if confirmed > start:
+            raise ReplicationError(
+                f'pgoutput stream: replication slot "{self.slot}" is at {lsn_to_str(confirmed)}, '
+                f"past this micro-batch's start {lsn_to_str(start)}: the changes between were "
+                "consumed by someone else (another query on the same slot, or "
+                "pg_replication_slot_advance / pg_logical_slot_get_changes); exactly-once output "
+                "is no longer possible from this checkpoint")
+
+
+def _int_option(opts: Mapping[str, str], key: str, default: int | None,
+                minimum: int) -> int | None:
+    """``opts`` has lower-case keys (Spark's options are case-insensitive); ``key`` is the
+    documented spelling, used in messages."""
+    text = opts.get(key.lower())
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"option {key} must be an integer, not {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"option {key} must be at least {minimum}, not {value}")
+    return value
+
+
+def _float_option(opts: Mapping[str, str], key: str, default: float) -> float:
+    text = opts.get(key.lower())
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"option {key} must be a number of seconds, not {text!r}") from None
+    if value < 0:
+        raise ValueError(f"option {key} must not be negative, not {value}")
+    return value
+
+
+def _retry_in_use(fn: Any, *args: Any, attempts: int = 50) -> Any:
+    """Run a slot function, waiting out a short overlap with another user of the slot (the
+    previous query's backend still releasing it): ``55006`` object in use."""
+    import psycopg2
+
+    for attempt in range(attempts):
+        try:
+            return fn(*args)
+        except psycopg2.Error as e:
+            if getattr(e, "pgcode", None) != "55006" or attempt == attempts - 1:
+                raise _classify_connect_error(e, "pgoutput stream") from None
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- schema
+
+def _relation_message(cur: Any, table: str, publications: tuple[str, ...]) -> tuple[int, bytes, dict[int, bytes]]:
+    """The Relation message (and Type messages) pgoutput would send for ``table`` now, built
+    from the catalog, so the stream's schema is the decoder's schema for that definition."""
+    schema, name = table.split(".", 1)
+    cur.execute("SELECT current_setting('server_version_num')::int")
+    version = cur.fetchone()[0]
+    cur.execute("SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
+    row = cur.fetchone()
+    if row is None:
+        raise ValueError(f"pgoutput stream: table {table} does not exist")
+    relid, replident = row
+    published: set[str] | None = None
+    if version >= 150000:
+        cur.execute("SELECT attnames FROM pg_publication_tables WHERE pubname = ANY(%s) "
+                    "AND schemaname = %s AND tablename = %s", (list(publications), schema, name))
+        published = {a for r in cur.fetchall() for a in (r[0] or [])}
+    generated = "a.attgenerated" if version >= 120000 else "''"
+    cur.execute(
+        f"SELECT a.attname, a.atttypid, a.atttypmod, {generated}, "
+        "  %s = 'f' OR a.attnum IN (SELECT unnest(i.indkey) FROM pg_index i WHERE "
+        "    i.indrelid = a.attrelid AND ((%s = 'd' AND i.indisprimary) OR "
+        "                                 (%s = 'i' AND i.indisreplident))) "
+        "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum", (replident, replident, replident, relid))
+    columns = []
+    for attname, typoid, typmod, gen, key in cur.fetchall():
+        # pgoutput leaves out virtual generated columns, and stored ones before 18 (on 18 the
+        # publication decides, and attnames says).
+        if gen == "v" or (gen == "s" and version < 180000):
+            continue
+        if published is not None and attname not in published:
+            continue
+        columns.append((attname, typoid, typmod, bool(key)))
+    body = (b"R" + relid.to_bytes(4, "big") + _cstr(schema if schema != "pg_catalog" else "")
+            + _cstr(name) + replident.encode() + len(columns).to_bytes(2, "big"))
+    types: dict[int, bytes] = {}
+    for attname, typoid, typmod, key in columns:
+        body += (bytes([1 if key else 0]) + _cstr(attname) + typoid.to_bytes(4, "big")
+                 + int(typmod).to_bytes(4, "big", signed=True))
+        if typoid >= _FIRST_GENBKI_OID and typoid not in types:
+            types[typoid] = _type_message(cur, typoid)
+    return relid, body, types
+
+
+def _type_message(cur: Any, typoid: int) -> bytes:
+    """What pgoutput's logicalrep_write_typ sends: the oid, with the namespace and name of its
+    base type (a domain's, followed down to a non-domain)."""
+    base = typoid
+    for _ in range(100):
+        cur.execute("SELECT t.typtype, t.typbasetype, n.nspname, t.typname FROM pg_type t "
+                    "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s", (base,))
+        typtype, basetype, nspname, typname = cur.fetchone()
+        if typtype != "d":
+            break
+        base = basetype
+    return (b"Y" + typoid.to_bytes(4, "big") + _cstr("" if nspname == "pg_catalog" else nspname)
+            + _cstr(typname))
+
+
+def _cstr(text: str) -> bytes:
+    return text.encode() + b"\x00"
+
+
+def stream_schema(options: Mapping[str, str]) -> Any:
+    """The stream's Spark schema: with ``table``, that table's columns as the decoder types
+    them (and as ``spark.read.format("pgoutput")`` gives them), built from its definition in
+    the catalog now; without, the generic change schema of ``pgoutput_changes``."""
+    from .spark import UDTF_SCHEMA, RelationCatalog, _spark_schema, _table_schemas
+
+    source = StreamSource.from_options(options)
+    conn = source.connect()
+    try:
+        cur = conn.cursor()
+        source.check(cur)
+        if source.table is None:
+            return UDTF_SCHEMA
+        relid, body, types = _relation_message(cur, source.table, source.publications)
+    finally:
+        conn.close()
+    catalog = RelationCatalog(relations={relid: [(0, body)]},
+                              types={oid: [(0, ty)] for oid, ty in types.items()})
+    schemas = _table_schemas(catalog, DECODER_OPTIONS)
+    return _spark_schema(schemas[source.table])
+
+
+# --------------------------------------------------------------------------- the reader
+
+class LsnRange(InputPartition):
+    """One micro-batch: the transactions whose commit LSN is in ``[start, end)``."""
+
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__((start, end))
+        self.start = start
+        self.end = end
+
+
+def _after(commits: list[tuple[int, int, int]], begin: int
+           ) -> tuple[list[tuple[int, int, int]], int]:
+    """The transactions committing at or after ``begin``, and the change count before them."""
+    pending = [(c, e, n) for c, e, n in commits if c >= begin]
+    before = max((n for c, _, n in commits if c < begin), default=0)
+    return pending, before
+
+
+def _flushed_wal(cur: Any) -> int:
+    """How far the server's WAL is flushed: what the decoding functions can read."""
+    cur.execute("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8")
+    return int(cur.fetchone()[0])
+
+
+def _offset(lsn: int) -> dict[str, str]:
+    return {"lsn": lsn_to_str(lsn)}
+
+
+def _offset_lsn(offset: Mapping[str, Any]) -> int:
+    try:
+        return parse_lsn(offset["lsn"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"pgoutput stream: not an offset of this source: {offset!r} "
+                         "(expected {'lsn': 'X/Y'}; is the checkpoint from another source?)") from None
+
+
+class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The micro-batch reader behind ``spark.readStream.format("pgoutput")``; see the module
+    docstring. The driver-side methods keep one SQL connection; ``read`` opens its own."""
+
+    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
+        self.source = StreamSource.from_options(options)
+        self.schema = schema
+        self._conn: Any = None
+        self._target: int | None = None  # Trigger.AvailableNow: never past this LSN
+        self._next_poll = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_conn"] = None
+        return state
+
+    def _on_server(self, fn: Callable[[Any], _T]) -> _T:
+        """``fn(cursor)`` on the driver's connection; once more on a new connection if the
+        old one was lost (a server restart between two micro-batches)."""
+        import psycopg2
+
+        for attempt in (1, 2):
+            if self._conn is None or self._conn.closed:
+                self._conn = self.source.connect()
+            try:
+                return fn(self._conn.cursor())
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                if not self._conn.closed or attempt == 2:
+                    raise
+                self._conn = None
+        raise AssertionError("unreachable")
+
+    def initialOffset(self) -> dict[str, str]:
+        """Where the slot is now: a new query starts with what the slot has not confirmed."""
+        return _offset(self._on_server(self.source.check))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.source.max_changes is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.source.max_changes)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._on_server(_flushed_wal)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
+        begin = _offset_lsn(start)
+        wait = self._next_poll - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+
+        def poll(cur: Any) -> tuple[int, list[tuple[int, int, int]], bool]:
+            self.source.check_not_consumed(cur, begin)
+            upto = _flushed_wal(cur)
+            if self._target is not None:
+                upto = min(upto, self._target)
+            if upto <= begin:
+                return upto, [], False
+            if max_rows is None:
+                return upto, self._commits(cur, upto, None)[0], False
+            # With a limit, the server is asked to stop after the transaction in which the
+            # bound-th message falls, so that a poll does not decode the whole backlog. The
+            # bound grows until the peek either reached `upto` or saw a transaction that
+            # no longer fits: then the cut is the same as with everything read. (A quarter
+            # more than the limit, for Begin, Commit and Relation messages and the next
+            # transaction, usually does it at once.)
+            bound = max_rows + max_rows // 4 + 16
+            while True:
+                commits, messages = self._commits(cur, upto, bound)
+                pending, before = _after(commits, begin)
+                limited = messages >= bound
+                if not limited or (pending and pending[-1][2] - before > max_rows):
+                    return upto, commits, limited
+                bound *= 2
+
+        upto, commits, limited = self._on_server(poll)
+        if upto <= begin:
+            return _offset(begin)
+        pending, before = _after(commits, begin)
+        end = upto
+        if max_rows is not None and pending and (limited or pending[-1][2] - before > max_rows):
+            # Whole transactions, at least one: up to the end of the last that fits.
+            taken = [p for p in pending if p[2] - before <= max_rows] or pending[:1]
+            end = taken[-1][1]
+        elif not pending and upto - begin < self.source.idle_advance_bytes:
+            end = begin
+        self._next_poll = time.monotonic() + (self.source.poll_interval if end == begin else 0.0)
+        return _offset(end)
+
+    def _commits(self, cur: Any, upto: int, bound: int | None) -> tuple[list[tuple[int, int, int]], int]:
+        """The transactions the slot has before ``upto`` (at most up to the one in which the
+        ``bound``-th message falls): (commit LSN, end LSN, changes up to and including it,
+        counted from the slot's position) each, and the number of messages read."""
+        def run() -> tuple[list[tuple[int, int, int]], int]:
+            cur.execute(
+                "SELECT substr(data, 3, 16), changes, n FROM ("
+                "  SELECT data, n, sum((get_byte(data, 0) IN (%s, %s, %s, %s))::int) "
+                "                  OVER (ORDER BY n) AS changes"
+                "  FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s) "
+                "       WITH ORDINALITY AS m(lsn, xid, data, n)) s "
+                "WHERE get_byte(data, 0) = %s ORDER BY n",
+                (*_CHANGE_KINDS, self.source.slot, lsn_to_str(upto), bound,
+                 self.source.peek_options(), ord("C")))
+            commits, messages = [], 0
+            for lsns, changes, n in cur.fetchall():
+                raw = bytes(lsns)
+                commits.append((int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big"),
+                                int(changes)))
+                messages = int(n)  # whole transactions: the last message is a Commit
+            return commits, messages
+
+        result: tuple[list[tuple[int, int, int]], int] = _retry_in_use(run)
+        return result
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LsnRange]:
+        # One partition: the slot is one ordered stream, read by one peek.
+        first, last = _offset_lsn(start), _offset_lsn(end)
+        return [LsnRange(first, last)] if last > first else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if not isinstance(partition, LsnRange):
+            raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        changes = read_range(self.source, partition.start, partition.end)
+        if self.source.table is None:
+            yield from _generic_batches(changes, target)
+        else:
+            yield from _table_batches(self.source, changes, target)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark has committed every batch up to ``end``: only now does the slot move."""
+        lsn = _offset_lsn(end)
+
+        def advance(cur: Any) -> None:
+            if self.source.confirmed_flush(cur) < lsn:
+                _retry_in_use(cur.execute, "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                              (self.source.slot, lsn_to_str(lsn)))
+                cur.fetchall()
+
+        self._on_server(advance)
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
+
+
+# --------------------------------------------------------------------------- reading a batch
+
+@dataclasses.dataclass
+class RangeChanges:
+    """The decoded changes of one micro-batch: ``tables`` (only rows of transactions that
+    commit in the batch, ``_seq`` renumbered), and the TRUNCATEs (same rule)."""
+
+    tables: dict[str, pa.Table]
+    truncates: pa.Table
+
+
+def read_range(source: StreamSource, start: int, end: int) -> RangeChanges:
+    """Peek the slot up to ``end`` and decode the transactions whose commit LSN is in
+    ``[start, end)``. ``_seq`` becomes the row's rank within its transaction (in the
+    transaction's order: LSN, then the decoder's order), so that a batch read again after a
+    restart gives the same rows whatever the slot's position was when it was read."""
+    import pgoutput_arrow
+
+    conn = source.connect(autocommit=False)
+    try:
+        cur = conn.cursor()
+        source.check_not_consumed(cur, start)
+        conn.commit()
+
+        def peek() -> Any:
+            decoder = pgoutput_arrow.Decoder(**DECODER_OPTIONS)  # a fresh one for each attempt
+            try:
+                # A server-side cursor: the rows come in chunks, not all at once.
+                named = conn.cursor(name="pgoutput_stream_peek")
+                named.execute(
+                    "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM "
+                    "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, VARIADIC %s)",
+                    (source.slot, lsn_to_str(end), source.peek_options()))
+                while rows := named.fetchmany(20000):
+                    decoder.feed_batch(pa.record_batch(
+                        [pa.array([r[0] for r in rows], pa.int64()),
+                         pa.array([bytes(r[1]) for r in rows], pa.binary())], names=["lsn", "data"]))
+                named.close()
+            finally:
+                conn.rollback()  # read only: ends the transaction, failed or not
+            return decoder.finish()
+
+        decoded = _retry_in_use(peek)
+    finally:
+        conn.close()
+
+    def inside(t: pa.Table) -> pa.Table:
+        commit = t.column("_commit_lsn")
+        keep = pc.and_(pc.greater_equal(commit, pa.scalar(start, commit.type)),
+                       pc.less(commit, pa.scalar(end, commit.type)))
+        return t.filter(pc.fill_null(keep, False))
+
+    tables = {name: inside(t) for name, t in decoded.tables.items()}
+    tables, truncates = _renumber_seq({k: v for k, v in tables.items() if v.num_rows},
+                                      inside(decoded.truncates))
+    return RangeChanges(tables, truncates)
+
+
+def _renumber_seq(tables: dict[str, pa.Table], truncates: pa.Table
+                  ) -> tuple[dict[str, pa.Table], pa.Table]:
+    """``_seq`` := rank within the transaction, across tables, in the transaction's order:
+    LSN, then a TRUNCATE before changes at the same LSN, then the decoder's ``_seq``."""
+    parts = [(name, t) for name, t in sorted(tables.items())]
+    if truncates.num_rows:
+        parts.append(("", truncates))
+    if not parts:
+        return tables, truncates
+    commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
+    lsn = np.concatenate([t.column("_lsn").to_numpy() for _, t in parts])
+    seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
+    kind = np.concatenate([np.full(t.num_rows, 0 if name == "" else 1) for name, t in parts])
+    order = np.lexsort((seq, kind, lsn, commit))
+    c_sorted = commit[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order)) - group_start
+    out: dict[str, pa.Table] = {}
+    offset = 0
+    for name, t in parts:
+        new = t.set_column(t.schema.get_field_index("_seq"), t.schema.field("_seq"),
+                           pa.array(rank[offset:offset + t.num_rows], pa.int64()))
+        offset += t.num_rows
+        if name:
+            out[name] = new
+        else:
+            truncates = new
+    return out, truncates
+
+
+def _table_batches(source: StreamSource, changes: RangeChanges,
+                   target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    from .spark import cast_for_spark
+
+    assert source.table is not None
+    table = changes.tables.get(source.table)
+    parts: list[pa.Table] = []
+    if table is not None:
+        _check_columns(source, table, target)
+        parts.append(pa.Table.from_batches(
+            [cast_for_spark(b, target) for b in table.to_batches(max_chunksize=65536)], target))
+    truncates = changes.truncates
+    if truncates.num_rows:
+        mine = truncates.filter(pa.array([source.table in rels for rels in
+                                          truncates.column("relations").to_pylist()]))
+        if mine.num_rows:
+            parts.append(_truncate_rows(mine, target))
+    if not parts:
+        return
+    out = pa.concat_tables(parts).sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
+    yield from out.combine_chunks().to_batches(max_chunksize=65536)
+
+
+def _truncate_rows(truncates: pa.Table, target: pa.Schema) -> pa.Table:
+    """One row per TRUNCATE of the table: ``_op = 'truncate'``, the data columns NULL."""
+    n = truncates.num_rows
+    given = {"_op": pa.array(["truncate"] * n, pa.string()),
+             "_unchanged": pa.array([[]] * n, pa.list_(pa.string()))}
+    for name in ("_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq"):
+        given[name] = truncates.column(name).combine_chunks()
+    arrays = []
+    for f in target:
+        if f.name in given:
+            arrays.append(given[f.name].cast(f.type))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _check_columns(source: StreamSource, table: pa.Table, target: pa.Schema) -> None:
+    """A column the stream's schema lacks: if the table has it now, it was added after the
+    query started, and its values would be lost: fail, so that a restarted query (which
+    takes the schema again) reads this batch with it. A dropped column is left out."""
+    extra = [c for c in table.column_names if c not in target.names and c not in _META]
+    if not extra:
+        return
+    assert source.table is not None
+    schema, name = source.table.split(".", 1)
+    conn = source.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND "
+                    "c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND "
+                    "a.attname = ANY(%s)", (schema, name, extra))
+        added = [r[0] for r in cur.fetchall()]
+    finally:
+        conn.close()
+    if added:
+        raise ReplicationError(
+            f"pgoutput stream: {source.table} has column(s) {', '.join(added)} that the "
+            "stream's schema (taken when the query was started) lacks; restart the query "
+            "(from its checkpoint: nothing is lost) to read them")
+
+
+def _generic_batches(changes: RangeChanges, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    from .spark import changes_to_generic
+
+    batches = list(changes_to_generic(changes))
+    if changes.truncates.num_rows:
+        batches.append(_generic_truncates(changes.truncates, target))
+    if not batches:
+        return
+    out = pa.Table.from_batches([pa.RecordBatch.from_arrays(list(b.columns), schema=target)
+                                 for b in batches], target)
+    out = out.sort_by([("commit_lsn", "ascending"), ("seq", "ascending")])
+    yield from out.combine_chunks().to_batches(max_chunksize=65536)
+
+
+def _generic_truncates(truncates: pa.Table, target: pa.Schema) -> pa.RecordBatch:
+    """One row per truncated table of each TRUNCATE: ``op = 'truncate'``."""
+    rows = truncates.to_pylist()
+    out: dict[str, list[Any]] = {f.name: [] for f in target}
+    for r in rows:
+        for rel in r["relations"]:
+            out["table"].append(rel)
+            out["op"].append("truncate")
+            out["lsn"].append(r["_lsn"])
+            out["commit_lsn"].append(r["_commit_lsn"])
+            out["commit_ts"].append(r["_commit_ts"])
+            out["xid"].append(r["_xid"])
+            out["seq"].append(r["_seq"])
+            out["new"].append(None)
+            out["old"].append(None)
+            out["unchanged"].append([])
+    return pa.RecordBatch.from_pydict(out, schema=target)
