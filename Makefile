@@ -12,6 +12,7 @@ PY          := $(VENV)/bin/python
 PIP         := $(VENV)/bin/pip
 SETUP_STAMP := $(VENV)/.setup-stamp
 PG15_BIN    := /usr/lib/postgresql/15/bin/postgres
+JAVA_PKG    := openjdk-17-jre-headless
 
 FUZZ_DIR     ?= fuzz
 FUZZ_SECONDS ?= 60
@@ -25,14 +26,14 @@ export VIRTUAL_ENV  := $(CURDIR)/$(VENV)
 # Root runs apt-get directly; anyone else needs sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || { command -v sudo >/dev/null && echo sudo; })
 
-.PHONY: help setup postgresql-15 develop test demo golden fuzz bench lint
+.PHONY: help setup postgresql-15 java develop test demo golden fuzz bench lint
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
 	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)'"
 
-setup: $(SETUP_STAMP) postgresql-15 ## Make .venv with the dev requirements; ensure PostgreSQL 15 (idempotent)
+setup: $(SETUP_STAMP) postgresql-15 java ## Make .venv with the dev requirements; ensure PostgreSQL 15 and Java 17+ (idempotent)
 
 # Re-run pip only when requirements-dev.txt changes (or the venv is new).
 $(SETUP_STAMP): requirements-dev.txt
@@ -51,6 +52,19 @@ postgresql-15:
 	  [ -x $(PG15_BIN) ] || { echo "error: $(PG15_BIN) still missing after install" >&2; exit 1; }; \
 	fi
 
+# Spark 4 runs on Java 17 or later.
+java:
+	@if ! command -v java >/dev/null 2>&1; then \
+	  echo "Java not found (Spark needs Java 17 or later): installing $(JAVA_PKG)"; \
+	  if [ "$$(id -u)" != 0 ] && [ -z "$(SUDO)" ]; then \
+	    echo "error: not root and no sudo: install Java 17 ($(JAVA_PKG)) by hand" >&2; exit 1; fi; \
+	  $(SUDO) apt-get update; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(JAVA_PKG); \
+	fi
+	@v="$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)"; \
+	  if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	    echo "error: Spark needs Java 17 or later; 'java' is version $${v:-unknown} ($$(command -v java)): install $(JAVA_PKG) and put it first on PATH (or set JAVA_HOME)" >&2; exit 1; fi
+
 develop: setup ## Build the Python package (release) and install it into .venv
 	@[ -f pyproject.toml ] || { echo "error: no pyproject.toml at the repository root: the Python package is not set up yet, so there is nothing for maturin to build" >&2; exit 1; }
 	$(VENV)/bin/maturin develop --release
@@ -59,8 +73,8 @@ test: setup develop ## Rust tests, then pytest against real PostgreSQL 18 and 15
 	$(CARGO_TEST)
 	$(VENV)/bin/pytest tests -q --timeout=900 $(PYTEST_ARGS)
 
-demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo)
-	$(PY) -m pgoutput_arrow.demo
+demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture
+	$(PY) -m pgoutput_arrow.demo --spark-pipeline examples/spark_pipeline.py
 
 golden: setup ## Regenerate tests/golden/captures from the SQL workloads on PG18 and PG15
 	$(PY) tests/golden/capture.py

@@ -9,14 +9,19 @@
    transaction, and changes to a table outside the publication;
 4. stop both consumers with SIGTERM (they acknowledge what they wrote and exit), and show a
    summary: files, rows per operation, the Parquet replayed into table state compared with
-   PostgreSQL's own SELECT, and the slots' confirmed positions.
+   PostgreSQL's own SELECT, and the slots' confirmed positions;
+5. with ``--spark-pipeline examples/spark_pipeline.py`` (what ``make demo`` passes): the same
+   workload, captured raw on a third slot with the SQL interface (``lsn, xid, data``), is
+   decoded by that Spark pipeline on ``local[*]``, and each replica it writes is compared with
+   PostgreSQL's SELECT.
 
-Run: ``python -m pgoutput_arrow.demo [--keep DIR]``.
+Run: ``python -m pgoutput_arrow.demo [--keep DIR] [--spark-pipeline PATH]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
@@ -35,6 +40,7 @@ from ._embedded import EmbeddedPostgres
 from .live import lsn_to_str, parse_lsn
 
 TABLES = ("public.customers", "public.orders")
+CAPTURE_SLOT = "demo_capture"
 
 SCHEMA = """
 CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL, email text,
@@ -122,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="write the Parquet output here and keep it (default: a temp dir)")
+    ap.add_argument("--spark-pipeline", metavar="PATH", type=Path,
+                    help="then run this Spark pipeline (examples/spark_pipeline.py) on a raw "
+                         "capture of the same workload, and compare its replicas with PostgreSQL")
     args = ap.parse_args(argv)
+    if args.spark_pipeline is not None and not args.spark_pipeline.is_file():
+        ap.error(f"--spark-pipeline: no such file: {args.spark_pipeline}")
     out = args.keep or Path(tempfile.mkdtemp(prefix="pgoutput-demo-out-"))
     if out.exists() and any(out.iterdir()) and args.keep:
         shutil.rmtree(out)
@@ -156,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         _wait(slots_active, 60, "the consumers to connect")
         print("two consumers streaming: slot demo_screen (pretty, first 40 changes below) and "
               f"slot demo_parquet (Parquet under {out})")
+        if args.spark_pipeline is not None:
+            pg.execute(f"SELECT pg_create_logical_replication_slot('{CAPTURE_SLOT}', 'pgoutput')")
+            print(f"and slot {CAPTURE_SLOT}, read with SQL after the workload (a raw capture for Spark)")
 
         _section("workload, streamed live (pgoutput-dump --format pretty)")
         t0 = time.monotonic()
@@ -216,10 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         current = pg.execute("SELECT pg_current_wal_lsn()::text")[0][0]
         notes = {"demo_screen": "stopped by --limit 40", "demo_parquet": "everything written"}
         for slot, (lsn, _pid) in _slot_positions(pg).items():
+            if slot not in notes:
+                continue
             lag = parse_lsn(current) - parse_lsn(lsn)
             print(f"  slot {slot:<13} confirmed_flush_lsn {lsn:<11} server at {current} "
-                  f"(lag {lag} bytes; {notes.get(slot, '')})")
+                  f"(lag {lag} bytes; {notes[slot]})")
         print(f"  WAL end when the workload ended: {lsn_to_str(end)}")
+        if args.spark_pipeline is not None:
+            ok &= _spark_pipeline(pg, args.spark_pipeline, out)
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
         return 0 if ok else 1
@@ -227,8 +245,67 @@ def main(argv: list[str] | None = None) -> int:
 
 def _normalise(state: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     """Values as PostgreSQL's driver returns them and as Arrow decodes them compare equal
-    after a round through str (Decimal('19.99') vs Decimal('19.99'), lists, dates)."""
-    return {str(k): {c: str(v) for c, v in row.items()} for k, row in state.items()}
+    after a round through str (Decimal('19.99') vs Decimal('19.99'), lists, dates); instants
+    as naive UTC (Spark's Parquet has no time zone)."""
+    def text(v: Any) -> str:
+        if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+            v = v.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        return str(v)
+
+    return {str(k): {c: text(v) for c, v in row.items()} for k, row in state.items()}
+
+
+def _spark_pipeline(pg: EmbeddedPostgres, pipeline: Path, out: Path) -> bool:
+    """Capture the workload raw from the capture slot, run ``pipeline`` on it with Spark
+    (``local[*]``), and compare each replica it wrote with PostgreSQL's SELECT."""
+    _section(f"Spark: {pipeline} on local[*], on a raw capture of the same workload")
+    rows = pg.execute(f"SELECT lsn::text, xid::text::bigint, data FROM "
+                      f"pg_logical_slot_get_binary_changes('{CAPTURE_SLOT}', NULL, NULL, "
+                      "'proto_version', '4', 'streaming', 'on', 'publication_names', 'shop')")
+    capture = out / "capture.parquet"
+    pq.write_table(pa.table({"lsn": pa.array([r[0] for r in rows], pa.string()),
+                             "xid": pa.array([r[1] for r in rows], pa.int64()),
+                             "data": pa.array([bytes(r[2]) for r in rows], pa.binary())}), capture)
+    streamed = sum(1 for r in rows if bytes(r[2])[:1] == b"S")
+    print(f"capture {capture}: {len(rows)} messages ({streamed} streamed chunks), columns lsn, xid, data")
+    spark_out, log = out / "spark", out / "spark.log"
+    keys = [f"{table}=id" for table in TABLES]
+    command = [sys.executable, str(pipeline), str(capture), str(spark_out), *keys]
+    print("$ " + " ".join([Path(command[0]).name, *command[1:]]) + f"   (Spark's log: {log})",
+          flush=True)
+    # The Python workers must import this interpreter's pgoutput_arrow.
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    t0 = time.monotonic()
+    with open(log, "w") as err:
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    elapsed = time.monotonic() - t0
+    for line in proc.stdout.splitlines():
+        print("  " + line)
+    if proc.returncode != 0:
+        print("\n".join(log.read_text().splitlines()[-30:]), file=sys.stderr)
+        print(f"the Spark pipeline failed ({proc.returncode}); its log: {log}", file=sys.stderr)
+        return False
+    print(f"Spark pipeline took {elapsed:.1f} s (session start included); replicas under "
+          f"{spark_out / 'replica'}:")
+    ok = True
+    for table in TABLES:
+        replica = pq.read_table(spark_out / "replica" / table, coerce_int96_timestamp_unit="us")
+        n_changes = sum(pq.ParquetFile(f).metadata.num_rows
+                        for f in sorted((spark_out / "changes" / table).glob("*.parquet")))
+        cols = replica.column_names
+        want = {r[0]: dict(zip(cols, r)) for r in
+                pg.execute(f"SELECT {', '.join(cols)} FROM {table.split('.', 1)[1]}")}
+        got = {r["id"]: r for r in replica.to_pylist()}
+        same = _normalise(got) == _normalise(want)
+        ok &= same
+        print(f"  {table:<18} {n_changes:>6} changes -> replica {replica.num_rows:>6} rows"
+              f"  replica = SELECT: {'yes' if same else 'NO'} ({len(want)} rows)")
+    orders = pq.read_table(spark_out / "replica" / "public.orders").to_pylist()
+    sample = sorted((r for r in orders if r["id"] < 1000), key=lambda r: r["id"])
+    for r in sample:
+        print(f"    orders id={r['id']} customer={r['customer_id']} amount={r['amount']} "
+              f"status={r['status']} tags={r['tags']}")
+    return ok
 
 
 if __name__ == "__main__":
