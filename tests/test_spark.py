@@ -784,3 +784,33 @@ def test_stream_errors_are_clear(spark: Any, pg18: Any, unique_name: str) -> Non
     for options, message in cases:
         with pytest.raises(Exception, match=re.escape(message)):
             stream_schema({**good, **options})
+
+
+def test_stream_without_table_gives_every_published_table(spark: Any, pg18: Any,
+                                                            unique_name: str, tmp_path: Any) -> None:
+    """Without ``table``: the generic change schema of pgoutput_changes, every published table,
+    TRUNCATEs as op 'truncate', in commit order by (commit_lsn, seq); an unpublished table is
+    not there."""
+    a, b, pub, slot = f"{unique_name}_a", f"{unique_name}_b", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg18.execute(f"CREATE TABLE {a} (id int PRIMARY KEY, v text); CREATE TABLE {b} (k text PRIMARY KEY); "
+                 f"CREATE TABLE {a}_np (x int); CREATE PUBLICATION {pub} FOR TABLE {a}, {b}")
+    pg18.create_slot(slot)
+    pg18.execute(f"INSERT INTO {a} VALUES (1, 'one'), (2, 'two'); INSERT INTO {a}_np VALUES (1)")
+    pg18.execute(f"BEGIN; INSERT INTO {b} VALUES ('x'); UPDATE {a} SET v = 'uno' WHERE id = 1; COMMIT")
+    pg18.execute(f"DELETE FROM {b} WHERE k = 'x'")
+    pg18.execute(f"BEGIN; TRUNCATE {a}; INSERT INTO {a} VALUES (3, 'three'); COMMIT")
+    sp.register(spark)
+    got: list[Any] = []
+    stream = (spark.readStream.format("pgoutput").option("dsn", pg18.dsn).option("slot", slot)
+              .option("publication", pub).load())
+    assert [f.name for f in stream.schema] == ["table", "op", "lsn", "commit_lsn", "commit_ts", "xid",
+                                               "seq", "new", "old", "unchanged"]
+    q = (stream.writeStream.foreachBatch(lambda df, _: got.extend(df.collect()))
+         .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert q.exception() is None
+    rows = [(r.table.split(".")[1], r.op, (r.new or {}).get("id") or (r.new or {}).get("k"), (r.new or {}).get("v"))
+            for r in sorted(got, key=lambda r: (r.commit_lsn, r.seq))]
+    assert rows == [(a, "insert", "1", "one"), (a, "insert", "2", "two"), (b, "insert", "x", None),
+                    (a, "update", "1", "uno"), (b, "delete", "x", None), (a, "truncate", None, None),
+                    (a, "insert", "3", "three")]
