@@ -221,7 +221,7 @@ impl Decoder {
                 }
                 let mut txn = match self.spare_txn.take() {
                     Some(mut t) => {
-                        *t = Txn::new(b.xid, at.lsn, false);
+                        t.renew(b.xid, at.lsn, false);
                         t
                     }
                     None => Box::new(Txn::new(b.xid, at.lsn, false)),
@@ -306,7 +306,7 @@ impl Decoder {
                     let schema_id = self
                         .catalog
                         .lookup(id, self.stream_xid)
-                        .ok_or(DecodeError::UnknownRelation { relation_id: id, lsn: at.lsn })?;
+                        .ok_or_else(|| DecodeError::UnknownRelation { relation_id: id, lsn: at.lsn })?;
                     names.push(self.catalog.version(schema_id).table.clone());
                 }
                 let names: Arc<[Arc<str>]> = names.into();
@@ -507,7 +507,7 @@ impl Decoder {
         let schema_id = self
             .catalog
             .lookup(relation_id, self.stream_xid)
-            .ok_or(DecodeError::UnknownRelation { relation_id, lsn: at.lsn })?;
+            .ok_or_else(|| DecodeError::UnknownRelation { relation_id, lsn: at.lsn })?;
         let rel = self.catalog.version(schema_id);
         for t in std::iter::once(row).chain(old) {
             if t.len() != rel.columns.len() {

@@ -102,6 +102,15 @@ impl Txn {
         }
     }
 
+    /// Makes a finished transaction's allocation the next one's, keeping the capacity of
+    /// `touched` (a transaction per few messages: a malloc and a free each otherwise).
+    pub fn renew(&mut self, xid: Xid, begin_lsn: u64, streamed: bool) {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        *self = Txn::new(xid, begin_lsn, streamed);
+        self.touched = touched;
+    }
+
     /// Buffers a message; returns the memory it costs.
     pub fn push(&mut self, entry: Entry) -> usize {
         let cost = entry_cost(&entry);

@@ -80,6 +80,16 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
+    /// The bytes not read yet.
+    pub(crate) fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// Moves past `n` bytes that the caller checked are there (at most `remaining()`).
+    pub(crate) fn skip(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.buf.len());
+    }
+
     /// The bytes read since `start` (an earlier offset).
     pub(crate) fn slice_from(&self, start: usize) -> &'a [u8] {
         &self.buf[start.min(self.pos)..self.pos]

@@ -272,6 +272,12 @@ fn tuple_data<'a>(c: &mut Cursor<'a>) -> Result<TupleData<'a>, ParseError> {
     let column_count =
         u16::try_from(count).map_err(|_| invalid(count_at, "TupleData column count", "a count ≥ 0", count))?;
     let start = c.offset();
+    // A tight walk first (this runs for every change); on any problem, the walk below
+    // finds it again and says where and what.
+    if let Some(len) = tuple_len(c.rest(), column_count) {
+        c.skip(len);
+        return Ok(TupleData { column_count, raw: c.slice_from(start) });
+    }
     for _ in 0..column_count {
         let kind_at = c.offset();
         match c.u8("TupleData cell kind ('n', 'u', 't' or 'b')")? {
@@ -288,6 +294,27 @@ fn tuple_data<'a>(c: &mut Cursor<'a>) -> Result<TupleData<'a>, ParseError> {
     }
     let raw = c.slice_from(start);
     Ok(TupleData { column_count, raw })
+}
+
+/// Bytes taken by `count` well-formed cells at the start of `buf`; None if they are not.
+#[inline]
+fn tuple_len(buf: &[u8], count: u16) -> Option<usize> {
+    let mut pos = 0usize;
+    for _ in 0..count {
+        match *buf.get(pos)? {
+            b'n' | b'u' => pos += 1,
+            b't' | b'b' => {
+                let len: [u8; 4] = buf.get(pos + 1..pos + 5)?.try_into().ok()?;
+                let len = usize::try_from(i32::from_be_bytes(len)).ok()?;
+                pos = (pos + 5).checked_add(len)?;
+                if pos > buf.len() {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(pos)
 }
 
 fn invalid(offset: usize, field: &'static str, expected: &'static str, found: impl std::fmt::Debug) -> ParseError {

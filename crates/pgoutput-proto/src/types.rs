@@ -27,15 +27,29 @@ pub struct LsnParseError(pub String);
 impl FromStr for Lsn {
     type Err = LsnParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || LsnParseError(s.to_string());
-        let (hi, lo) = s.split_once('/').ok_or_else(err)?;
-        let valid = |p: &str| !p.is_empty() && p.len() <= 8 && p.bytes().all(|b| b.is_ascii_hexdigit());
-        if !valid(hi) || !valid(lo) {
-            return Err(err());
+        // By hand rather than split_once + from_str_radix: a capture's lsn column is parsed
+        // once per message, and this was 8% of decoding a capture from Python.
+        fn half(p: &[u8]) -> Option<u64> {
+            if p.is_empty() || p.len() > 8 {
+                return None;
+            }
+            p.iter().try_fold(0u64, |v, &b| {
+                let d = match b {
+                    b'0'..=b'9' => b - b'0',
+                    b'a'..=b'f' => b - b'a' + 10,
+                    b'A'..=b'F' => b - b'A' + 10,
+                    _ => return None,
+                };
+                Some(v << 4 | d as u64)
+            })
         }
-        let hi = u64::from_str_radix(hi, 16).map_err(|_| err())?;
-        let lo = u64::from_str_radix(lo, 16).map_err(|_| err())?;
-        Ok(Lsn((hi << 32) | lo))
+        let b = s.as_bytes();
+        let parsed = b.iter().position(|&c| c == b'/').and_then(|slash| {
+            let hi = half(&b[..slash])?;
+            let lo = half(&b[slash + 1..])?;
+            Some(Lsn(hi << 32 | lo))
+        });
+        parsed.ok_or_else(|| LsnParseError(s.to_string()))
     }
 }
 
