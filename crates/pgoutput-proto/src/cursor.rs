@@ -13,28 +13,32 @@ impl<'a> Cursor<'a> {
         Cursor { buf, pos: 0 }
     }
 
+    #[inline]
     pub(crate) fn offset(&self) -> usize {
         self.pos
     }
 
+    #[inline]
     pub(crate) fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
+    #[inline]
     pub(crate) fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ParseError> {
         if self.remaining() < n {
-            return Err(ParseError::Truncated {
-                offset: self.pos,
-                expected: what,
-                needed: n,
-                available: self.remaining(),
-            });
+            return Err(self.truncated(n, what));
         }
         let out = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(out)
     }
 
+    #[cold]
+    fn truncated(&self, needed: usize, what: &'static str) -> ParseError {
+        ParseError::Truncated { offset: self.pos, expected: what, needed, available: self.remaining() }
+    }
+
+    #[inline]
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ParseError> {
         let b = self.bytes(N, what)?;
         let mut out = [0u8; N];
@@ -42,26 +46,32 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
+    #[inline]
     pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8, ParseError> {
         Ok(self.array::<1>(what)?[0])
     }
 
+    #[inline]
     pub(crate) fn i16(&mut self, what: &'static str) -> Result<i16, ParseError> {
         Ok(i16::from_be_bytes(self.array(what)?))
     }
 
+    #[inline]
     pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32, ParseError> {
         Ok(u32::from_be_bytes(self.array(what)?))
     }
 
+    #[inline]
     pub(crate) fn i32(&mut self, what: &'static str) -> Result<i32, ParseError> {
         Ok(i32::from_be_bytes(self.array(what)?))
     }
 
+    #[inline]
     pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64, ParseError> {
         Ok(u64::from_be_bytes(self.array(what)?))
     }
 
+    #[inline]
     pub(crate) fn i64(&mut self, what: &'static str) -> Result<i64, ParseError> {
         Ok(i64::from_be_bytes(self.array(what)?))
     }

@@ -79,6 +79,7 @@ impl StrStore {
         }
     }
 
+    #[inline]
     pub(crate) fn append_null(&mut self) {
         match self {
             StrStore::View(b, _) => b.append_null(),
