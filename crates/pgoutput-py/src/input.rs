@@ -62,12 +62,28 @@ pub fn lsns(batch: &RecordBatch, first_row: u64) -> Result<Vec<u64>, CaptureErro
                 })
             })
             .collect(),
-        DataType::Utf8 => array
-            .as_string::<i32>()
-            .iter()
-            .enumerate()
-            .map(|(r, t)| parse(r, t))
-            .collect(),
+        DataType::Utf8 => {
+            // The common case (a capture straight from pg_logical_slot_get_binary_changes):
+            // each value's bytes parsed in place, without a &str or a Result per row.
+            let strings = array.as_string::<i32>();
+            if strings.null_count() == 0 {
+                let (offsets, values) = (strings.value_offsets(), strings.values().as_slice());
+                let mut out = Vec::with_capacity(strings.len());
+                for (row, w) in offsets.windows(2).enumerate() {
+                    let text = &values[w[0] as usize..w[1] as usize];
+                    match Lsn::from_ascii(text) {
+                        Some(lsn) => out.push(lsn.0),
+                        None => return Err(bad_text(row, strings.value(row))),
+                    }
+                }
+                return Ok(out);
+            }
+            strings
+                .iter()
+                .enumerate()
+                .map(|(r, t)| parse(r, t))
+                .collect()
+        }
         DataType::LargeUtf8 => array
             .as_string::<i64>()
             .iter()

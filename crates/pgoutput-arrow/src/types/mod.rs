@@ -374,6 +374,23 @@ impl ColumnBuilder {
     /// `bytes` is the value of a 't' cell. `source` is Some when the bytes lie inside a Buffer
     /// the output may reference.
     pub fn append_text(&mut self, bytes: &[u8], source: Option<Source<'_>>) -> Result<()> {
+        // Text and integers need none of `put`'s machinery: a short path for them (a value
+        // that does not parse goes through `put`, which says why).
+        if let Col::Str { out, .. } = &mut self.col {
+            out.append(bytes, source)?;
+            self.len += 1;
+            return Ok(());
+        }
+        let done = match &mut self.col {
+            Col::Int4(b) => num::parse_i64(bytes).and_then(|v| i32::try_from(v).ok()).map(|v| b.append_value(v)),
+            Col::Int8(b) => num::parse_i64(bytes).map(|v| b.append_value(v)),
+            Col::Int2(b) => num::parse_i64(bytes).and_then(|v| i16::try_from(v).ok()).map(|v| b.append_value(v)),
+            _ => None,
+        };
+        if done.is_some() {
+            self.len += 1;
+            return Ok(());
+        }
         self.put(bytes, source, false, false)
     }
 
