@@ -67,8 +67,11 @@ pub(crate) fn qualified_name(namespace: &str, name: &str) -> String {
 
 impl Catalog {
     pub fn type_message(&mut self, oid: Oid, namespace: &str, name: &str) {
-        // As format_type would show it from a default search_path.
-        let shown = if namespace.is_empty() || namespace == "pg_catalog" || namespace == "public" {
+        // As format_type would show it from a default search_path, where pg_catalog comes
+        // first: a public type named like a built-in one ("public.inet") stays qualified,
+        // so that it is never taken for the built-in type.
+        let public_visible = namespace == "public" && crate::types::builtin_by_name(name).is_none();
+        let shown = if namespace.is_empty() || namespace == "pg_catalog" || public_visible {
             name.to_string()
         } else {
             format!("{namespace}.{name}")

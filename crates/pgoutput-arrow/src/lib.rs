@@ -26,7 +26,8 @@
 //!   message's own LSN), `_commit_lsn`, `_commit_ts`, `_xid` (null when not
 //!   transactional), `_seq`.
 //! * **Transactions**: `xid`, `begin_lsn`, `commit_lsn`, `end_lsn`, `commit_ts`
-//!   (when the outcome was decided), `origin`, `origin_lsn`, `gid`, `outcome`
+//!   (when the outcome was decided), `origin`, `origin_lsn` (null for a streamed
+//!   transaction: its Origin message comes before the commit and carries none), `gid`, `outcome`
 //!   (`committed` | `aborted` | `prepared-committed` | `prepared-rolled-back`, and in
 //!   Arrived mode `prepared` | `subtransaction-aborted`), `streamed`, `changes` (row
 //!   changes emitted), `_seq` (of the message that decided the outcome).

@@ -284,7 +284,9 @@ impl TransactionsBuilder {
         self.end_lsn.append_option(i(r.end_lsn));
         self.commit_ts.append_option(pg_ts(r.commit_ts));
         self.origin.append_option(r.origin.map(|o| o.0));
-        self.origin_lsn.append_option(r.origin.map(|o| o.1 as i64));
+        // PostgreSQL sends InvalidXLogRecPtr (0) as the origin LSN of a streamed
+        // transaction (pgoutput_stream_start), which is not known before its commit.
+        self.origin_lsn.append_option(r.origin.map(|o| o.1 as i64).filter(|&lsn| lsn != 0));
         self.gid.append_option(r.gid);
         self.outcome.append_value(r.outcome);
         self.streamed.append_value(r.streamed);

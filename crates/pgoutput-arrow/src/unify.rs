@@ -18,7 +18,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::{new_null_array, Array, ArrayRef, RecordBatch, StructArray};
+use arrow_array::cast::AsArray;
+use arrow_array::types::Date32Type;
+use arrow_array::{new_null_array, Array, ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
 use arrow_cast::{can_cast_types, cast_with_options, CastOptions};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
@@ -144,6 +146,26 @@ fn cast_column(array: &ArrayRef, to: &DataType, table: &str, column: &str) -> Re
     if array.data_type() == to {
         return Ok(array.clone());
     }
+    match (array.data_type(), to) {
+        (DataType::Date32, DataType::Timestamp(TimeUnit::Microsecond, None)) => {
+            // ±infinity dates (i32 min/max) stay ±infinity timestamps (i64 min/max):
+            // Arrow's cast would make them finite dates in the year ±5.8 million.
+            let timestamps: TimestampMicrosecondArray = array.as_primitive::<Date32Type>().unary(|days| match days {
+                i32::MAX => i64::MAX,
+                i32::MIN => i64::MIN,
+                days => days as i64 * 86_400_000_000,
+            });
+            return Ok(Arc::new(timestamps));
+        }
+        (DataType::List(_), DataType::List(to_item)) => {
+            let list = array.as_list::<i32>();
+            let values = cast_column(list.values(), to_item.data_type(), table, column)?;
+            let cast = ListArray::try_new(to_item.clone(), list.offsets().clone(), values, list.nulls().cloned())
+                .map_err(|e| DecodeError::arrow(format!("{column} of {table}"), e))?;
+            return Ok(Arc::new(cast));
+        }
+        _ => {}
+    }
     let options = CastOptions { safe: false, ..Default::default() };
     cast_with_options(array, to, &options).map_err(|e| DecodeError::Schema {
         table: table.to_string(),
@@ -232,6 +254,26 @@ mod tests {
         assert!(!lossless(&Int32, &Utf8));
         assert_eq!(common_type(&Int64, &Int32), Some((Int64, false)));
         assert_eq!(common_type(&Utf8View, &Int32), Some((Utf8, true)));
+    }
+
+    #[test]
+    fn infinite_dates_stay_infinite_timestamps() {
+        use arrow_array::Date32Array;
+        let dates: ArrayRef = Arc::new(Date32Array::from(vec![Some(i32::MAX), Some(i32::MIN), Some(1), None]));
+        let ts = cast_column(&dates, &Timestamp(TimeUnit::Microsecond, None), "t", "d").unwrap();
+        let ts = ts.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+        assert_eq!(ts.iter().collect::<Vec<_>>(), [Some(i64::MAX), Some(i64::MIN), Some(86_400_000_000), None]);
+        let item = |t: DataType| Arc::new(Field::new("item", t, true));
+        let list: ArrayRef = Arc::new(ListArray::new(
+            item(Date32),
+            arrow_buffer::OffsetBuffer::from_lengths([2, 0]),
+            dates.slice(0, 2),
+            Some(arrow_buffer::NullBuffer::from(vec![true, false])),
+        ));
+        let cast = cast_column(&list, &List(item(Timestamp(TimeUnit::Microsecond, None))), "t", "d").unwrap();
+        let values = cast.as_list::<i32>().values().as_primitive::<arrow_array::types::TimestampMicrosecondType>().clone();
+        assert_eq!(values.values().to_vec(), [i64::MAX, i64::MIN]);
+        assert!(cast.is_null(1));
     }
 
     fn field(name: &str, t: DataType) -> Field {

@@ -68,6 +68,24 @@ fn rows_columns_and_metadata() {
     );
 }
 
+/// A user type named like a built-in one ("public.int8") is not decoded as the built-in
+/// type; a domain, whose Type message names its pg_catalog base type, is.
+#[test]
+fn user_type_named_like_a_builtin() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.type_msg(16_400, "public", "int8");
+    s.type_msg(16_401, "", "int4");
+    s.relation(1, "public", "t", b'd', &[("kind", 16_400, -1, false), ("n", 16_401, -1, false)]);
+    s.insert(1, &[t("happy"), t("42")]);
+    s.commit(0x100, 0x110, TS);
+    let c = decode(&s);
+    assert_eq!(table_rows(&c, "public.t", &["kind", "n"]), vec!["happy|42"]);
+    let schema = &c.tables["public.t"].schema;
+    assert_eq!(schema.field_with_name("kind").unwrap().metadata()["pg.type_name"], "public.int8");
+    assert_eq!(schema.field_with_name("n").unwrap().data_type(), &DataType::Int32);
+}
+
 #[test]
 fn namespace_empty_is_pg_catalog() {
     let mut s = Stream::new();

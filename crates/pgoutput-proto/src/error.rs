@@ -7,8 +7,8 @@ use thiserror::Error;
 pub enum ParseError {
     #[error("empty message: expected a message kind byte at offset 0")]
     Empty,
-    #[error("unknown message kind {kind:?} (0x{byte:02x}) at offset {offset}")]
-    UnknownKind { offset: usize, byte: u8, kind: char },
+    #[error("unknown message kind {kind:?} (0x{byte:02x}) at offset {offset}: expected {expected}")]
+    UnknownKind { offset: usize, byte: u8, kind: char, expected: &'static str },
     #[error("truncated message at offset {offset}: expected {expected} ({needed} bytes), {available} left")]
     Truncated { offset: usize, expected: &'static str, needed: usize, available: usize },
     #[error("unterminated string at offset {offset}: expected {expected} ending in NUL")]

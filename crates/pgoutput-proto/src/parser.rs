@@ -41,6 +41,12 @@ impl Parser {
     }
 }
 
+/// The message kinds of protocol versions 1 to 4, for the error on any other byte.
+const MESSAGE_KINDS: &str = "one of 'B' (Begin), 'C' (Commit), 'O' (Origin), 'R' (Relation), 'Y' (Type), \
+'I' (Insert), 'U' (Update), 'D' (Delete), 'T' (Truncate), 'M' (Message), 'S' (Stream Start), \
+'E' (Stream Stop), 'c' (Stream Commit), 'A' (Stream Abort), 'b' (Begin Prepare), 'P' (Prepare), \
+'K' (Commit Prepared), 'r' (Rollback Prepared), 'p' (Stream Prepare)";
+
 /// Decodes one message given the stream state explicitly, without tracking it.
 pub fn parse_message(data: &[u8], in_stream: bool) -> Result<Message<'_>, ParseError> {
     let mut c = Cursor::new(data);
@@ -240,7 +246,7 @@ pub fn parse_message(data: &[u8], in_stream: bool) -> Result<Message<'_>, ParseE
             xid: c.u32("xid")?,
             gid: c.cstr("gid")?,
         }),
-        other => return Err(ParseError::UnknownKind { offset: 0, byte: other, kind: other as char }),
+        other => return Err(ParseError::UnknownKind { offset: 0, byte: other, kind: other as char, expected: MESSAGE_KINDS }),
     };
     c.finish()?;
     Ok(message)

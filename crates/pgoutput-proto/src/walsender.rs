@@ -63,7 +63,12 @@ pub fn parse_copy_data(data: &[u8]) -> Result<ReplicationMessage<'_>, ParseError
                 reply_requested: reply == 1,
             }))
         }
-        other => Err(ParseError::UnknownKind { offset: 0, byte: other, kind: other as char }),
+        other => Err(ParseError::UnknownKind {
+            offset: 0,
+            byte: other,
+            kind: other as char,
+            expected: "'w' (XLogData) or 'k' (primary keepalive)",
+        }),
     }
 }
 

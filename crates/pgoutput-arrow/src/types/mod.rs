@@ -27,6 +27,7 @@ use arrow_buffer::{IntervalMonthDayNano, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, IntervalUnit, TimeUnit};
 
 pub use oid::builtin_type_name;
+pub(crate) use oid::builtin_by_name;
 
 use array::ArrayDecoder;
 use render::StrKind;
