@@ -5,10 +5,19 @@
 * ``pg_recvlogical``: PostgreSQL's own client writing to /dev/null: the server's limit
   (the walsender decoding the WAL is the same work for every consumer);
 * ``psycopg2+pypgoutput``: psycopg2's ``LogicalReplicationConnection`` feeding each message
-  to pypgoutput's message classes.
+  to pypgoutput's message classes;
+* ``sql_peek``: no client at all, ``SELECT count(*) FROM pg_logical_slot_peek_binary_changes``
+  in one backend: the server's logical decoding and pgoutput alone, without the network.
+
+Beside the wall time, each run records the CPU time of the client process (its rusage) and of
+the server process that decoded for it (the walsender, or the backend of ``sql_peek``: its CPU
+time reaches the postmaster's ``cutime``/``cstime`` when it exits). A walsender busy close to
+100% of the wall time is a run bounded by the server; one well below waited for its client.
+After each run the slot is peeked again: a consumer that left a change in it failed.
 
 Every consumer gets a slot of its own, all created before the workload, so each drains the
-same changes. Each run is one process; repetitions interleave the consumers. The clock of a
+same changes. Each run is one process; repetitions interleave the consumers, in an order
+rotated from one repetition to the next. The clock of a
 Python consumer starts before it connects (after its imports) and stops once it has seen
 every change; pg_recvlogical is timed as a whole process, stopped by ``--endpos`` at the
 WAL position after the workload.
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-CONSUMERS = ("pgoutput_arrow", "pg_recvlogical", "psycopg2_pypgoutput")
+CONSUMERS = ("pgoutput_arrow", "pg_recvlogical", "psycopg2_pypgoutput", "sql_peek")
 OPTIONS = {"proto_version": "1", "publication_names": "pub"}
 
 SERVER_SETTINGS = {
@@ -63,11 +73,13 @@ def consume_pgoutput_arrow(dsn: str, slot: str, expected: int, end_lsn: int) -> 
     batches = 0
     # The same protocol as the other consumers; acknowledged as consumed, like theirs.
     with pgoutput_arrow.stream(dsn, slot=slot, publication="pub", proto_version=1,
-                               auto_ack=True, stop_at_lsn=end_lsn) as stream:
-        for item in stream:
-            if item.kind == "table":
-                rows += item.batch.num_rows
-            batches += 1
+                               stop_at_lsn=end_lsn) as stream:
+        # Whole decoder flushes, each confirmed once counted (confirmed at close at the
+        # latest), as pg_recvlogical confirms what it wrote.
+        for group, ack_lsn in stream.groups():
+            rows += sum(b.num_rows for b in group if b.kind == "table")
+            batches += len(group)
+            stream.ack(ack_lsn)
             if rows >= expected:
                 break
     elapsed = time.perf_counter() - t0
@@ -101,9 +113,10 @@ def consume_psycopg2(dsn: str, slot: str, expected: int, end_lsn: int) -> dict[s
         state["n"] += 1
         if state["n"] % 10_000 == 0:
             msg.cursor.send_feedback(flush_lsn=msg.data_start)
-        # The workload's last Commit: every change has been seen.
+        # The workload's last Commit: every change has been seen; confirmed up to the
+        # Commit's end LSN (bytes 10-18), as pg_recvlogical and pgoutput_arrow confirm.
         if payload[0] == 67 and state["changes"] >= expected:  # C
-            msg.cursor.send_feedback(flush_lsn=msg.data_start)
+            msg.cursor.send_feedback(flush_lsn=int.from_bytes(payload[10:18], "big"), force=True)
             raise psycopg2.extras.StopReplication()
 
     try:
@@ -122,14 +135,81 @@ def run_recvlogical(pg: Any, slot: str, end_lsn: int) -> dict[str, Any]:
     from pg_harness import int_to_lsn
 
     env = {**os.environ, "PGPASSWORD": pg.password, "LD_LIBRARY_PATH": pg._env["LD_LIBRARY_PATH"]}
+    # Status every 10 s and no fsync (it writes to /dev/null): pg_recvlogical's defaults,
+    # spelled out.
     cmd = [str(pg.bin_dir / "pg_recvlogical"), "-h", pg.host, "-p", str(pg.port), "-U", pg.user,
            "-d", "bench_live", "--slot", slot, "--start", "--no-loop",
+           "--status-interval", "10", "--fsync-interval", "0",
            "--endpos", int_to_lsn(end_lsn), "-f", "/dev/null",
            "-o", f"proto_version={OPTIONS['proto_version']}",
            "-o", f"publication_names={OPTIONS['publication_names']}"]
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, check=True)
     return {"seconds": time.perf_counter() - t0}
+
+
+def run_sql_peek(pg: Any, slot: str) -> dict[str, Any]:
+    """The server alone: one backend decodes the slot through pgoutput, nothing is sent."""
+    options = ", ".join(f"'{k}', '{v}'" for k, v in OPTIONS.items())
+    conn = pg.connect(pg.dsn_for(dbname="bench_live"))
+    t0 = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM pg_logical_slot_get_binary_changes(%s, NULL, NULL, {options})",
+                    (slot,))
+        messages = cur.fetchone()[0]
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return {"seconds": elapsed, "messages": messages}
+
+
+def postmaster_children_cpu(pg: Any) -> float:
+    """CPU seconds of the postmaster's exited children (walsenders, backends) so far."""
+    pid = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # Fields 16 and 17 of proc(5), cutime and cstime; the split starts at field 3.
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def changes_left(pg: Any, slot: str) -> int:
+    """Row changes still in the slot after a consumer ran (0: it drained them all)."""
+    options = ", ".join(f"'{k}', '{v}'" for k, v in OPTIONS.items())
+    conn = pg.connect(pg.dsn_for(dbname="bench_live"))
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                    f"{options}) WHERE get_byte(data, 0) IN (73, 85, 68)", (slot,))
+        left = cur.fetchone()[0]
+    conn.close()
+    return int(left)
+
+
+def settled_server_cpu(pg: Any) -> float:
+    """The postmaster's children CPU once no child exited for 0.3 s (the backends of the
+    previous step have gone)."""
+    cpu = postmaster_children_cpu(pg)
+    for _ in range(30):
+        time.sleep(0.3)
+        now = postmaster_children_cpu(pg)
+        if now == cpu:
+            break
+        cpu = now
+    return cpu
+
+
+def server_exited(pg: Any, before: float) -> float:
+    """Waits for the server process of the run to exit; its CPU seconds."""
+    cpu = postmaster_children_cpu(pg)
+    for _ in range(50):
+        time.sleep(0.1)
+        now = postmaster_children_cpu(pg)
+        if now == cpu and now > before:
+            break
+        cpu = now
+    return cpu - before
 
 
 def run_python(consumer: str, dsn: str, slot: str, expected: int, end_lsn: int
@@ -190,27 +270,42 @@ def main() -> None:
         dsn = pg.dsn_for(dbname="bench_live")
         results: list[dict[str, Any]] = []
         for r in range(args.reps):
-            for c in consumers:
+            # Rotated, so that no consumer always runs first (or right after another).
+            for c in consumers[r % len(consumers):] + consumers[:r % len(consumers)]:
                 slot = slots[(c, r)]
+                server_before, client_before = settled_server_cpu(pg), children_cpu()
                 try:
                     if c == "pg_recvlogical":
                         res = run_recvlogical(pg, slot, end_lsn)
+                    elif c == "sql_peek":
+                        res = run_sql_peek(pg, slot)
                     else:
                         res = run_python(c, dsn, slot, args.changes, end_lsn)
                 except Exception as e:  # noqa: BLE001 - reported, the others still run
                     log(f"{c} rep {r}: {e}")
                     results.append({"consumer": c, "rep": r, "error": str(e)[-1500:]})
                     continue
+                res["client_cpu_s"] = children_cpu() - client_before if c != "sql_peek" else 0.0
+                res["server_cpu_s"] = server_exited(pg, server_before)
+                res["server_busy"] = res["server_cpu_s"] / res["seconds"]
+                res["changes_left"] = changes_left(pg, slot) if c != "sql_peek" else 0
                 res.update(consumer=c, rep=r, rate_changes_per_s=args.changes / res["seconds"])
                 log(f"{c:20s} rep {r}: {res['seconds']:.2f}s "
-                    f"({res['rate_changes_per_s'] / 1e3:.0f}k changes/s)")
+                    f"({res['rate_changes_per_s'] / 1e3:.0f}k changes/s); CPU client "
+                    f"{res['client_cpu_s']:.2f}s, server {res['server_cpu_s']:.2f}s "
+                    f"({res['server_busy']:.0%} busy); {res['changes_left']} changes left in the slot")
+                if res["changes_left"]:
+                    res["error"] = f"{res['changes_left']} changes left in the slot"
                 results.append(res)
     medians = {}
     for c in consumers:
-        secs = [r["seconds"] for r in results if r["consumer"] == c and "seconds" in r]
-        if secs:
-            medians[c] = {"median_s": statistics.median(secs),
-                          "changes_per_s": args.changes / statistics.median(secs), "runs": len(secs)}
+        runs = [r for r in results if r["consumer"] == c and "error" not in r]
+        if runs:
+            median = statistics.median(r["seconds"] for r in runs)
+            medians[c] = {"median_s": median, "changes_per_s": args.changes / median, "runs": len(runs),
+                          "client_cpu_s": statistics.median(r["client_cpu_s"] for r in runs),
+                          "server_cpu_s": statistics.median(r["server_cpu_s"] for r in runs),
+                          "server_busy": statistics.median(r["server_busy"] for r in runs)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"changes": args.changes, "reps": args.reps, "medians": medians,

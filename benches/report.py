@@ -202,14 +202,21 @@ def main() -> None:
         med = live["medians"]
         w(f"{live['changes']:,} inserts (pgbench_accounts' shape) in transactions of 10,000; "
           f"one slot per consumer and repetition, all made before the workload; protocol 1, "
-          f"text; median of {live['reps']} interleaved repetitions.")
+          f"text; median of {live['reps']} repetitions, consumers interleaved in rotated order. "
+          "CPU: the client process's user+sys time, and the server process's that decoded for "
+          "it (walsender; for `sql_peek`, the backend running "
+          "`pg_logical_slot_get_binary_changes`, with no client and no network). Server busy = "
+          "its CPU time ÷ the wall time: near 100% the server is the limit. Every run drained "
+          "its slot (checked by peeking it afterwards) unless listed below.")
         w("")
         base = med.get("pg_recvlogical", {}).get("changes_per_s")
-        w("| consumer | median s | changes/s | ÷ pg_recvlogical |")
-        w("|---|---:|---:|---:|")
+        w("| consumer | median s | changes/s | ÷ pg_recvlogical | client CPU s | server CPU s | server busy |")
+        w("|---|---:|---:|---:|---:|---:|---:|")
         for c, v in med.items():
             ratio = f"{v['changes_per_s'] / base:.2f}" if base else "–"
-            w(f"| {c} | {v['median_s']:.2f} | {v['changes_per_s']:,.0f} | {ratio} |")
+            cpu = (f"{v['client_cpu_s']:.2f} | {v['server_cpu_s']:.2f} | {v['server_busy']:.0%}"
+                   if "server_cpu_s" in v else "– | – | –")
+            w(f"| {c} | {v['median_s']:.2f} | {v['changes_per_s']:,.0f} | {ratio} | {cpu} |")
         w("")
         errs = [r for r in live.get("results", []) if "error" in r]
         for r in errs:

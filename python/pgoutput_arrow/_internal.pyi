@@ -3,7 +3,7 @@
 from os import PathLike
 from typing import Any, final
 
-__all__ = ["__version__", "Decoder", "ArrowTable", "ArrowBatch"]
+__all__ = ["__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker"]
 
 __version__: str
 
@@ -50,3 +50,22 @@ class Decoder:
     @property
     def safe_lsn(self) -> int: ...
     def finish(self) -> dict[str, Any]: ...
+
+@final
+class TxnTracker:
+    """Transaction boundaries seen in a pgoutput stream."""
+
+    def __new__(cls) -> TxnTracker: ...
+    def see(self, data: bytes) -> None: ...
+    @property
+    def idle(self) -> bool: ...
+    def prepared_floor(self) -> int | None: ...
+
+@final
+class WalReceiver:
+    """The read loop of a walsender's CopyBoth stream on a libpq connection."""
+
+    def __new__(cls, conn: int, get_copy_data: int, consume_input: int, freemem: int) -> WalReceiver: ...
+    def read(
+        self, tracker: TxnTracker, max_messages: int
+    ) -> tuple[ArrowBatch | None, int, int, int, bool, int, str | None]: ...

@@ -126,6 +126,17 @@ class CopyBoth:
     def fileno(self) -> int:
         return int(self._lib.PQsocket(self._pg))
 
+    def receiver(self) -> Any:
+        """A native reader of this connection's frames (many per call, no Python object per
+        message): ``_internal.WalReceiver`` over the same ``PGconn`` and libpq."""
+        from ._internal import WalReceiver
+
+        def address(fn: Any) -> int:
+            return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+        return WalReceiver(self._conn.pgconn_ptr, address(self._lib.PQgetCopyData),
+                           address(self._lib.PQconsumeInput), address(self._lib.PQfreemem))
+
     def read(self) -> tuple[str, Any] | None:
         """The next frame without blocking, or None when none is buffered or readable.
 
@@ -136,14 +147,14 @@ class CopyBoth:
         n = self._get(pg, ref, 1)
         if n == 0:
             if not self._lib.PQconsumeInput(pg):
-                raise CopyBothEnded(self._conn_error())
+                raise CopyBothEnded(self.connection_error())
             n = self._get(pg, ref, 1)
             if n == 0:
                 return None
         if n == -1:
-            raise self._ended()
+            raise self.ended()
         if n < 0:
-            raise CopyBothEnded(self._conn_error())
+            raise CopyBothEnded(self.connection_error())
         try:
             frame = _string_at(buf.value or 0, n)
         finally:
@@ -162,21 +173,21 @@ class CopyBoth:
         WAL up to (the slot's confirmed_flush_lsn)."""
         msg = _STATUS.pack(b"r", written, flushed, applied, now_pg_us(), 1 if reply else 0)
         if self._lib.PQputCopyData(self._pg, msg, len(msg)) != 1:
-            raise CopyBothEnded(self._conn_error())
+            raise CopyBothEnded(self.connection_error())
         deadline = time.monotonic() + 30.0
         while True:
             rc = self._lib.PQflush(self._pg)
             if rc == 0:
                 return
             if rc < 0 or time.monotonic() > deadline:
-                raise CopyBothEnded(self._conn_error() or "could not send a status update")
+                raise CopyBothEnded(self.connection_error() or "could not send a status update")
             time.sleep(0.001)
 
-    def _conn_error(self) -> str:
+    def connection_error(self) -> str:
         raw = self._lib.PQerrorMessage(self._pg) or b""
         return raw.decode("utf-8", "replace").strip() or "the connection to the server was lost"
 
-    def _ended(self) -> CopyBothEnded:
+    def ended(self) -> CopyBothEnded:
         """The stream ended: collect the server's error (if any) from the final result."""
         message, sqlstate = "", None
         for _ in range(8):  # bounded: a CopyBoth ends with one result, then NULL
@@ -192,6 +203,6 @@ class CopyBoth:
             finally:
                 self._lib.PQclear(res)
         if not message and self._lib.PQstatus(self._pg) == _CONNECTION_BAD:
-            message = self._conn_error()
+            message = self.connection_error()
         return CopyBothEnded(message or "the server ended the replication stream", sqlstate)
 

@@ -36,12 +36,12 @@ import collections
 import dataclasses
 import os
 import select
-import struct
 import time
 from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
+from ._internal import TxnTracker
 from .exceptions import (
     AuthenticationFailed,
     ConnectionFailed,
@@ -57,9 +57,6 @@ __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "lsn_to_str", "pa
            "default_proto_version"]
 
 DEFAULT_CONNECT_TIMEOUT_S = 10
-
-_U32 = struct.Struct("!I")
-_U64 = struct.Struct("!Q")
 
 
 def parse_lsn(value: int | str) -> int:
@@ -175,56 +172,6 @@ def _one_line(message: str) -> str:
     return "; ".join(part.strip() for part in str(message).strip().splitlines() if part.strip())
 
 
-def _cstring(data: bytes, offset: int) -> str:
-    end = data.index(b"\0", offset)
-    return data[offset:end].decode("utf-8", "replace")
-
-
-class _TxnTracker:
-    """Follows transaction boundaries from the first byte of each pgoutput message (and the
-    few fields it needs), so the stream knows when nothing is pending and which prepared
-    transactions are still unresolved. Formats: the PostgreSQL 18 message-formats page."""
-
-    def __init__(self) -> None:
-        self.in_txn = False
-        self.streams: set[int] = set()
-        self.prepared: dict[str, int] = {}  # gid → prepare LSN
-
-    @property
-    def idle(self) -> bool:
-        return not self.in_txn and not self.streams and not self.prepared
-
-    def prepared_floor(self) -> int | None:
-        return min(self.prepared.values()) if self.prepared else None
-
-    def see(self, data: bytes) -> None:
-        kind = data[:1]
-        if kind in (b"I", b"U", b"D", b"R", b"Y", b"T", b"M", b"O"):
-            return
-        if kind == b"B" or kind == b"b":
-            self.in_txn = True
-        elif kind == b"C":
-            self.in_txn = False
-        elif kind == b"P":  # Prepare: flags, prepare LSN, end LSN, ts, xid, gid
-            self.in_txn = False
-            self.prepared[_cstring(data, 30)] = _U64.unpack_from(data, 2)[0]
-        elif kind == b"K":  # Commit Prepared: flags, commit LSN, end LSN, ts, xid, gid
-            self.prepared.pop(_cstring(data, 30), None)
-        elif kind == b"r":  # Rollback Prepared: flags, 2 LSNs, 2 timestamps, xid, gid
-            self.prepared.pop(_cstring(data, 38), None)
-        elif kind == b"S":  # Stream Start: xid, first-segment flag
-            self.streams.add(_U32.unpack_from(data, 1)[0])
-        elif kind == b"c":  # Stream Commit: xid, ...
-            self.streams.discard(_U32.unpack_from(data, 1)[0])
-        elif kind == b"A":  # Stream Abort: xid, subxid[, abort LSN, abort ts]
-            xid, subxid = struct.unpack_from("!II", data, 1)
-            if xid == subxid:
-                self.streams.discard(xid)
-        elif kind == b"p":  # Stream Prepare: flags, prepare LSN, end LSN, ts, xid, gid
-            self.streams.discard(_U32.unpack_from(data, 26)[0])
-            self.prepared[_cstring(data, 30)] = _U64.unpack_from(data, 2)[0]
-
-
 def _classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
     """psycopg2's connect and command errors → the exception hierarchy, one clear line."""
     text = _one_line(str(exc)) or type(exc).__name__
@@ -327,6 +274,8 @@ class LiveStream:
         self._start_lsn = parse_lsn(start_lsn) if start_lsn is not None else 0
         self._conn: Any = None
         self._copy: Any = None
+        # Reads frames natively when the decoder takes Arrow batches (see _read_available).
+        self._receiver: Any = None
         self._decoder: Any = None
         self._feed: Callable[[bytes, int], Any] = lambda data, lsn: None
         self._feed_batch: Callable[[pa.RecordBatch], Any] | None = None
@@ -334,7 +283,7 @@ class LiveStream:
         # batch, which costs one call into the decoder instead of one per message.
         self._batch_lsns: list[int] = []
         self._batch_data: list[bytes] = []
-        self._txns = _TxnTracker()
+        self._txns = TxnTracker()
         # Decoded groups not yet handed out: the batches of one decoder flush, and the
         # position that is handled once all of them are.
         self._pending: collections.deque[tuple[list[LiveBatch], int]] = collections.deque()
@@ -544,8 +493,9 @@ class LiveStream:
             raise _classify_connect_error(e, where) from None
         return conn
 
-    def _preflight(self, conn: Any) -> None:
-        """Checks that give a clear error before START_REPLICATION, and the creations."""
+    def _preflight(self, conn: Any, first: bool = True) -> None:
+        """Checks that give a clear error before START_REPLICATION, and the creations
+        (``first``: the first connection of this stream, not a reconnection)."""
         import psycopg2
 
         cur = conn.cursor()
@@ -564,6 +514,12 @@ class LiveStream:
             "WHERE slot_name = %s", (self.slot,))
         row = cur.fetchone()
         if row is None:
+            if not first and not self.temporary_slot:
+                # Created again now, it would start at the current WAL position, and the
+                # changes in between would be lost without a word.
+                raise SlotNotFound(
+                    f'replication slot "{self.slot}" was dropped while streaming from it: '
+                    "the changes since the last acknowledged position cannot be recovered")
             if not self.create_slot:
                 raise SlotNotFound(
                     f'replication slot "{self.slot}" does not exist (create it with '
@@ -674,7 +630,7 @@ class LiveStream:
 
         conn = self._connect()
         try:
-            self._preflight(conn)
+            self._preflight(conn, first)
             start = self._resume_lsn()
             cur = conn.cursor()
             try:
@@ -691,6 +647,7 @@ class LiveStream:
             raise
         self._conn, self._copy = conn, copy
         self._new_decoder()
+        self._receiver = copy.receiver() if self._feed_batch is not None else None
         self._last_status = time.monotonic()
         self._last_data = time.monotonic()
 
@@ -720,11 +677,11 @@ class LiveStream:
         self._feed_batch = getattr(dec, "feed_batch", None)
         self._batch_lsns, self._batch_data = [], []
         self._decoder = dec
-        self._txns = _TxnTracker()
+        self._txns = TxnTracker()
         self._fed_since_flush = 0
 
     def _disconnect(self) -> None:
-        conn, self._conn, self._copy = self._conn, None, None
+        conn, self._conn, self._copy, self._receiver = self._conn, None, None, None
         if conn is not None:
             try:
                 conn.close()
@@ -795,6 +752,49 @@ class LiveStream:
         self._feed_batch(batch)
 
     def _read_available(self) -> None:
+        if self._receiver is None:
+            self._read_one_by_one()
+            return
+        from ._libpq import CopyBothEnded
+
+        copy, receiver, txns = self._copy, self._receiver, self._txns
+        assert self._feed_batch is not None
+        deadline = time.monotonic() + self.flush_interval
+        n = 0
+        while True:
+            batch, count, nbytes, end, reply, status, error = receiver.read(txns, 1024)
+            if count:
+                self._feed_batch(batch)
+                self._messages += count
+                self._bytes += nbytes
+                self._fed_since_flush += count
+                n += count
+            if end > self._wal_end:
+                self._wal_end = end
+            if end > self._received:
+                self._received = end
+            if reply:
+                self._send_status(force=True)
+            if status == -1:
+                raise copy.ended()
+            if status == -2:
+                raise CopyBothEnded(error or copy.connection_error())
+            if count:
+                now = time.monotonic()
+                self._tick(now)
+                if now - self._last_status >= self.status_interval:
+                    self._send_status(force=True)
+                if self._fed_since_flush >= self.flush_messages or now >= deadline:
+                    self._flush_decoder()
+                    if self._pending:
+                        return
+                    deadline = now + self.flush_interval
+            if status == 0:
+                break
+        self._after_read(n)
+
+    def _read_one_by_one(self) -> None:
+        """The read loop for a decoder without ``feed_batch``: one frame at a time."""
         copy = self._copy
         batched = self._feed_batch is not None
         feed = self._feed
@@ -844,6 +844,12 @@ class LiveStream:
                     self._received = end
                 if reply:
                     self._send_status(force=True)
+        self._after_read(n)
+
+    def _after_read(self, n: int) -> None:
+        """Once nothing more is readable (``n`` messages were read): hand out what is
+        complete, confirm, and wait a little for more."""
+        copy = self._copy
         now = time.monotonic()
         if n:
             self._last_data = now
@@ -933,9 +939,12 @@ class LiveStream:
         values = batch.column(col)
         if pc.min(values).as_py() is None or pc.min(values).as_py() >= self._floor:
             return batch
-        keep = pc.or_kleene(pc.greater_equal(values, pa.scalar(self._floor, values.type)),
-                            pc.is_null(values))
-        return batch.filter(pc.fill_null(keep, True))
+        # Rows come in commit order: those already handled are the batch's first ones. A
+        # slice, since pyarrow's filter has no kernel for the view columns of text and bytea.
+        commits = values.to_pylist()
+        first_new = next((i for i, c in enumerate(commits) if c is None or c >= self._floor),
+                         len(commits))
+        return batch.slice(first_new)
 
     def _idle_advance(self) -> None:
         """Nothing pending and everything handed out acknowledged: confirm the server's WAL

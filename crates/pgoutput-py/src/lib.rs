@@ -8,6 +8,7 @@ mod decoder;
 mod errors;
 mod input;
 mod tables;
+mod walreceiver;
 
 use pyo3::prelude::*;
 
@@ -17,5 +18,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decoder::PyDecoder>()?;
     m.add_class::<tables::ArrowTable>()?;
     m.add_class::<tables::ArrowBatch>()?;
+    m.add_class::<walreceiver::WalReceiver>()?;
+    m.add_class::<walreceiver::TxnTracker>()?;
     Ok(())
 }

@@ -1,0 +1,300 @@
+//! `_internal.WalReceiver`: the read loop of a walsender's CopyBoth stream, without a Python
+//! object per message.
+//!
+//! The connection is libpq's (opened by psycopg2, which does authentication and TLS); the
+//! Python side hands over its `PGconn *` and the addresses of three libpq functions, and this
+//! loop calls them to take CopyData frames (XLogData 'w', primary keepalive 'k', section 54.4
+//! of the PostgreSQL 18 documentation), parses them with pgoutput-proto, and gathers the
+//! pgoutput messages into one Arrow batch (`lsn` uint64, `data` binary) that the decoder
+//! takes as it takes a capture. Per message that is one copy out of libpq's buffer and no
+//! GIL; the same loop in Python cost several ctypes calls and objects per message.
+//!
+//! [`TxnTracker`] follows transaction boundaries from the same messages, so that the stream
+//! knows when nothing is pending and which prepared transactions are unresolved.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+use arrow_array::builder::BinaryBuilder;
+use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use pgoutput_proto::{parse_copy_data, parse_message, Message, ReplicationMessage};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::tables::ArrowBatch;
+
+type GetCopyData = unsafe extern "C" fn(*mut c_void, *mut *mut c_char, c_int) -> c_int;
+type ConsumeInput = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FreeMem = unsafe extern "C" fn(*mut c_void);
+
+/// Why a read stopped.
+const WOULD_BLOCK: i32 = 0;
+/// After `max_messages` frames, or after a keepalive that asks for an answer now.
+const MORE: i32 = 1;
+/// PQgetCopyData returned -1: the server ended the COPY (PQgetResult says why).
+const ENDED: i32 = -1;
+/// PQgetCopyData returned -2 or PQconsumeInput failed: PQerrorMessage says why.
+const FAILED: i32 = -2;
+
+/// Transaction boundaries seen in the stream (formats: the PostgreSQL 18 message-formats page).
+#[pyclass(name = "TxnTracker", module = "pgoutput_arrow._internal")]
+#[derive(Default)]
+pub struct TxnTracker {
+    in_txn: bool,
+    streams: HashSet<u32>,
+    /// gid → prepare LSN.
+    prepared: HashMap<String, u64>,
+}
+
+impl TxnTracker {
+    fn see_message(&mut self, data: &[u8]) {
+        // Row changes, Relation, Type, Truncate, Message and Origin never move a boundary,
+        // and are the bulk of the stream: decided by their first byte.
+        if !matches!(data.first(), Some(b'B' | b'b' | b'C' | b'P' | b'K' | b'r' | b'S' | b'c' | b'A' | b'p')) {
+            return;
+        }
+        // None of these kinds carries the in-stream xid, so the stream state does not
+        // matter; a malformed one is the decoder's to report.
+        let Ok(message) = parse_message(data, false) else { return };
+        match message {
+            Message::Begin(_) | Message::BeginPrepare(_) => self.in_txn = true,
+            Message::Commit(_) => self.in_txn = false,
+            Message::Prepare(p) => {
+                self.in_txn = false;
+                self.prepared.insert(p.gid.to_string(), p.prepare_lsn.0);
+            }
+            Message::CommitPrepared(c) => {
+                self.prepared.remove(c.gid);
+            }
+            Message::RollbackPrepared(r) => {
+                self.prepared.remove(r.gid);
+            }
+            Message::StreamStart(s) => {
+                self.streams.insert(s.xid);
+            }
+            Message::StreamCommit(c) => {
+                self.streams.remove(&c.xid);
+            }
+            Message::StreamAbort(a) if a.xid == a.subxid => {
+                self.streams.remove(&a.xid);
+            }
+            Message::StreamPrepare(p) => {
+                self.streams.remove(&p.xid);
+                self.prepared.insert(p.gid.to_string(), p.prepare_lsn.0);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[pymethods]
+impl TxnTracker {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// One pgoutput message.
+    fn see(&mut self, data: &[u8]) {
+        self.see_message(data);
+    }
+
+    /// No transaction open, streaming or awaiting its two-phase outcome.
+    #[getter]
+    fn idle(&self) -> bool {
+        !self.in_txn && self.streams.is_empty() && self.prepared.is_empty()
+    }
+
+    /// The lowest prepare LSN of prepared transactions not yet resolved.
+    fn prepared_floor(&self) -> Option<u64> {
+        self.prepared.values().min().copied()
+    }
+}
+
+/// The libpq calls of one connection.
+#[derive(Clone, Copy)]
+struct Libpq {
+    conn: usize,
+    get_copy_data: GetCopyData,
+    consume_input: ConsumeInput,
+    freemem: FreeMem,
+}
+
+/// One frame taken from libpq, or why there is none.
+enum Frame {
+    Data(Vec<u8>),
+    WouldBlock,
+    Ended,
+    Failed,
+}
+
+impl Libpq {
+    fn next_frame(&self, buffer: &mut Vec<u8>) -> Frame {
+        let mut consumed = false;
+        loop {
+            let mut data: *mut c_char = std::ptr::null_mut();
+            // SAFETY: `conn` is the live PGconn of the psycopg2 connection that the Python
+            // caller keeps open while it reads (and never uses from another thread meanwhile);
+            // PQgetCopyData with async = 1 only writes `data` and never blocks.
+            let n = unsafe { (self.get_copy_data)(self.conn as *mut c_void, &mut data, 1) };
+            if n > 0 {
+                buffer.clear();
+                // SAFETY: on success libpq stores in `data` a buffer of `n` bytes that the
+                // caller owns until PQfreemem, which follows the copy.
+                unsafe {
+                    buffer.extend_from_slice(std::slice::from_raw_parts(data as *const u8, n as usize));
+                    (self.freemem)(data as *mut c_void);
+                }
+                return Frame::Data(std::mem::take(buffer));
+            }
+            match n {
+                0 if !consumed => {
+                    consumed = true;
+                    // SAFETY: as above; PQconsumeInput reads what the socket has without
+                    // blocking.
+                    if unsafe { (self.consume_input)(self.conn as *mut c_void) } == 0 {
+                        return Frame::Failed;
+                    }
+                }
+                0 => return Frame::WouldBlock,
+                -1 => return Frame::Ended,
+                _ => return Frame::Failed,
+            }
+        }
+    }
+}
+
+/// What one [`WalReceiver::read`] gathered.
+struct Gathered {
+    lsns: Vec<u64>,
+    data: BinaryBuilder,
+    bytes: u64,
+    wal_end: u64,
+    reply_requested: bool,
+    status: i32,
+    error: Option<String>,
+}
+
+/// Reads the CopyBoth stream of a walsender through the caller's libpq connection.
+#[pyclass(name = "WalReceiver", module = "pgoutput_arrow._internal")]
+pub struct WalReceiver {
+    libpq: Libpq,
+    frame: Vec<u8>,
+}
+
+#[pymethods]
+impl WalReceiver {
+    /// `conn`: the `PGconn *` (psycopg2's `connection.pgconn_ptr`); the others: the
+    /// addresses of that libpq's `PQgetCopyData`, `PQconsumeInput` and `PQfreemem`.
+    #[new]
+    fn new(conn: usize, get_copy_data: usize, consume_input: usize, freemem: usize) -> PyResult<Self> {
+        if conn == 0 || get_copy_data == 0 || consume_input == 0 || freemem == 0 {
+            return Err(PyValueError::new_err("WalReceiver needs a connection and three libpq functions"));
+        }
+        // SAFETY: the caller passes the addresses of these libpq functions (ctypes casts of
+        // the library's symbols), whose C signatures are the types converted to.
+        let libpq = unsafe {
+            Libpq {
+                conn,
+                get_copy_data: std::mem::transmute::<usize, GetCopyData>(get_copy_data),
+                consume_input: std::mem::transmute::<usize, ConsumeInput>(consume_input),
+                freemem: std::mem::transmute::<usize, FreeMem>(freemem),
+            }
+        };
+        Ok(WalReceiver { libpq, frame: Vec::new() })
+    }
+
+    /// Takes up to `max_messages` frames without blocking and without the GIL; `tracker`
+    /// sees every pgoutput message. Returns `(batch, messages, bytes, wal_end,
+    /// reply_requested, status, error)`: `batch` the pgoutput messages with the WAL start of
+    /// their XLogData as `lsn` (None when there were none), `wal_end` the highest server WAL
+    /// end seen (0: none), `reply_requested` whether a keepalive asked for an answer now (the
+    /// read stops right after it), `status` 0 when no more is readable now, 1 when there may
+    /// be more, -1 when the server ended the stream, -2 when the connection failed or a frame
+    /// was malformed (`error` says which frame).
+    #[allow(clippy::type_complexity)]
+    fn read(
+        &mut self,
+        py: Python<'_>,
+        tracker: &mut TxnTracker,
+        max_messages: usize,
+    ) -> PyResult<(Option<ArrowBatch>, usize, u64, u64, bool, i32, Option<String>)> {
+        let libpq = self.libpq;
+        let frame = &mut self.frame;
+        let g = py.detach(|| gather(libpq, frame, tracker, max_messages.max(1)));
+        let messages = g.lsns.len();
+        let batch = if messages > 0 {
+            let mut data = g.data;
+            let columns: Vec<ArrayRef> = vec![Arc::new(UInt64Array::from(g.lsns)), Arc::new(data.finish())];
+            let schema = Schema::new(vec![
+                Field::new("lsn", DataType::UInt64, false),
+                Field::new("data", DataType::Binary, false),
+            ]);
+            let batch = RecordBatch::try_new(Arc::new(schema), columns)
+                .map_err(|e| PyValueError::new_err(format!("the batch of received messages: {e}")))?;
+            Some(ArrowBatch::new(batch))
+        } else {
+            None
+        };
+        Ok((batch, messages, g.bytes, g.wal_end, g.reply_requested, g.status, g.error))
+    }
+}
+
+fn gather(libpq: Libpq, frame: &mut Vec<u8>, tracker: &mut TxnTracker, max_messages: usize) -> Gathered {
+    let mut g = Gathered {
+        lsns: Vec::with_capacity(max_messages.min(4096)),
+        data: BinaryBuilder::with_capacity(max_messages.min(4096), 64 * max_messages.min(4096)),
+        bytes: 0,
+        wal_end: 0,
+        reply_requested: false,
+        status: MORE,
+        error: None,
+    };
+    while g.lsns.len() < max_messages {
+        let raw = match libpq.next_frame(frame) {
+            Frame::Data(raw) => raw,
+            Frame::WouldBlock => {
+                g.status = WOULD_BLOCK;
+                break;
+            }
+            Frame::Ended => {
+                g.status = ENDED;
+                break;
+            }
+            Frame::Failed => {
+                g.status = FAILED;
+                break;
+            }
+        };
+        match parse_copy_data(&raw) {
+            Ok(ReplicationMessage::XLogData(x)) => {
+                tracker.see_message(x.data);
+                g.lsns.push(x.wal_start.0);
+                g.data.append_value(x.data);
+                g.bytes += x.data.len() as u64;
+                g.wal_end = g.wal_end.max(x.wal_end.0);
+            }
+            Ok(ReplicationMessage::PrimaryKeepalive(k)) => {
+                g.wal_end = g.wal_end.max(k.wal_end.0);
+                if k.reply_requested {
+                    g.reply_requested = true;
+                    *frame = raw;
+                    break;
+                }
+            }
+            Err(e) => {
+                let kind = raw.first().map_or("none".to_string(), |b| format!("{:?}", *b as char));
+                g.status = FAILED;
+                g.error = Some(format!("unexpected CopyData from the walsender (kind {kind}, {} bytes): {e}", raw.len()));
+                break;
+            }
+        }
+        // The frame's allocation is reused for the next one.
+        *frame = raw;
+    }
+    g
+}
