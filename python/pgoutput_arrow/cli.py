@@ -47,6 +47,10 @@ examples:
                      writes out/public.orders/00000000016B3748-00000000016C0000.parquet ...
   pgoutput-dump capture.parquet --stats                  counts per table and operation
   some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
+  pgoutput-dump --dsn 'host=db user=repl dbname=shop' --slot shop --create-slot \\
+      --create-publication public.orders --format parquet --output out/
+                     streams the slot live (made with a publication for public.orders if
+                     missing); files as above, acknowledged once durable; Ctrl-C stops
 
 capturing with plain SQL (wal_level = logical):
   CREATE PUBLICATION pub FOR ALL TABLES;
@@ -61,8 +65,8 @@ the server sent one), unchanged (columns whose TOAST value an UPDATE left unchan
 new, but not NULL). Values are JSON-safe: 64-bit integers and decimals as strings, bytes as
 hex, NaN and Infinity as strings, dates and times ISO 8601.
 
-exit status: 0 success, 1 unreadable input or decoding error (one line on stderr; --debug
-for the traceback), 2 usage error."""
+exit status: 0 success, 1 unreadable input, decoding or connection error, or a missing
+Python package (one line on stderr; --debug for the traceback), 2 usage error."""
 
 _FORMATS = ("pretty", "jsonl", "parquet", "arrow")
 
@@ -884,6 +888,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The pip package that provides a module imported only by some ways in.
+_PACKAGE_OF_MODULE = {"psycopg2": "psycopg2-binary", "pyspark": "pyspark", "pandas": "pandas"}
+
+
+def _missing_package(e: ImportError) -> str:
+    """One line naming what to install, for an optional module that is not there."""
+    if not e.name:
+        return _one_line(e)
+    module = e.name.split(".")[0]
+    package = _PACKAGE_OF_MODULE.get(module, module)
+    return (f"the Python package {package} is not installed (import of {e.name} failed): "
+            f"pip install {package}")
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__
     return text
@@ -907,6 +925,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
+    except ImportError as e:  # an optional dependency (psycopg2 for --dsn) is missing
+        if args.debug:
+            raise
+        sys.stderr.write(f"{PROG}: error: {_missing_package(e)}\n")
+        return 1
     except (PgoutputError, OSError, pa.ArrowException, ValueError, TypeError) as e:
         if args.debug:
             raise

@@ -9,9 +9,12 @@ Every output format works live. What is acknowledged to the server, and when:
   ends: ``.tmp`` leftovers are deleted, so are data files of a group that was cut short
   (their first commit LSN is at or after the checkpoint), and streaming resumes right after
   the checkpoint, so no change is lost or written twice.
-* ``pretty`` / ``jsonl`` on stdout, ``--stats``: acknowledged once written and flushed to the
-  pipe. A pipe cannot be exactly-once: what the reader had not consumed when either side died
-  is either lost to it (already acknowledged) or printed again.
+* ``pretty`` / ``jsonl`` on stdout, ``--stats``: acknowledged once written and flushed, and,
+  when stdout is a regular file (``> changes.jsonl``), fsynced: the acknowledged position is
+  then on disk, as a walreceiver's flushed position is. A pipe cannot be exactly-once: what
+  the reader had not consumed when either side died is either lost to it (already
+  acknowledged) or printed again. (A file is at least once: lines written after the last
+  acknowledgement are written again by the next run.)
 
 SIGINT / SIGTERM stop after the group being written, acknowledge it, and exit 0.
 """
@@ -20,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import io
 import json
 import os
 import re
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -293,20 +298,36 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def open_stream(args: argparse.Namespace, start_lsn: int | None) -> LiveStream:
-    if not args.slot:
-        raise ValueError("--dsn needs --slot NAME")
+def _publications(args: argparse.Namespace) -> tuple[list[str] | None, Any]:
+    """(publications to stream, publication to create: tables, "ALL" or None)."""
     create_pub: Any = None
     if args.all_tables:
         create_pub = "ALL"
     elif args.create_publication:
         create_pub = args.create_publication
-    publication = args.publication or (None if create_pub is None else [args.slot])
-    if publication is None:
-        raise ValueError("--dsn needs --publication NAME (or --create-publication / "
-                         "--all-tables)")
+    return args.publication or (None if create_pub is None else [args.slot]), create_pub
+
+
+def _check_arguments(args: argparse.Namespace, fmt: str) -> None:
+    """The option combinations argparse cannot check by itself: usage errors (exit 2),
+    raised before anything is connected to or created."""
+    from .cli import UsageError
+
+    if fmt in ("parquet", "arrow") and args.output is None:
+        raise UsageError(f"--format {fmt} needs --output DIR")
+    if args.output is not None and fmt not in ("parquet", "arrow"):
+        raise UsageError("--output is for --format parquet or arrow")
+    if not args.slot:
+        raise UsageError("--dsn needs --slot NAME")
+    if _publications(args)[0] is None:
+        raise UsageError("--dsn needs --publication NAME (or --create-publication TABLE ... "
+                         "or --all-tables)")
     if args.temporary and not args.create_slot:
-        raise ValueError("--temporary goes with --create-slot")
+        raise UsageError("--temporary goes with --create-slot")
+
+
+def open_stream(args: argparse.Namespace, start_lsn: int | None) -> LiveStream:
+    publication, create_pub = _publications(args)
     decoder_options: dict[str, Any] = {
         "special_values": args.special_values,
         "views": not args.no_views,
@@ -325,25 +346,30 @@ def open_stream(args: argparse.Namespace, start_lsn: int | None) -> LiveStream:
         stop_after=args.stop_after, **decoder_options)
 
 
+def _is_regular_file(out: IO[str]) -> bool:
+    """Whether ``out`` writes to a regular file (which fsync makes durable), not a pipe, a
+    terminal or an in-memory stream."""
+    try:
+        return stat.S_ISREG(os.fstat(out.fileno()).st_mode)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
 def run_live(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     """The live branch of ``pgoutput-dump``: stream, write, acknowledge."""
     from . import Output
-    from .cli import Filters, JsonlSink, PrettySink, StatsSink, UsageError, filter_chunk, limit_chunk
+    from .cli import Filters, JsonlSink, PrettySink, StatsSink, filter_chunk, limit_chunk
 
     out = out or sys.stdout
     fmt = args.format or ("pretty" if out.isatty() else "jsonl")
-    if fmt in ("parquet", "arrow") and args.output is None:
-        raise UsageError(f"--format {fmt} needs --output DIR")
-    if args.output is not None and fmt not in ("parquet", "arrow"):
-        raise UsageError("--output is for --format parquet or arrow")
-    if not args.slot:
-        raise UsageError("--dsn needs --slot NAME")
+    _check_arguments(args, fmt)
 
     file_sink = LiveFileSink(args.output, fmt) if fmt in ("parquet", "arrow") else None
     stats = StatsSink() if args.stats else None
     sink: Any = None
     if file_sink is None and stats is None:
         sink = PrettySink(out) if fmt == "pretty" else JsonlSink(out)
+    fsync_out = sink is not None and _is_regular_file(out)
     filters = Filters(args.table, args.from_lsn, args.to_lsn)
     progress = _LiveProgress(args.progress)
     stream = open_stream(args, file_sink.checkpoint if file_sink else None)
@@ -383,11 +409,14 @@ def run_live(args: argparse.Namespace, out: IO[str] | None = None) -> int:
                         if lines:
                             out.write("\n".join(lines) + "\n")
                     out.flush()
+                    if fsync_out:  # acknowledged below: the lines must be on disk first
+                        os.fsync(out.fileno())
                 if stats is not None:
                     stats.write(chunk)
                 rows += sum(b.num_rows for b in batches)
                 if complete:
-                    stream.ack(ack_lsn)  # durable (files + checkpoint) or flushed to stdout
+                    stream.ack(ack_lsn)  # durable: files + checkpoint, or stdout flushed
+                    # (and fsynced when it is a file)
                 progress.update(stream, rows)
                 if remaining == 0:
                     break
