@@ -310,6 +310,38 @@ def test_usage_errors(capture: Path) -> None:
     assert proc.returncode == 2
 
 
+def test_live_usage_errors(tmp_path: Path) -> None:
+    """Live option combinations that cannot work are usage errors (exit 2), found before
+    connecting: the DSN points at a closed port, and nothing is created under --output."""
+    dsn = "host=127.0.0.1 port=1 user=x dbname=x connect_timeout=1"
+    for args, says in [
+        (["--slot", "s"], "--publication"),
+        (["--slot", "s", "--publication", "p", "--temporary"], "--create-slot"),
+        (["--slot", "s", "--create-publication", "t", "--temporary"], "--create-slot"),
+        (["--publication", "p"], "--slot"),
+        (["--slot", "s", "--format", "parquet", "--output", str(tmp_path / "out")],
+         "--publication"),
+    ]:
+        proc = dump("--dsn", dsn, *args, check=False)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.startswith("usage: ") and "Traceback" not in proc.stderr
+        last = proc.stderr.splitlines()[-1]
+        assert last.startswith("pgoutput-dump: error: ") and says in last, (args, last)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_psycopg2_is_one_line() -> None:
+    """Without psycopg2 (installed with --no-deps, say), --dsn fails with one line naming the
+    package to install, not a traceback."""
+    code = ("import sys; sys.modules['psycopg2'] = None  # as if not installed\n"
+            "from pgoutput_arrow.cli import main; sys.exit(main())")
+    proc = subprocess.run([sys.executable, "-c", code, "--dsn", "host=127.0.0.1 port=1",
+                           "--slot", "s", "--publication", "p"],
+                          capture_output=True, text=True, timeout=60)
+    line = _one_error_line(proc)
+    assert "psycopg2-binary" in line and "pip install" in line, line
+
+
 def test_debug_shows_traceback(tmp_path: Path) -> None:
     proc = dump(tmp_path / "nope.parquet", "--debug", check=False)
     assert proc.returncode == 1 and "Traceback" in proc.stderr
@@ -321,36 +353,85 @@ def test_help_and_version() -> None:
                    "--stats", "--special-values", "--progress", "--debug", "--version",
                    "examples:"):
         assert option in help_text
+    examples = help_text[help_text.index("examples:"):help_text.index("capturing with")]
+    # A live example, whole: it creates what it needs and says where the output goes.
+    live = examples[examples.index("pgoutput-dump --dsn"):]
+    for option in ("--slot", "--create-slot", "--create-publication", "--output"):
+        assert option in live, examples
     assert dump("--version").stdout.strip() == f"pgoutput-dump {pgoutput_arrow.__version__}"
     cargo = (Path(__file__).parents[1] / "Cargo.toml").read_text()
     assert f'version = "{pgoutput_arrow.__version__}"' in cargo
 
 
 @pytest.mark.slow
-def test_wheel_installs_in_fresh_venv(tmp_path: Path) -> None:
-    """The wheel maturin builds installs alone into a new virtualenv, with its command."""
+@pytest.mark.timeout(600)
+def test_wheel_installs_in_fresh_venv(capture: Path, workload: Workload, pg18: PgServer,
+                                      tmp_path: Path) -> None:
+    """The wheel maturin builds (abi3 for CPython 3.11+) installs into a new virtualenv with
+    the dependencies its metadata declares, and nothing else: its command decodes a real
+    capture to jsonl and Parquet as the development install does, and streams live (which
+    needs psycopg2)."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
     root = Path(__file__).parents[1]
     maturin = Path(sys.executable).parent / "maturin"
     subprocess.run([maturin, "build", "--release", "--out", tmp_path / "dist"], cwd=root,
                    check=True, capture_output=True, timeout=900)
     (wheel,) = (tmp_path / "dist").glob("pgoutput_arrow-*.whl")
+    assert "-cp311-abi3-" in wheel.name, wheel.name
+
+    # The dependencies the wheel declares, as wheels of the versions the tests run with, in
+    # a directory that is the only index below: an undeclared dependency stays missing.
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA")))
+    requires = [Requirement(line.split(":", 1)[1].strip())
+                for line in meta.decode().splitlines() if line.startswith("Requires-Dist:")]
+    needed = [r.name for r in requires if r.marker is None]
+    assert {"pyarrow", "psycopg2-binary"} <= set(needed), needed
+    deps = tmp_path / "deps"
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--dest", deps, *[f"{n}=={version(n)}" for n in needed]],
+                   check=True, capture_output=True, timeout=300)
+
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    subprocess.run([venv / "bin" / "pip", "install", "--no-deps", "--quiet", wheel],
-                   check=True, timeout=300)
-    # pyarrow (the one dependency) without a download: a .pth file appends the test
-    # environment's site-packages, after the new venv's own, so pgoutput_arrow still comes
-    # from the wheel (checked below).
-    import pyarrow
-    purelib = subprocess.run([venv / "bin" / "python", "-c",
-                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "_test_deps.pth").write_text(str(Path(pyarrow.__file__).parents[1]) + "\n")
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    where = subprocess.run([venv / "bin" / "python", "-c",
-                            "import pgoutput_arrow; print(pgoutput_arrow.__file__)"],
-                           capture_output=True, text=True, check=True, env=clean).stdout
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    subprocess.run([venv / "bin" / "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-index", "--find-links", deps, wheel],
+                   check=True, capture_output=True, timeout=300)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+    def venv_run(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([*map(os.fspath, args)], capture_output=True, text=True,
+                              env=clean, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, (args, proc.stderr)
+        return proc
+
+    where = venv_run(venv / "bin" / "python", "-c",
+                     "import pgoutput_arrow; print(pgoutput_arrow.__file__)").stdout
     assert where.startswith(str(venv)), where
-    out = subprocess.run([venv / "bin" / "pgoutput-dump", "--version"], capture_output=True,
-                         text=True, check=True, env=clean).stdout
-    assert out.strip() == f"pgoutput-dump {pgoutput_arrow.__version__}"
+    command = venv / "bin" / "pgoutput-dump"
+    assert venv_run(command, "--version").stdout.strip() == \
+        f"pgoutput-dump {pgoutput_arrow.__version__}"
+
+    lines = venv_run(command, capture, "--format", "jsonl").stdout.splitlines()
+    assert len(lines) == len(workload.expected)
+    assert lines == dump(capture, "--format", "jsonl").stdout.splitlines()
+
+    out = tmp_path / "out"
+    venv_run(command, capture, "--format", "parquet", "--output", out)
+    changes = pgoutput_arrow.decode(capture)
+    for name in (workload.main, workload.other):
+        back = pa.concat_tables(pq.read_table(f) for f in sorted((out / name).iterdir()))
+        assert comparable(back) == comparable(changes.tables[name]), name
+
+    # Live, through the psycopg2 the wheel pulled in: a temporary slot and its publication.
+    slot = f"cli_wheel_{os.getpid()}"
+    proc = venv_run(command, "--dsn", pg18.dsn, "--slot", slot, "--create-slot",
+                    "--temporary", "--create-publication", workload.main, "--format", "jsonl",
+                    "--idle-timeout", "0.5")
+    assert proc.stdout == ""
+    pg18.execute(f"DROP PUBLICATION IF EXISTS {slot}")
