@@ -584,8 +584,8 @@ MILLIONS = 2_000_000
 _DECODE_AND_MEASURE = textwrap.dedent("""
     import json, sys
     import pgoutput_arrow
-    changes = pgoutput_arrow.decode(sys.argv[1], memory_limit=int(sys.argv[2]),
-                                    spill_dir=sys.argv[3])
+    limit = {} if sys.argv[2] == "default" else {"memory_limit": int(sys.argv[2])}
+    changes = pgoutput_arrow.decode(sys.argv[1], spill_dir=sys.argv[3], **limit)
     t = changes.tables["public.rt_big"]
     ops = t.column("_op").unique().to_pylist()
     ids = t.column("id")
@@ -604,7 +604,8 @@ def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
                                                              tmp_path: Path) -> None:
     """One transaction of 2,000,000 inserts on a real PostgreSQL 18, streamed (protocol 2,
     logical_decoding_work_mem=64kB), captured to Parquet in chunks, decoded in a child
-    process with memory_limit=64 MiB: every row comes out, peak RSS < 1 GiB."""
+    process with the default options (memory_limit 256 MiB, then spilled to disk): every row
+    comes out, peak RSS < 1 GiB."""
     dbname = f"big_{os.getpid()}"
     pg18.execute(f"CREATE DATABASE {dbname}")
     conn = pg18.connect(pg18.dsn_for(dbname))
@@ -640,24 +641,26 @@ def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
         reader.close()
     pg18.execute(f"DROP DATABASE {dbname}")
     assert messages > MILLIONS
-    spill = tmp_path / "spill"
-    spill.mkdir()
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", _DECODE_AND_MEASURE, str(capture),
-                           str(64 << 20), str(spill)],
-                          capture_output=True, text=True, timeout=300)
-    seconds = time.monotonic() - start
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    peak = out["vmhwm_kib"] * 1024
-    print(f"\n2M-change streamed transaction: {messages} messages, capture "
-          f"{capture.stat().st_size / 2**20:.1f} MiB, decoded in {seconds:.1f}s, "
-          f"peak RSS {peak / 2**20:.0f} MiB (memory_limit 64 MiB)")
-    assert out["rows"] == MILLIONS and out["ops"] == ["insert"]
-    assert (out["min"], out["max"]) == (1, MILLIONS)
-    assert out["streamed"] == [True]
-    assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
+    # With the default options, then with a limit that the transaction's buffered
+    # messages exceed many times over (so they spill).
+    for limit in ("default", str(64 << 20)):
+        spill = tmp_path / f"spill-{limit}"
+        spill.mkdir()
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", _DECODE_AND_MEASURE, str(capture),
+                               limit, str(spill)],
+                              capture_output=True, text=True, timeout=300)
+        seconds = time.monotonic() - start
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        peak = out["vmhwm_kib"] * 1024
+        print(f"\n2M-change streamed transaction: {messages} messages, capture "
+              f"{capture.stat().st_size / 2**20:.1f} MiB, decoded in {seconds:.1f}s, "
+              f"peak RSS {peak / 2**20:.0f} MiB (memory_limit {limit})")
+        assert out["rows"] == MILLIONS and out["ops"] == ["insert"]
+        assert (out["min"], out["max"]) == (1, MILLIONS)
+        assert out["streamed"] == [True]
+        assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
 
 
 @pytest.mark.parametrize("mode", MODES)
