@@ -466,7 +466,61 @@ def test_idle_slot_advances_while_only_unpublished_tables_change(pg: PgServer,
         s.close()
     assert start is not None and (slot_state(pg, unique_name)[0] or 0) > start
     assert [i for i in items if i.kind == "table"] == []
-    assert s.lag_bytes >= 0
+    # The lag counts from the confirmed position, which passed the target: what is left is
+    # only WAL written after it.
+    st = s.stats()
+    assert st.confirmed_lsn >= target
+    assert s.lag_bytes == st.lag_bytes == max(0, st.server_wal_end - st.confirmed_lsn)
+    assert s.lag_bytes <= max(0, st.server_wal_end - target)
+
+
+@pytest.mark.timeout(120)
+def test_lag_bytes_until_acknowledged(pg: PgServer, unique_name: str) -> None:
+    """lag_bytes is the WAL the server holds for the consumer: above zero while a workload is
+    received but not acknowledged, down to what follows the confirmed position once it is."""
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    start = pg.create_slot(unique_name)
+    for lo in range(0, 1000, 200):
+        pg.execute(f"INSERT INTO {t} SELECT g, repeat('x', 200) "
+                   f"FROM generate_series({lo}, {lo + 199}) g")
+    target = caught_up_lsn(pg)
+    s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name,
+                              status_interval=0.2, stop_after=60)
+    with s:
+        received: list[Any] = []
+        rows = 0
+        for item in s:  # every row of the workload, none acknowledged
+            received.append(item)
+            if item.kind == "table":
+                rows += item.num_rows
+            if rows == 1000:
+                break
+        ranges = [r for item in received if item.kind == "table"
+                  for r in [item.commit_lsn_range()] if r is not None]
+        first_commit = min(lo for lo, _ in ranges)
+        last_commit = max(hi for _, hi in ranges)
+        before = s.stats()
+        assert before.acked_lsn < first_commit
+        assert before.confirmed_lsn < first_commit
+        assert (slot_state(pg, unique_name)[0] or 0) < first_commit
+        assert before.server_wal_end > first_commit
+        assert before.lag_bytes == before.server_wal_end - before.confirmed_lsn
+        assert before.lag_bytes > before.server_wal_end - first_commit > 0
+        s.ack(received[-1].ack_lsn)
+        s.stop_at_lsn = target  # read on until the server is known to be past the workload
+        for item in s:
+            s.ack(item.ack_lsn)
+    after = s.stats()
+    wait_slot_inactive(pg, unique_name)
+    confirmed = slot_state(pg, unique_name)[0] or 0
+    # Past the last commit: the server will not send the workload again.
+    assert confirmed > last_commit >= first_commit > start
+    assert after.confirmed_lsn >= confirmed
+    assert after.lag_bytes == max(0, after.server_wal_end - after.confirmed_lsn)
+    assert after.lag_bytes < after.server_wal_end - last_commit
+    assert after.lag_bytes < before.lag_bytes
 
 
 # --------------------------------------------------------------------------- (f) errors
@@ -603,6 +657,111 @@ def test_cli_sigterm_stops_cleanly_after_acknowledging(pg: PgServer, unique_name
     ids = [i for f in out.glob(f"public.{t}/*.arrow")
            for i in ipc.open_file(f).read_all().column("id").to_pylist()]
     assert sorted(ids) == list(range(1, 101))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_cli_ctrl_c_stops_cleanly_after_acknowledging(pg18: PgServer, unique_name: str,
+                                                      tmp_path: Path, fmt: str) -> None:
+    """SIGINT (Ctrl-C) ends the run like SIGTERM: exit 0, and the slot confirmed up to what
+    was written, so that nothing written is streamed again."""
+    pg = pg18
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY)")
+    slot = f"{unique_name}_s"
+    out = tmp_path / "out"
+    jsonl = tmp_path / "changes.jsonl"
+    cmd = [*DUMP, "--dsn", pg.dsn, "--slot", slot, "--create-slot", "--create-publication", t,
+           "--format", fmt, "--commit-interval", "0.1"]
+    with jsonl.open("w") as stdout:
+        proc = subprocess.Popen([*cmd, "--output", str(out)] if fmt == "parquet" else cmd,
+                                stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+    def written() -> list[dict[str, Any]]:
+        if fmt == "jsonl":  # whole lines only: the last one may be half written
+            return [{"id": o["new"]["id"], "commit_lsn": parse_lsn(o["commit_lsn"])}
+                    for o in map(json.loads, jsonl.read_text().split("\n")[:-1])]
+        return [{"id": r["id"], "commit_lsn": r["_commit_lsn"]}
+                for f in sorted(out.glob(f"public.{t}/*.parquet"))
+                for r in pq.read_table(f).to_pylist()]
+
+    try:
+        deadline = time.monotonic() + 60
+        while slot_state(pg, slot)[1] is None:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        for lo in (1, 51):  # two transactions
+            pg.execute(f"INSERT INTO {t} SELECT generate_series({lo}, {lo + 49})")
+        deadline = time.monotonic() + 30
+        while len(written()) < 100:
+            assert proc.poll() is None and time.monotonic() < deadline, written()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+        assert proc.stderr is not None and "interrupted" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rows = written()
+    assert sorted(r["id"] for r in rows) == list(range(1, 101))
+    wait_slot_inactive(pg, slot)
+    confirmed, _ = slot_state(pg, slot)
+    # A transaction whose commit record starts before the confirmed position is not sent
+    # again: the confirmed position is past the last commit written.
+    last_commit = max(r["commit_lsn"] for r in rows)
+    assert confirmed is not None and confirmed > last_commit
+    if fmt == "parquet":
+        checkpoint = parse_lsn(json.loads((out / "_checkpoint.json").read_text())["lsn"])
+        assert last_commit < checkpoint <= confirmed
+    else:  # nothing the file holds comes again
+        proc2 = dump("--dsn", pg.dsn, "--slot", slot, "--publication", slot, "--format",
+                     "jsonl", "--idle-timeout", "1")
+        assert proc2.returncode == 0 and proc2.stdout == "", (proc2.stdout, proc2.stderr)
+
+
+@pytest.mark.timeout(120)
+def test_cli_jsonl_to_a_file_is_fsynced_before_acknowledging(
+        pg18: PgServer, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With stdout a regular file, each group is written, flushed and fsynced before its end
+    is acknowledged: the flushed position the server is told is on disk."""
+    from pgoutput_arrow.cli import build_parser
+    from pgoutput_arrow.live_cli import run_live
+
+    pg = pg18
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    for i in range(3):
+        pg.execute(f"INSERT INTO {t} VALUES ({i})")
+    path = tmp_path / "changes.jsonl"
+    events: list[tuple[str, int]] = []
+    real_fsync, real_ack = os.fsync, LiveStream.ack
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        events.append(("fsync", os.fstat(fd).st_size))
+
+    def ack(self: LiveStream, lsn: int | str | None = None) -> None:
+        events.append(("ack", path.stat().st_size))
+        real_ack(self, lsn)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(LiveStream, "ack", ack)
+    args = build_parser().parse_args(["--dsn", pg.dsn, "--slot", unique_name, "--publication",
+                                      unique_name, "--format", "jsonl", "--idle-timeout", "1"])
+    with path.open("w") as out:
+        assert run_live(args, out) == 0
+    assert len(path.read_text().splitlines()) == 3
+    acks = [i for i, (what, _) in enumerate(events) if what == "ack"]
+    assert acks, events
+    previous = -1
+    for i in acks:
+        # Since the previous acknowledgement, the file was fsynced with all it holds now.
+        synced = [size for what, size in events[previous + 1:i] if what == "fsync"]
+        assert synced and synced[-1] == events[i][1], events
+        previous = i
 
 
 @pytest.mark.timeout(60)
