@@ -103,3 +103,84 @@ def run_workload(pg: PgServer, name: str, *, proto: int = 4, binary: bool = Fals
     pg.drop_slot(slot)
     tables = [f"public.{kv}", f"public.{wide}", f"public.{full}"]
     return rows, tables, options
+
+
+#: Columns of every type family of the README's types table, as ``name type`` (after ``id``).
+TYPE_COLUMNS = (
+    "o oid", "i2 int2", "i4 int4", "i8 int8", "f4 float4", "f8 float8",
+    "n10 numeric(10,2)", "nfree numeric", "n50 numeric(50,5)",
+    "t text", "vc varchar(20)", "bp char(6)", "ch \"char\"", "nm name", "ba bytea", "bo bool",
+    "d date", "tm time", "ts timestamp", "tz timestamptz", "iv interval", "u uuid",
+    "js json", "jb jsonb", "ai int4[]", "at text[]", "en {enum}", "ip inet", "mo money",
+    "pt point", "rg int4range", "au uuid[]", "av interval[]",
+)
+
+#: Rows of values for TYPE_COLUMNS (SQL literals), each with its ``id``: extremes, specials
+#: (NaN, ±Infinity, ±infinity dates and timestamps), NULL elements and all-NULL rows.
+TYPE_ROWS = (
+    (1, "0", "0", "0", "0", "0", "0", "0", "0", "0", "''", "''", "''", "''", "''", "''", "false",
+     "'2000-01-01'", "'00:00'", "'2000-01-01 00:00'", "'2000-01-01 00:00+00'", "'0'",
+     "'00000000-0000-0000-0000-000000000000'", "'null'", "'{}'", "'{}'", "'{}'", "'happy'",
+     "'0.0.0.0'", "0", "'(0,0)'", "'empty'", "'{}'", "'{}'"),
+    (2, "4294967295", "32767", "2147483647", "9223372036854775807", "'NaN'", "'Infinity'",
+     "99999999.99", "'123456789012345678901234567890.123456789012345678901'",
+     "'12345678901234567890123456789012345678901234.12345'",
+     "'héllo wörld ☃'", "'varchar'", "'ab'", "'x'", "'a_name'", "'\\x00ff10'", "true",
+     "'2024-02-29'", "'23:59:59.999999'", "'2024-02-29 12:34:56.789012'",
+     "'2024-02-29 12:34:56.789012+05:30'", "'1 year 2 mons 3 days 04:05:06.789'",
+     "'12345678-9abc-def0-1234-56789abcdef0'", "'{\"a\": [1, 2.5, null], \"b\": \"x\"}'",
+     "'{\"b\": \"x\", \"a\": [1, 2.5, null]}'", "'{1,NULL,-3}'", "'{\"a b\",NULL,\"\",\"q\\\"t\"}'",
+     "'sad'", "'192.168.1.0/24'", "1234567.89", "'(1.5,-2)'", "'[1,10)'",
+     "'{12345678-9abc-def0-1234-56789abcdef0,NULL}'", "'{\"1 day 00:00:01\",NULL,\"-1 mons\"}'"),
+    (3, "1", "-32768", "-2147483648", "-9223372036854775808", "'-Infinity'", "'-Infinity'",
+     "-0.01", "'-0.000000000000000000000000000001'", "'-0.00001'", "repeat('long ', 200)",
+     "'x'", "'abcdef'", "'\\001'", "'n'", "''", "false", "'infinity'", "'00:00:00.000001'",
+     "'-infinity'", "'infinity'", "'-1 mons -2 days -00:00:00.000001'",
+     "'ffffffff-ffff-ffff-ffff-ffffffffffff'", "'[]'", "'[]'", "'{NULL}'", "'{NULL}'", "'happy'",
+     "'::1'", "-0.01", "'(-1e300,1e-300)'", "'(,5]'", "'{NULL}'", "'{NULL}'"),
+    (4, *(["NULL"] * 33)),
+    (5, "42", "7", "7", "7", "'1.5'", "'-0.0'", "1.5", "'NaN'", "'-1.5'", "'t'", "'v'", "'b'",
+     "'q'", "'nm'", "'\\x'", "true", "'-infinity'", "'12:00'", "'infinity'", "'-infinity'",
+     "'-178000000 years'", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "'3'", "'3'", "'{5}'",
+     "'{z}'", "'ok'", "'2001:db8::1/64'", "'-92233720368547758.08'", "'(0,-0)'", "'(1,2)'",
+     "'{ffffffff-ffff-ffff-ffff-ffffffffffff}'", "'{\"00:00:00.000001\"}'"),
+)
+
+
+def run_types_workload(pg: PgServer, name: str) -> dict[str, Any]:
+    """One table with a column of each type family, captured on two slots at once: text mode
+    and ``binary 'true'``. Inserts (several rows in one statement, so sharing an LSN), then,
+    with REPLICA IDENTITY FULL (``_before`` holds every column), updates of every column and a
+    delete. Returns the rows of each capture (``text``, ``binary``), the table's name, and
+    PostgreSQL's own text output of each inserted row (``pg_text``: id → {column: text})."""
+    table, enum, pub = f"{name}_types", f"{name}_mood", f"{name}_pub"
+    cols = [c.format(enum=enum) for c in TYPE_COLUMNS]
+    pg.execute(f"CREATE TYPE {enum} AS ENUM ('sad', 'ok', 'happy')")
+    pg.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, {', '.join(cols)})")
+    pg.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
+    pg.execute(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+    slots = {"text": f"{name}_text", "binary": f"{name}_bin"}
+    for slot in slots.values():
+        pg.create_slot(slot)
+    names = [c.split()[0] for c in TYPE_COLUMNS]
+    values = ", ".join(f"({', '.join(map(str, r))})" for r in TYPE_ROWS)
+    pg.execute(f"INSERT INTO {table} (id, {', '.join(names)}) VALUES {values}")
+    # Each type's output function (format's %s), not its cast to text: bpchar keeps its
+    # padding, inet its output form.
+    outs = ", ".join(f"CASE WHEN {n} IS NOT NULL THEN format('%s', {n}) END" for n in names)
+    texts = pg.query(f"SELECT id, {outs} FROM {table} ORDER BY id")
+    pg_text = {r[0]: dict(zip(names, r[1:])) for r in texts}
+    # Every column of row 2 copied onto row 1 (old and new values of every type), row 5 gets
+    # row 3's, then row 4 (all NULLs) is deleted and one more row inserted alone.
+    sets = ", ".join(f"{n} = s.{n}" for n in names)
+    pg.execute(f"UPDATE {table} t SET {sets} FROM {table} s WHERE t.id = 1 AND s.id = 2")
+    pg.execute(f"UPDATE {table} t SET {sets} FROM {table} s WHERE t.id = 5 AND s.id = 3")
+    pg.execute(f"DELETE FROM {table} WHERE id = 4")
+    pg.execute(f"INSERT INTO {table} (id, {', '.join(names)}) VALUES ({', '.join(map(str, (6, *TYPE_ROWS[1][1:])))})")
+    base = {"proto_version": "1", "publication_names": pub}
+    out: dict[str, Any] = {"table": f"public.{table}", "pg_text": pg_text, "columns": names}
+    out["text"] = pg.get_binary_changes(slots["text"], base)
+    out["binary"] = pg.get_binary_changes(slots["binary"], {**base, "binary": "true"})
+    for slot in slots.values():
+        pg.drop_slot(slot)
+    return out

@@ -155,6 +155,19 @@ def _interval_struct(arr: pa.Array) -> pa.Array:
         fields=list(_MDN_STRUCT), mask=mask)
 
 
+def _rebased(arr: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """A list or map array's offsets starting at 0 and just the values they cover. A sliced
+    array's offsets do not start at 0 (``.values`` ignores the slice), and
+    ``ListArray.from_arrays`` refuses such offsets together with a null mask."""
+    offsets = arr.offsets
+    if len(offsets) == 0:
+        return pa.array([0], pa.int32()), arr.values.slice(0, 0)
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    if start != 0 or offsets.offset != 0:
+        offsets = pc.subtract(offsets, pa.scalar(start, offsets.type))
+    return offsets, arr.values.slice(start, end - start)
+
+
 def _cast_array(arr: pa.Array, target: pa.DataType) -> pa.Array:
     src = arr.type
     if src == target:
@@ -170,34 +183,26 @@ def _cast_array(arr: pa.Array, target: pa.DataType) -> pa.Array:
     if pa.types.is_interval(src):
         return _interval_struct(arr)
     if pa.types.is_struct(src):
-        children = []
-        for f in target:
-            idx = src.get_field_index(f.name)
-            if idx < 0:
-                children.append(pa.nulls(len(arr), f.type))
-            else:
-                children.append(_cast_array(arr.field(idx), f.type))
         mask = arr.is_null() if arr.null_count else None
         # .field() ignores the parent's offset in old pyarrow; flatten() honours it.
-        flat = arr.flatten() if arr.offset else None
-        if flat is not None:
-            children = [pa.nulls(len(arr), f.type) if src.get_field_index(f.name) < 0
-                        else _cast_array(flat[src.get_field_index(f.name)], f.type) for f in target]
+        kids = arr.flatten() if arr.offset else [arr.field(i) for i in range(src.num_fields)]
+        children = [pa.nulls(len(arr), f.type) if src.get_field_index(f.name) < 0
+                    else _cast_array(kids[src.get_field_index(f.name)], f.type) for f in target]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
     if pa.types.is_list(target) and (pa.types.is_list(src) or pa.types.is_large_list(src)
                                      or pa.types.is_fixed_size_list(src)
                                      or pa.types.is_list_view(src) or pa.types.is_large_list_view(src)):
         if not pa.types.is_list(src):
             arr = pc.cast(arr, pa.list_(src.value_type))
-        values = _cast_array(arr.values, target.value_type)
-        offsets = arr.offsets
+        offsets, values = _rebased(arr)
         mask = arr.is_null() if arr.null_count else None
-        out = pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)
-        return out
+        return pa.ListArray.from_arrays(offsets, _cast_array(values, target.value_type),
+                                        type=target, mask=mask)
     if pa.types.is_map(src):
-        keys = _cast_array(arr.keys, target.key_type)
-        items = _cast_array(arr.items, target.item_type)
-        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=target,
+        offsets, entries = _rebased(arr)
+        keys, items = entries.flatten()
+        return pa.MapArray.from_arrays(offsets, _cast_array(keys, target.key_type),
+                                       _cast_array(items, target.item_type), type=target,
                                        mask=arr.is_null() if arr.null_count else None)
     if pa.types.is_null(src):
         return pa.nulls(len(arr), target)
