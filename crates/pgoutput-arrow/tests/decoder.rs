@@ -958,3 +958,32 @@ fn direct_path_errors_as_the_other_paths() {
         assert_eq!(direct_tables, arrived_tables, "{what}");
     }
 }
+
+/// The Transactions table keeps an origin, its LSN and a gid on their rows only.
+#[test]
+fn transactions_origin_and_gid_on_their_rows() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    for xid in 800..804 {
+        s.begin(xid, 0xC000 + xid as u64, TS);
+        if xid % 2 == 1 {
+            s.origin("node_b", 0x7700 + xid as u64);
+        }
+        s.insert(1, &[t(&xid.to_string())]);
+        s.commit(0xC000 + xid as u64, 0xC010 + xid as u64, TS);
+    }
+    s.begin_prepare(804, "g4", 0xD000, 0xD010, TS);
+    s.prepare(804, "g4", 0xD000, 0xD010, TS);
+    s.commit_prepared(804, "g4", 0xD100, 0xD110, TS);
+    let c = decode(&s);
+    assert_eq!(
+        rows(std::slice::from_ref(&c.transactions), &["xid", "origin", "origin_lsn", "gid", "commit_lsn", "begin_lsn"]),
+        vec![
+            "800|∅|∅|∅|49952|4112",
+            "801|node_b|31265|∅|49953|4160",
+            "802|∅|∅|∅|49954|4224",
+            "803|node_b|31267|∅|49955|4272",
+            "804|∅|∅|g4|53504|4336",
+        ]
+    );
+}
