@@ -93,6 +93,35 @@ pub struct Decoder {
     /// By schema id: rows of the open transaction taken out of a builder by a flush
     /// before its Commit; they come out at the Commit.
     carries: Vec<Option<RecordBatch>>,
+    /// Relations the short path of `direct_change` looked up last.
+    recent_relations: RecentRelations,
+}
+
+/// The schema ids of the last few relation ids looked up outside a stream, while the
+/// catalog's global definitions stay as they were: a transaction touches a few tables
+/// in turn (pgbench: four), and this costs less than the hash lookup per change.
+#[derive(Default)]
+struct RecentRelations {
+    entries: [Option<(u32, u32)>; 4],
+    next: usize,
+    /// `Catalog::activations` when the entries were found.
+    activations: u64,
+}
+
+impl RecentRelations {
+    #[inline]
+    fn lookup(&mut self, catalog: &Catalog, relation_id: u32) -> Option<u32> {
+        if self.activations != catalog.activations() {
+            *self = RecentRelations { activations: catalog.activations(), ..Default::default() };
+        }
+        if let Some((_, schema_id)) = self.entries.iter().flatten().find(|(id, _)| *id == relation_id) {
+            return Some(*schema_id);
+        }
+        let schema_id = catalog.lookup(relation_id, None)?;
+        self.entries[self.next % self.entries.len()] = Some((relation_id, schema_id));
+        self.next += 1;
+        Some(schema_id)
+    }
 }
 
 impl Decoder {
@@ -123,6 +152,7 @@ impl Decoder {
             spare_entries: Vec::new(),
             spare_txn: None,
             carries: Vec::new(),
+            recent_relations: RecentRelations::default(),
         }
     }
 
@@ -634,8 +664,11 @@ impl Decoder {
         if self.arrived || self.stream_xid.is_some() {
             return None;
         }
-        let txn = self.current.as_mut().filter(|t| t.direct)?;
-        let schema_id = self.catalog.lookup(change.relation_id, None)?;
+        if !self.current.as_ref().is_some_and(|t| t.direct) {
+            return None;
+        }
+        let schema_id = self.recent_relations.lookup(&self.catalog, change.relation_id)?;
+        let txn = self.current.as_mut()?;
         let (op, row, old) = match (change.kind, &change.new, &change.old) {
             (ChangeKind::Insert, Some(new), None) => (Op::Insert, new, None),
             (ChangeKind::Update, Some(new), old) => (Op::Update, new, old.as_ref().map(|o| o.tuple())),
