@@ -287,7 +287,9 @@ pub fn parse_row_change(data: &[u8]) -> Option<RowChange<'_>> {
 }
 
 /// A TupleData at the start of `rest`, which moves past it; None if it is not well formed.
-#[inline]
+/// Always inlined: returned from a call, the TupleData went through the stack and its
+/// reload missed store forwarding (perf: a tenth of the decoder's cycles on one load).
+#[inline(always)]
 fn next_tuple<'a>(rest: &mut &'a [u8]) -> Option<TupleData<'a>> {
     let (count, body) = rest.split_first_chunk::<2>()?;
     let column_count = u16::try_from(i16::from_be_bytes(*count)).ok()?;
