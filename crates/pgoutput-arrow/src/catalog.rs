@@ -155,6 +155,12 @@ impl Catalog {
         self.global.get(&relation_id).copied()
     }
 
+    /// Counts the changes of the global definitions: a schema id found by `lookup` outside
+    /// a stream stays right while this stays the same.
+    pub fn activations(&self) -> u64 {
+        self.activations
+    }
+
     /// A streamed transaction committed (or prepared): its definitions become global.
     pub fn commit_scope(&mut self, xid: Xid) {
         if let Some(overlay) = self.overlays.remove(&xid) {

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use arrow_array::{Array, BinaryViewArray, GenericBinaryArray, OffsetSizeTrait, RecordBatch};
 use arrow_buffer::Buffer;
 use arrow_select::concat::concat_batches;
-use pgoutput_proto::{parse_message, Cell, Lsn, Message, Parser, TupleData, Xid};
+use pgoutput_proto::{
+    parse_message, parse_row_change, Cell, ChangeKind, Lsn, Message, Parser, RowChange, TupleData, Xid,
+};
 
 use crate::catalog::Catalog;
 use crate::changes::{assemble, Changes};
@@ -91,6 +93,35 @@ pub struct Decoder {
     /// By schema id: rows of the open transaction taken out of a builder by a flush
     /// before its Commit; they come out at the Commit.
     carries: Vec<Option<RecordBatch>>,
+    /// Relations the short path of `direct_change` looked up last.
+    recent_relations: RecentRelations,
+}
+
+/// The schema ids of the last few relation ids looked up outside a stream, while the
+/// catalog's global definitions stay as they were: a transaction touches a few tables
+/// in turn (pgbench: four), and this costs less than the hash lookup per change.
+#[derive(Default)]
+struct RecentRelations {
+    entries: [Option<(u32, u32)>; 4],
+    next: usize,
+    /// `Catalog::activations` when the entries were found.
+    activations: u64,
+}
+
+impl RecentRelations {
+    #[inline]
+    fn lookup(&mut self, catalog: &Catalog, relation_id: u32) -> Option<u32> {
+        if self.activations != catalog.activations() {
+            *self = RecentRelations { activations: catalog.activations(), ..Default::default() };
+        }
+        if let Some((_, schema_id)) = self.entries.iter().flatten().find(|(id, _)| *id == relation_id) {
+            return Some(*schema_id);
+        }
+        let schema_id = catalog.lookup(relation_id, None)?;
+        self.entries[self.next % self.entries.len()] = Some((relation_id, schema_id));
+        self.next += 1;
+        Some(schema_id)
+    }
 }
 
 impl Decoder {
@@ -121,6 +152,7 @@ impl Decoder {
             spare_entries: Vec::new(),
             spare_txn: None,
             carries: Vec::new(),
+            recent_relations: RecentRelations::default(),
         }
     }
 
@@ -195,6 +227,18 @@ impl Decoder {
         self.seq += 1;
         let bytes = &base.as_slice()[start..start + len];
         let in_stream = self.parser.in_stream();
+        if !in_stream {
+            if let Some(change) = parse_row_change(bytes) {
+                let at = At { lsn, seq, base, buffer_id, start, len, in_stream };
+                if let Some(result) = self.direct_change(&change, &at) {
+                    return result.inspect_err(|e| {
+                        if stops(e) {
+                            self.stopped = Some(e.to_string());
+                        }
+                    });
+                }
+            }
+        }
         let message = self.parser.parse(bytes).map_err(|source| DecodeError::Parse { lsn, index: seq, source })?;
         let at = At { lsn, seq, base, buffer_id, start, len, in_stream };
         self.handle(message, &at).inspect_err(|e| {
@@ -606,6 +650,62 @@ impl Decoder {
         }
         self.buffered += txn.push(entry);
         self.maybe_spill()
+    }
+
+    /// A row change of a transaction sent whole whose rows go to the builders as they
+    /// arrive (`Txn::direct`), the common case: appended with one relation lookup and no
+    /// [`Message`]. It does what `handle` → `check_change` → `change` → `decode` →
+    /// `append_row` do for such a change, and returns None, having changed nothing, for
+    /// anything else (an unknown relation, tuples that do not fit it, a table whose
+    /// builder is not made yet or not in force), which then takes that path and gets its
+    /// errors from there.
+    #[inline]
+    fn direct_change(&mut self, change: &RowChange<'_>, at: &At<'_>) -> Option<Fallible<()>> {
+        if self.arrived || self.stream_xid.is_some() {
+            return None;
+        }
+        if !self.current.as_ref().is_some_and(|t| t.direct) {
+            return None;
+        }
+        let schema_id = self.recent_relations.lookup(&self.catalog, change.relation_id)?;
+        let txn = self.current.as_mut()?;
+        let (op, row, old) = match (change.kind, &change.new, &change.old) {
+            (ChangeKind::Insert, Some(new), None) => (Op::Insert, new, None),
+            (ChangeKind::Update, Some(new), old) => (Op::Update, new, old.as_ref().map(|o| o.tuple())),
+            (ChangeKind::Delete, None, Some(old)) => (Op::Delete, old.tuple(), Some(old.tuple())),
+            _ => return None,
+        };
+        let rel = self.catalog.version(schema_id);
+        let columns = rel.columns.len();
+        if row.len() != columns || old.is_some_and(|o| o.len() != columns) {
+            return None;
+        }
+        if self.active.get(rel.table_index as usize).copied().flatten() != Some(schema_id) {
+            return None;
+        }
+        let builder = self.tables.get_mut(schema_id as usize)?.as_mut()?;
+        txn.changes += 1;
+        txn.direct_rows += 1;
+        let meta = TxnMeta { commit_lsn: txn.final_lsn, commit_ts: txn.commit_ts, xid: txn.xid, status: None };
+        let ctx = MessageCtx {
+            base: at.base,
+            buffer_id: at.buffer_id,
+            message: &at.base.as_slice()[at.start..at.start + at.len],
+            lsn: at.lsn,
+            seq: at.seq,
+            subxid: None,
+            zero_copy: at.base.len() > at.len,
+        };
+        if let Err(e) = builder.append(op, row, old, &ctx, &meta) {
+            return Some(Err(e));
+        }
+        let full = builder.len() >= self.opts.batch_size;
+        if !txn.touched.contains(&schema_id) {
+            txn.touched.push(schema_id);
+        }
+        // A large transaction: the rest waits as messages (which can spill), not as rows.
+        txn.direct = !full;
+        Some(Ok(()))
     }
 
     /// Keeps buffered memory under the limit by spilling the largest transactions.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Int64Builder, ListBuilder, StringBuilder, TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow_buffer::{BooleanBufferBuilder, NullBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use pgoutput_proto::PG_EPOCH_OFFSET_MICROS;
 
@@ -235,82 +236,165 @@ pub(crate) struct TxnRow<'a> {
     pub seq: u64,
 }
 
+/// An Int64 column of optional values as plain vectors: Arrow builders cost a
+/// transaction of a few changes more than its own bookkeeping.
+#[derive(Default)]
+struct OptionalI64s {
+    values: Vec<i64>,
+    /// Materialized at the first null, as a builder's.
+    nulls: Option<BooleanBufferBuilder>,
+}
+
+impl OptionalI64s {
+    #[inline(always)]
+    fn push(&mut self, v: Option<i64>) {
+        match (v, &self.nulls) {
+            (Some(v), None) => self.values.push(v),
+            _ => self.push_with_nulls(v),
+        }
+    }
+
+    #[cold]
+    fn push_with_nulls(&mut self, v: Option<i64>) {
+        let len = self.values.len();
+        let nulls = self.nulls.get_or_insert_with(|| {
+            let mut b = BooleanBufferBuilder::new(len + 1);
+            b.append_n(len, true);
+            b
+        });
+        nulls.append(v.is_some());
+        self.values.push(v.unwrap_or_default());
+    }
+
+    fn finish(&mut self) -> (ScalarBuffer<i64>, Option<NullBuffer>) {
+        let nulls = self.nulls.take().map(|mut b| NullBuffer::new(b.finish()));
+        (std::mem::take(&mut self.values).into(), nulls)
+    }
+}
+
+/// The Transactions table, column by column in plain vectors until `finish`.
 pub(crate) struct TransactionsBuilder {
     schema: SchemaRef,
-    xid: Int64Builder,
-    begin_lsn: Int64Builder,
-    commit_lsn: Int64Builder,
-    end_lsn: Int64Builder,
-    commit_ts: TimestampMicrosecondBuilder,
-    origin: StringBuilder,
-    origin_lsn: Int64Builder,
-    gid: StringBuilder,
-    outcome: StringBuilder,
-    streamed: BooleanBuilder,
-    changes: Int64Builder,
-    seq: Int64Builder,
-    len: usize,
+    xid: Vec<i64>,
+    begin_lsn: OptionalI64s,
+    commit_lsn: OptionalI64s,
+    end_lsn: OptionalI64s,
+    /// Microseconds since 1970.
+    commit_ts: OptionalI64s,
+    /// Rare: (row, name, LSN) of the rows that have one.
+    origins: Vec<(usize, Box<str>, u64)>,
+    /// Rare: (row, gid) of the rows that have one.
+    gids: Vec<(usize, Box<str>)>,
+    outcome: Vec<&'static str>,
+    streamed: Vec<bool>,
+    changes: Vec<i64>,
+    seq: Vec<i64>,
+}
+
+/// A Utf8 column of `len` rows, null but at the rows given.
+fn sparse_strings<'a>(len: usize, values: impl ExactSizeIterator<Item = (usize, &'a str)>) -> StringArray {
+    if values.len() == 0 {
+        return StringArray::new_null(len);
+    }
+    let mut out = StringBuilder::new();
+    let mut next = 0;
+    for (row, v) in values {
+        for _ in next..row {
+            out.append_null();
+        }
+        out.append_value(v);
+        next = row + 1;
+    }
+    for _ in next..len {
+        out.append_null();
+    }
+    out.finish()
 }
 
 impl TransactionsBuilder {
     pub fn new() -> Self {
         TransactionsBuilder {
             schema: transactions_schema(),
-            xid: Int64Builder::new(),
-            begin_lsn: Int64Builder::new(),
-            commit_lsn: Int64Builder::new(),
-            end_lsn: Int64Builder::new(),
-            commit_ts: ts_builder(),
-            origin: StringBuilder::new(),
-            origin_lsn: Int64Builder::new(),
-            gid: StringBuilder::new(),
-            outcome: StringBuilder::new(),
-            streamed: BooleanBuilder::new(),
-            changes: Int64Builder::new(),
-            seq: Int64Builder::new(),
-            len: 0,
+            xid: Vec::new(),
+            begin_lsn: OptionalI64s::default(),
+            commit_lsn: OptionalI64s::default(),
+            end_lsn: OptionalI64s::default(),
+            commit_ts: OptionalI64s::default(),
+            origins: Vec::new(),
+            gids: Vec::new(),
+            outcome: Vec::new(),
+            streamed: Vec::new(),
+            changes: Vec::new(),
+            seq: Vec::new(),
         }
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.xid.len()
     }
 
     pub fn append(&mut self, r: TxnRow<'_>) {
         let i = |v: Option<u64>| v.map(|v| v as i64);
-        self.xid.append_value(r.xid as i64);
-        self.begin_lsn.append_option(i(r.begin_lsn));
-        self.commit_lsn.append_option(i(r.commit_lsn));
-        self.end_lsn.append_option(i(r.end_lsn));
-        self.commit_ts.append_option(pg_ts(r.commit_ts));
-        self.origin.append_option(r.origin.map(|o| o.0));
-        // PostgreSQL sends InvalidXLogRecPtr (0) as the origin LSN of a streamed
-        // transaction (pgoutput_stream_start), which is not known before its commit.
-        self.origin_lsn.append_option(r.origin.map(|o| o.1 as i64).filter(|&lsn| lsn != 0));
-        self.gid.append_option(r.gid);
-        self.outcome.append_value(r.outcome);
-        self.streamed.append_value(r.streamed);
-        self.changes.append_value(r.changes as i64);
-        self.seq.append_value(r.seq as i64);
-        self.len += 1;
+        let row = self.xid.len();
+        self.xid.push(r.xid as i64);
+        self.begin_lsn.push(i(r.begin_lsn));
+        self.commit_lsn.push(i(r.commit_lsn));
+        self.end_lsn.push(i(r.end_lsn));
+        self.commit_ts.push(pg_ts(r.commit_ts));
+        if let Some((name, lsn)) = r.origin {
+            self.origins.push((row, name.into(), lsn));
+        }
+        if let Some(gid) = r.gid {
+            self.gids.push((row, gid.into()));
+        }
+        self.outcome.push(r.outcome);
+        self.streamed.push(r.streamed);
+        self.changes.push(r.changes as i64);
+        self.seq.push(r.seq as i64);
     }
 
     pub fn finish(&mut self) -> Fallible<RecordBatch> {
-        self.len = 0;
+        let len = self.xid.len();
+        let int64 = |(values, nulls)| Arc::new(Int64Array::new(values, nulls)) as ArrayRef;
+        let (ts, ts_nulls) = self.commit_ts.finish();
+        let mut origin_lsn = OptionalI64s::default();
+        if self.origins.is_empty() {
+            origin_lsn.values = vec![0; len];
+            origin_lsn.nulls = (len > 0).then(|| {
+                let mut b = BooleanBufferBuilder::new(len);
+                b.append_n(len, false);
+                b
+            });
+        }
+        let mut next = if self.origins.is_empty() { len } else { 0 };
+        for &(row, _, lsn) in &self.origins {
+            for _ in next..row {
+                origin_lsn.push(None);
+            }
+            // PostgreSQL sends InvalidXLogRecPtr (0) as the origin LSN of a streamed
+            // transaction (pgoutput_stream_start), which is not known before its commit.
+            origin_lsn.push((lsn != 0).then_some(lsn as i64));
+            next = row + 1;
+        }
+        for _ in next..len {
+            origin_lsn.push(None);
+        }
         let arrays: Vec<ArrayRef> = vec![
-            Arc::new(self.xid.finish()),
-            Arc::new(self.begin_lsn.finish()),
-            Arc::new(self.commit_lsn.finish()),
-            Arc::new(self.end_lsn.finish()),
-            Arc::new(self.commit_ts.finish()),
-            Arc::new(self.origin.finish()),
-            Arc::new(self.origin_lsn.finish()),
-            Arc::new(self.gid.finish()),
-            Arc::new(self.outcome.finish()),
-            Arc::new(self.streamed.finish()),
-            Arc::new(self.changes.finish()),
-            Arc::new(self.seq.finish()),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.xid))),
+            int64(self.begin_lsn.finish()),
+            int64(self.commit_lsn.finish()),
+            int64(self.end_lsn.finish()),
+            Arc::new(TimestampMicrosecondArray::new(ts, ts_nulls).with_timezone("UTC")),
+            Arc::new(sparse_strings(len, self.origins.iter().map(|(row, name, _)| (*row, &**name)))),
+            int64(origin_lsn.finish()),
+            Arc::new(sparse_strings(len, self.gids.iter().map(|(row, gid)| (*row, &**gid)))),
+            Arc::new(StringArray::from_iter_values(self.outcome.drain(..))),
+            Arc::new(BooleanArray::from(std::mem::take(&mut self.streamed))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.changes))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.seq))),
         ];
+        self.origins.clear();
+        self.gids.clear();
         RecordBatch::try_new(self.schema.clone(), arrays).map_err(|e| DecodeError::boxed_arrow("the transactions batch", e))
     }
 }

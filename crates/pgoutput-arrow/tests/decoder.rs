@@ -783,3 +783,232 @@ fn arrived_mode_statuses() {
         ["5|∅|committed|1", "6|g|prepared|1", "6|g|prepared-committed|1"]
     );
 }
+
+/// The changes of `direct_path_decodes_as_the_other_paths`, in transactions sent whole or,
+/// with `streamed`, each as one stream block committed at once.
+fn mixed_workload(binary: bool, streamed: bool) -> Stream {
+    let int = |v: i32| if binary { b(&v.to_be_bytes()) } else { t(&v.to_string()) };
+    let big = |v: i64| if binary { b(&v.to_be_bytes()) } else { t(&v.to_string()) };
+    let txt = |v: &str| if binary { b(v.as_bytes()) } else { t(v) };
+    let a_v1: &[Col<'_>] = &[("id", INT4, -1, true), ("v", TEXT, -1, false), ("n", INT8, -1, false)];
+    let a_v2: &[Col<'_>] = &[("id", INT4, -1, true), ("v", TEXT, -1, false), ("n", INT8, -1, false), ("w", INT4, -1, false)];
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', a_v1);
+    s.relation(2, "public", "b", b'f', &[("id", INT8, -1, true), ("filler", BPCHAR, 88, false)]);
+    let mut xid = 100;
+    let mut txn = |s: &mut Stream, body: &dyn Fn(&mut Stream)| {
+        xid += 1;
+        let lsn = 0x10_0000 * xid as u64;
+        if streamed {
+            s.stream_start(xid, true);
+            body(s);
+            s.stream_stop();
+            s.stream_commit(xid, lsn, lsn + 0x10, TS + xid as i64);
+        } else {
+            s.begin(xid, lsn, TS + xid as i64);
+            body(s);
+            s.commit(lsn, lsn + 0x10, TS + xid as i64);
+        }
+    };
+    txn(&mut s, &|s| {
+        s.insert(1, &[int(1), txt("one"), big(10)]);
+        s.insert(2, &[big(1), txt(&"x".repeat(88))]);
+        s.insert(1, &[int(2), C::N, big(20)]);
+        s.update(1, None, &[int(1), txt("one, a value longer than twelve bytes"), big(11)]);
+        s.update(1, Some((b'K', &[int(2), C::N, C::N])), &[int(3), txt("moved"), big(30)]);
+        s.update(2, Some((b'O', &[big(1), txt(&"x".repeat(88))])), &[big(1), txt(&"y".repeat(88))]);
+        s.delete(2, b'O', &[big(1), txt(&"y".repeat(88))]);
+    });
+    txn(&mut s, &|s| {
+        s.update(1, None, &[int(1), C::U, big(12)]);
+        s.delete(1, b'K', &[int(3), C::N, C::N]);
+        s.insert(2, &[big(2), txt("short")]);
+    });
+    // A new definition of "a" between transactions, sent again inside a transaction.
+    s.relation(1, "public", "a", b'd', a_v2);
+    txn(&mut s, &|s| {
+        s.insert(1, &[int(4), txt("four"), big(40), int(400)]);
+        s.insert(2, &[big(3), txt("three")]);
+        s.relation(1, "public", "a", b'd', a_v2);
+        s.insert(1, &[int(5), txt("five"), big(50), C::N]);
+    });
+    // "b" again with a column of another type but as many columns: its rows must not go
+    // to the builder of the first definition.
+    s.relation(2, "public", "b", b'f', &[("id", INT8, -1, true), ("filler", TEXT, -1, false)]);
+    // A Truncate makes the rest of its transaction wait for the Commit.
+    txn(&mut s, &|s| {
+        s.insert(2, &[big(4), txt("before the truncate")]);
+        s.truncate(&[2], false, false);
+        s.insert(2, &[big(5), txt("after the truncate")]);
+        s.insert(1, &[int(6), txt("six"), big(60), int(600)]);
+    });
+    // More rows than a batch holds (batch_size 4 below).
+    txn(&mut s, &|s| {
+        for i in 0..11 {
+            s.insert(1, &[int(100 + i), txt(&format!("row {i} of a long transaction")), big(i as i64), int(i)]);
+            s.update(2, None, &[big(i as i64), txt("updated")]);
+        }
+    });
+    txn(&mut s, &|s| {
+        s.insert(1, &[int(7), txt("seven"), big(70), C::N]);
+    });
+    s
+}
+
+fn decode_array(s: &Stream, options: DecoderOptions) -> pgoutput_arrow::Changes {
+    let (lsns, data) = s.as_array();
+    let mut d = Decoder::new(options);
+    d.push_array(&lsns, &data).unwrap_or_else(|e| panic!("{e}"));
+    d.finish().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The columns of every table, but the Arrived mode's own, as strings: the unified
+/// tables, then each version of each table with its Arrow types.
+fn all_rows(c: &pgoutput_arrow::Changes, skip: &[&str]) -> Vec<(String, Vec<String>)> {
+    let show = |name: String, batches: &[RecordBatch]| {
+        let schema = batches[0].schema();
+        let cols: Vec<&str> = schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .filter(|n| !["_status", "_subxid"].contains(n) && !skip.contains(n))
+            .collect();
+        let types: Vec<String> = cols.iter().map(|c| format!("{c}: {}", schema.field_with_name(c).unwrap().data_type())).collect();
+        (format!("{name} [{}]", types.join(", ")), rows(batches, &cols))
+    };
+    let tables = c.tables.iter().map(|(name, table)| show(name.clone(), &table.batches));
+    let versions = c.table_versions.iter().flat_map(|(name, versions)| {
+        versions.iter().filter(|v| !v.batches.is_empty()).map(move |v| show(format!("{name} v{}", v.version), &v.batches))
+    });
+    tables.chain(versions).collect()
+}
+
+/// Changes of a transaction sent whole go to the builders by a short path; the same
+/// changes decoded by the paths that cannot take it (Arrived mode, a streamed copy, the
+/// buffered replay after a Truncate or of a large transaction) give the same tables.
+#[test]
+fn direct_path_decodes_as_the_other_paths() {
+    for binary in [false, true] {
+        let whole = mixed_workload(binary, false);
+        for batch_size in [4, 65536] {
+            let opts = || DecoderOptions { batch_size, ..Default::default() };
+            let direct = decode_array(&whole, opts());
+            let expected = all_rows(&direct, &[]);
+            assert_eq!(expected.len(), 2 + 4, "{expected:?}");
+            assert_eq!(expected[0].1.len(), 21, "{expected:?}");
+            // Pushed one message at a time (no zero copy), the same.
+            assert_eq!(all_rows(&decode_with(&whole, opts()), &[]), expected);
+            let arrived = decode_array(&whole, DecoderOptions { emit: EmitMode::Arrived, ..opts() });
+            assert_eq!(all_rows(&arrived, &[]), expected, "binary {binary}, batch_size {batch_size}");
+            // A streamed copy has other message numbers and LSNs (its Stream Start and Stop).
+            let streamed = decode_array(&mixed_workload(binary, true), opts());
+            assert_eq!(all_rows(&streamed, &["_seq", "_lsn"]), all_rows(&direct, &["_seq", "_lsn"]));
+            assert_eq!(
+                rows(std::slice::from_ref(&streamed.transactions), &["xid", "commit_lsn", "commit_ts", "changes"]),
+                rows(std::slice::from_ref(&direct.transactions), &["xid", "commit_lsn", "commit_ts", "changes"]),
+            );
+        }
+    }
+}
+
+/// The errors of a change in a transaction sent whole, once its table's builder is made
+/// (where the short path would take it): the same text as in Arrived mode, and the
+/// decoder goes on (or stops) as it does there.
+#[test]
+fn direct_path_errors_as_the_other_paths() {
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("unknown relation", {
+            let mut s = Stream::new();
+            s.insert(42, &[t("1"), t("x")]);
+            s.messages[0].1.clone()
+        }),
+        ("too many values", {
+            let mut s = Stream::new();
+            s.insert(1, &[t("1"), t("x"), t("extra")]);
+            s.messages[0].1.clone()
+        }),
+        ("too few old values", {
+            let mut s = Stream::new();
+            s.update(1, Some((b'O', &[t("1")])), &[t("1"), t("x")]);
+            s.messages[0].1.clone()
+        }),
+        ("truncated", {
+            let mut s = Stream::new();
+            s.insert(1, &[t("1"), t("some text")]);
+            let m = &s.messages[0].1;
+            m[..m.len() - 3].to_vec()
+        }),
+        ("trailing byte", {
+            let mut s = Stream::new();
+            s.delete(1, b'K', &[t("1"), C::N]);
+            let mut m = s.messages[0].1.clone();
+            m.push(0);
+            m
+        }),
+        ("value", {
+            let mut s = Stream::new();
+            s.insert(1, &[t("not a number"), t("x")]);
+            s.messages[0].1.clone()
+        }),
+        ("utf-8", {
+            let mut s = Stream::new();
+            s.insert(1, &[t("9"), C::T(b"bad \xff byte in a long value".to_vec())]);
+            s.messages[0].1.clone()
+        }),
+    ];
+    for (what, bad) in cases {
+        let mut s = Stream::new();
+        s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("v", TEXT, -1, false)]);
+        s.begin(9, 0x9000, TS);
+        s.insert(1, &[t("1"), t("first")]);
+        s.raw(&bad);
+        s.insert(1, &[t("2"), t("after")]);
+        s.commit(0x9000, 0x9010, TS);
+        let run = |emit: EmitMode| {
+            let (lsns, data) = s.as_array();
+            let mut d = Decoder::new(DecoderOptions { emit, ..Default::default() });
+            let results: Vec<String> = (0..lsns.len())
+                .map(|i| match d.push_array(&lsns[i..i + 1], &data.slice(i, 1)) {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => e.to_string(),
+                })
+                .collect();
+            let tables = d.finish().map(|c| all_rows(&c, &[])).map_err(|e| e.to_string());
+            (results, tables)
+        };
+        let (direct, direct_tables) = run(EmitMode::Committed);
+        let (arrived, arrived_tables) = run(EmitMode::Arrived);
+        assert_ne!(direct[3], "ok", "{what}");
+        assert_eq!(direct, arrived, "{what}");
+        assert_eq!(direct_tables, arrived_tables, "{what}");
+    }
+}
+
+/// The Transactions table keeps an origin, its LSN and a gid on their rows only.
+#[test]
+fn transactions_origin_and_gid_on_their_rows() {
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    for xid in 800..804 {
+        s.begin(xid, 0xC000 + xid as u64, TS);
+        if xid % 2 == 1 {
+            s.origin("node_b", 0x7700 + xid as u64);
+        }
+        s.insert(1, &[t(&xid.to_string())]);
+        s.commit(0xC000 + xid as u64, 0xC010 + xid as u64, TS);
+    }
+    s.begin_prepare(804, "g4", 0xD000, 0xD010, TS);
+    s.prepare(804, "g4", 0xD000, 0xD010, TS);
+    s.commit_prepared(804, "g4", 0xD100, 0xD110, TS);
+    let c = decode(&s);
+    assert_eq!(
+        rows(std::slice::from_ref(&c.transactions), &["xid", "origin", "origin_lsn", "gid", "commit_lsn", "begin_lsn"]),
+        vec![
+            "800|∅|∅|∅|49952|4112",
+            "801|node_b|31265|∅|49953|4160",
+            "802|∅|∅|∅|49954|4224",
+            "803|node_b|31267|∅|49955|4272",
+            "804|∅|∅|g4|53504|4336",
+        ]
+    );
+}

@@ -10,6 +10,6 @@ mod types;
 mod walsender;
 
 pub use error::ParseError;
-pub use parser::{parse_message, Parser};
+pub use parser::{parse_message, parse_row_change, Parser};
 pub use types::*;
 pub use walsender::{parse_copy_data, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData};

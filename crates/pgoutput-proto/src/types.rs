@@ -312,6 +312,27 @@ pub struct Delete<'a> {
     pub old: OldTuple<'a>,
 }
 
+/// Which row change a [`RowChange`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Insert,
+    Update,
+    Delete,
+}
+
+/// An Insert, Update or Delete outside a stream block, as
+/// [`parse_row_change`](crate::parse_row_change) reads it: the fields of [`Insert`],
+/// [`Update`] and [`Delete`] (which carry no xid there) in one shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowChange<'a> {
+    pub kind: ChangeKind,
+    pub relation_id: RelationId,
+    /// Update (when sent) and Delete (always).
+    pub old: Option<OldTuple<'a>>,
+    /// Insert and Update.
+    pub new: Option<TupleData<'a>>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncate {
     /// Present only inside Stream Start … Stream Stop: the xid of the

@@ -381,6 +381,42 @@ proptest! {
     }
 }
 
+/// What `parse_message` (outside a stream block) says of a row change, in the shape of
+/// `parse_row_change`: None for anything else and for every error.
+fn row_change_of(bytes: &[u8]) -> Option<RowChange<'_>> {
+    match parse_message(bytes, false).ok()? {
+        Message::Insert(i) => Some(RowChange { kind: ChangeKind::Insert, relation_id: i.relation_id, old: None, new: Some(i.new) }),
+        Message::Update(u) => Some(RowChange { kind: ChangeKind::Update, relation_id: u.relation_id, old: u.old, new: Some(u.new) }),
+        Message::Delete(d) => Some(RowChange { kind: ChangeKind::Delete, relation_id: d.relation_id, old: Some(d.old), new: None }),
+        _ => None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// The decoder's short path for changes reads exactly what the full parser reads,
+    /// and refuses exactly what it refuses: every message, every truncation of it, and
+    /// one byte too many.
+    #[test]
+    fn row_change_reads_as_parse_message(m in model(), extra in any::<u8>()) {
+        let mut bytes = m.in_state(false, 0).encode();
+        for cut in 0..=bytes.len() {
+            prop_assert_eq!(parse_row_change(&bytes[..cut]), row_change_of(&bytes[..cut]), "prefix {}", cut);
+        }
+        bytes.push(extra);
+        prop_assert_eq!(parse_row_change(&bytes), None);
+    }
+
+    #[test]
+    fn row_change_of_arbitrary_bytes(mut bytes in vec(any::<u8>(), 0..120), kind in prop::sample::select(&b"IUDX"[..])) {
+        if let Some(first) = bytes.first_mut() {
+            *first = kind;
+        }
+        prop_assert_eq!(parse_row_change(&bytes), row_change_of(&bytes));
+    }
+}
+
 proptest! {
 
     #[test]

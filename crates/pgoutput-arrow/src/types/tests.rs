@@ -66,3 +66,20 @@ fn list_depth_fixed_after_a_batch_or_when_not_learning() {
     b.append_text(b"{{1}}", None).unwrap();
     assert_eq!(b.data_type(), &DataType::Utf8View);
 }
+
+#[test]
+fn parse_i64_agrees_with_str_parse() {
+    let mut cases: Vec<String> = ["", "-", "+", "0", "-0", "+7", "007", "12a", " 1", "1 ", "--1", "99999999999999999"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for v in [i64::MIN, i64::MIN + 1, i64::MAX, i64::MAX - 1, 999_999_999_999_999_999, -999_999_999_999_999_999] {
+        cases.push(v.to_string());
+    }
+    // 18, 19 and 20 digits around the limits, and past them.
+    cases.extend(["100000000000000000", "9999999999999999999", "9223372036854775808", "-9223372036854775809"].map(String::from));
+    cases.extend(["18446744073709551616", "-18446744073709551616", "99999999999999999999"].map(String::from));
+    for c in &cases {
+        assert_eq!(num::parse_i64(c.as_bytes()), c.parse::<i64>().ok(), "{c:?}");
+    }
+}
