@@ -124,7 +124,7 @@ class Decoder:
         Build text and binary columns as view arrays that point into the input messages
         (zero copy, the default) instead of copying values into contiguous buffers.
     ``batch_size``
-        Rows per output batch.
+        Rows per output batch. A batch is also cut once its values reach 256 MiB.
     ``memory_limit``
         Bytes of buffered changes of open transactions kept in memory before spilling to
         ``spill_dir`` (a temporary directory when None).

@@ -699,7 +699,7 @@ impl Decoder {
         if let Err(e) = builder.append(op, row, old, &ctx, &meta) {
             return Some(Err(e));
         }
-        let full = builder.len() >= self.opts.batch_size;
+        let full = builder.full(self.opts.batch_size);
         if !txn.touched.contains(&schema_id) {
             txn.touched.push(schema_id);
         }
@@ -773,7 +773,7 @@ impl Decoder {
             }
         }
         for &sid in &txn.touched {
-            if self.tables[sid as usize].as_ref().is_some_and(|b| b.len() >= self.opts.batch_size) {
+            if self.tables[sid as usize].as_ref().is_some_and(|b| b.full(self.opts.batch_size)) {
                 self.flush_table(sid as usize)?;
             }
         }
@@ -835,7 +835,7 @@ impl Decoder {
         for &sid in &txn.touched {
             let Some(b) = self.tables.get(sid as usize).and_then(|b| b.as_ref()) else { continue };
             let active = self.active.get(b.rel.table_index as usize).copied().flatten() == Some(sid);
-            if b.len() >= self.opts.batch_size || !active {
+            if b.full(self.opts.batch_size) || !active {
                 self.flush_table(sid as usize)?;
             }
         }
@@ -918,11 +918,11 @@ impl Decoder {
         let builder = self.tables[sid].as_mut().expect("created above");
         builder.append(op, row, old, ctx, meta)?;
         if direct {
-            return Ok(builder.len() >= self.opts.batch_size);
+            return Ok(builder.full(self.opts.batch_size));
         }
         builder.committed += 1;
         self.unflushed_rows += 1;
-        if builder.len() >= self.opts.batch_size {
+        if builder.full(self.opts.batch_size) {
             self.flush_table(sid)?;
         }
         Ok(false)
@@ -939,7 +939,7 @@ impl Decoder {
     fn row_added_meta(&mut self) {
         self.unflushed_rows += 1;
         let n = self.opts.batch_size;
-        if self.truncates.len() >= n || self.messages.len() >= n || self.transactions.len() >= n {
+        if self.truncates.full(n) || self.messages.full(n) || self.transactions.len() >= n {
             // These builders cannot fail on well-formed rows; a failure is reported at flush.
             let _ = self.flush_meta();
         }

@@ -12,7 +12,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use pgoutput_proto::PG_EPOCH_OFFSET_MICROS;
 
 use crate::error::{DecodeError, Fallible};
-use crate::table::TxnMeta;
+use crate::table::{TxnMeta, MAX_BATCH_VALUE_BYTES};
 
 fn ts_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::from("UTC")))
@@ -151,6 +151,11 @@ impl TruncatesBuilder {
         self.len
     }
 
+    /// `batch_size` rows, or names enough that the names column nears its 2 GiB.
+    pub fn full(&self, batch_size: usize) -> bool {
+        self.len >= batch_size || self.relations.values_ref().values_slice().len() >= MAX_BATCH_VALUE_BYTES
+    }
+
     pub fn append(&mut self, relations: &[Arc<str>], cascade: bool, restart_identity: bool, lsn: u64, seq: u64, txn: &TxnMeta) {
         for r in relations {
             self.relations.values().append_value(r);
@@ -197,6 +202,12 @@ impl MessagesBuilder {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// `batch_size` rows, or contents enough (each at most 1 GB) that the next one could
+    /// take the content column past its 2 GiB.
+    pub fn full(&self, batch_size: usize) -> bool {
+        self.len >= batch_size || self.content.values_slice().len() >= MAX_BATCH_VALUE_BYTES
     }
 
     /// `lsn` is the message's own LSN (from its body); `txn` is None when it is not transactional.

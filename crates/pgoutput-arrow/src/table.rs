@@ -123,6 +123,12 @@ pub fn meta_fields(fields: &Fields, arrived: bool) -> Vec<FieldRef> {
     out
 }
 
+/// Bytes of incoming values after which a batch is cut whatever its row count.
+pub const MAX_BATCH_VALUE_BYTES: usize = 256 << 20;
+
+/// What an unchanged TOAST cell adds to `_unchanged`: a column name, at most 63 bytes.
+const UNCHANGED_NAME_BYTES: usize = 64;
+
 pub(crate) fn unchanged_type() -> DataType {
     DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
 }
@@ -153,6 +159,8 @@ pub(crate) struct TableBuilder {
     unchanged: Vec<u16>,
     arrived: Option<(StringBuilder, Int64Builder)>,
     len: usize,
+    /// Bytes of the values appended to this batch as they came in (see [`Self::full`]).
+    value_bytes: usize,
     /// Rows of the last batch: the next one reserves that much at its first row,
     /// rather than growing (and copying) its vectors row by row.
     reserve: usize,
@@ -184,12 +192,20 @@ impl TableBuilder {
             unchanged: Vec::new(),
             arrived: arrived.then(|| (StringBuilder::new(), Int64Builder::new())),
             len: 0,
+            value_bytes: 0,
             reserve: 0,
         }
     }
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the batch should be cut: `batch_size` rows, or [`MAX_BATCH_VALUE_BYTES`] of
+    /// values, so that a batch of large values stays bounded in memory and a utf8 or
+    /// binary column (32-bit offsets, without views) never passes 2 GiB.
+    pub fn full(&self, batch_size: usize) -> bool {
+        self.len >= batch_size || self.value_bytes >= MAX_BATCH_VALUE_BYTES
     }
 
     /// Appends one change. `row` fills the published columns (the new tuple, or the
@@ -238,11 +254,18 @@ impl TableBuilder {
                     col.append_null();
                     if track_unchanged {
                         self.unchanged.push(i as u16);
+                        self.value_bytes += UNCHANGED_NAME_BYTES;
                     }
                     Ok(())
                 }
-                Cell::Text(v) => col.append_text(v, ctx.source(v)).map_err(|e| (v, e)),
-                Cell::Binary(v) => col.append_binary(v, ctx.source(v)).map_err(|e| (v, e)),
+                Cell::Text(v) => {
+                    self.value_bytes += v.len();
+                    col.append_text(v, ctx.source(v)).map_err(|e| (v, e))
+                }
+                Cell::Binary(v) => {
+                    self.value_bytes += v.len();
+                    col.append_binary(v, ctx.source(v)).map_err(|e| (v, e))
+                }
             };
             if let Err((v, e)) = result {
                 return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
@@ -263,8 +286,14 @@ impl TableBuilder {
                             col.append_null();
                             Ok(())
                         }
-                        Cell::Text(v) => col.append_text(v, ctx.source(v)).map_err(|e| (v, e)),
-                        Cell::Binary(v) => col.append_binary(v, ctx.source(v)).map_err(|e| (v, e)),
+                        Cell::Text(v) => {
+                            self.value_bytes += v.len();
+                            col.append_text(v, ctx.source(v)).map_err(|e| (v, e))
+                        }
+                        Cell::Binary(v) => {
+                            self.value_bytes += v.len();
+                            col.append_binary(v, ctx.source(v)).map_err(|e| (v, e))
+                        }
                     };
                     if let Err((v, e)) = result {
                         return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
@@ -355,6 +384,7 @@ impl TableBuilder {
         self.committed = 0;
         let len = std::mem::take(&mut self.len);
         self.reserve = len;
+        self.value_bytes = 0;
         let mut arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
         let before_type = DataType::Struct(self.before_fields.clone());
         let valid = self.before_valid.take();

@@ -1012,3 +1012,54 @@ fn transactions_origin_and_gid_on_their_rows() {
         ]
     );
 }
+
+/// Without views a utf8 column holds at most 2 GiB per array (32-bit offsets): 2.2 GB of
+/// 1 MiB values come out in batches cut by their bytes, not a panic, every row once.
+/// Logical messages' contents likewise.
+#[test]
+fn batches_are_cut_by_bytes_before_offsets_overflow() {
+    const ROWS: u64 = 2200;
+    let value = "x".repeat(1 << 20);
+    let mut s = Stream::new();
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("v", TEXT, -1, false)]);
+    s.insert(1, &[t("1"), t(&value)]);
+    s.message(true, 0x90, "p", value.as_bytes());
+    let buffer = |i: usize| Buffer::from(s.messages[i].1.clone());
+    let (relation, insert, message) = (buffer(0), buffer(1), buffer(2));
+    let types = pgoutput_arrow::TypeOptions { views: false, ..Default::default() };
+    let mut d = Decoder::new(DecoderOptions { types, ..Default::default() });
+    let (mut rows, mut messages, mut batches) = (0u64, 0u64, 0);
+    let mut drain = |d: &mut Decoder| {
+        for o in d.take_ready() {
+            match o {
+                Output::Table { batch, .. } => {
+                    let v = batch.column_by_name("v").unwrap().as_string::<i32>();
+                    assert!(v.value_data().len() <= (300 << 20), "a batch of {} bytes", v.value_data().len());
+                    assert!((0..v.len()).all(|i| v.value(i).len() == 1 << 20));
+                    rows += batch.num_rows() as u64;
+                    batches += 1;
+                }
+                Output::Messages(batch) => messages += batch.num_rows() as u64,
+                _ => {}
+            }
+        }
+    };
+    for i in 0..ROWS {
+        let lsn = 0x1000 * (i + 1);
+        let mut txn = Stream::new();
+        txn.begin(i as u32 + 1, lsn + 0x100, TS);
+        txn.commit(lsn + 0x100, lsn + 0x110, TS);
+        d.push(lsn, &Buffer::from(txn.messages[0].1.clone())).unwrap();
+        if i == 0 {
+            d.push(lsn, &relation).unwrap();
+        }
+        d.push(lsn + 0x10, &insert).unwrap();
+        d.push(lsn + 0x20, &message).unwrap();
+        d.push(lsn + 0x100, &Buffer::from(txn.messages[1].1.clone())).unwrap();
+        drain(&mut d);
+    }
+    d.flush().unwrap();
+    drain(&mut d);
+    assert_eq!((rows, messages), (ROWS, ROWS));
+    assert!(batches >= 8, "{batches} batches");
+}

@@ -523,19 +523,19 @@ impl ColumnBuilder {
             Col::Bytea(out) => {
                 if binary {
                     if !dry {
-                        out.append(bytes, source);
+                        out.append(bytes, source)?;
                     }
                 } else {
                     // Text mode is `\x` hex, or the legacy escape format (bytea_output = escape).
                     let decoded = num::bytea_text(bytes, &mut self.scratch.bytes)?;
                     if !dry {
-                        out.append(decoded, None);
+                        out.append(decoded, None)?;
                     }
                 }
             }
             Col::Raw(out) => {
                 if !dry {
-                    out.append(bytes, source);
+                    out.append(bytes, source)?;
                 }
             }
             Col::Str { kind, out } => {

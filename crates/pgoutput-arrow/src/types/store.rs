@@ -17,6 +17,19 @@ use super::{Result, Source, ValueError};
 /// Values of at most this many bytes live inside the view itself.
 const MAX_INLINE: usize = 12;
 
+/// Utf8 and Binary arrays address their values with 32-bit offsets. The decoder cuts a
+/// batch long before (see `TableBuilder::full`); a value that would still go past it
+/// (text rendered from a much shorter binary value) is an error, not a panic.
+fn check_fits(used: usize, len: usize) -> Result<()> {
+    if used.saturating_add(len) > i32::MAX as usize {
+        return Err(ValueError::new(format!(
+            "a value of {len} bytes after {used} bytes already in this batch's column would pass the 2 GiB \
+             that utf8 and binary arrays hold; decode with views (the default) or a smaller batch_size"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_utf8(bytes: &[u8]) -> Result<&str> {
     std::str::from_utf8(bytes).map_err(|e| {
         ValueError::new(format!("invalid UTF-8 in a text value at byte {}", e.valid_up_to()))
@@ -105,7 +118,10 @@ impl StrStore {
                 }
                 b.append_value(check_utf8(value)?);
             }
-            StrStore::Plain(b) => b.append_value(check_utf8(value)?),
+            StrStore::Plain(b) => {
+                check_fits(b.values_slice().len(), value.len())?;
+                b.append_value(check_utf8(value)?)
+            }
         }
         Ok(())
     }
@@ -149,7 +165,7 @@ impl BinStore {
         }
     }
 
-    pub(crate) fn append(&mut self, value: &[u8], source: Option<Source<'_>>) {
+    pub(crate) fn append(&mut self, value: &[u8], source: Option<Source<'_>>) -> Result<()> {
         match self {
             BinStore::View(b, blocks) => {
                 if value.len() > MAX_INLINE {
@@ -159,15 +175,19 @@ impl BinStore {
                         {
                             // Cannot fail: the range was checked inside the block just located.
                             if b.try_append_view(block, offset, value.len() as u32).is_ok() {
-                                return;
+                                return Ok(());
                             }
                         }
                     }
                 }
                 b.append_value(value);
             }
-            BinStore::Plain(b) => b.append_value(value),
+            BinStore::Plain(b) => {
+                check_fits(b.values_slice().len(), value.len())?;
+                b.append_value(value);
+            }
         }
+        Ok(())
     }
 
     pub(crate) fn finish(&mut self) -> ArrayRef {
