@@ -171,6 +171,60 @@ def test_zero_copy_text_views_point_into_the_capture(binary_workload: Workload) 
           f"outside")
 
 
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_zero_copy_for_every_view_column_type(pg18: PgServer, binary: bool) -> None:
+    """Values whose bytes are already what Arrow stores are not copied: text, varchar,
+    json and jsonb in both modes (jsonb after its version byte in binary mode), and bytea
+    in binary mode: every data buffer of those view columns lies inside the capture's own
+    data buffer. (bytea in text mode is hex, decoded, so copied.)"""
+    name = f"zc_{'bin' if binary else 'txt'}"
+    pg18.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, t text, v varchar(200), "
+                 "b bytea, j json, jb jsonb)")
+    pg18.execute(f"CREATE PUBLICATION {name}_pub FOR TABLE {name}")
+    pg18.create_slot(f"{name}_slot")
+    pg18.execute(f"""INSERT INTO {name} SELECT i, repeat('text ', 10) || i,
+        repeat('varchar ', 5) || i, decode(repeat('deadbeef', 8) || lpad(i::text, 8, '0'), 'hex'),
+        json_build_object('key', repeat('x', 30), 'i', i), jsonb_build_object('key', repeat('y', 30), 'i', i)
+        FROM generate_series(1, 500) i""")
+    options = {"proto_version": "4", "publication_names": f"{name}_pub"}
+    if binary:
+        options["binary"] = "true"
+    rows = pg18.get_binary_changes(f"{name}_slot", options)
+    pg18.drop_slot(f"{name}_slot")
+    capture = pa.table({"lsn": pa.array([r[0] for r in rows], pa.int64()),
+                        "xid": pa.array([r[1] for r in rows], pa.int64()),
+                        "data": pa.array([r[2] for r in rows], pa.binary())})
+    lo_hi = [(c.buffers()[2].address, c.buffers()[2].address + c.buffers()[2].size)
+             for c in capture.column("data").chunks]
+    table = pgoutput_arrow.decode(capture, views=True).tables[f"public.{name}"]
+    zero_copy = ["t", "v", "j", "jb"] + (["b"] if binary else [])
+    measured = {}
+    for column in zero_copy:
+        col = table.column(column)
+        storage = getattr(col.type, "storage_type", col.type)
+        assert pa.types.is_string_view(storage) or pa.types.is_binary_view(storage), column
+        inside = outside = 0
+        for chunk in col.chunks:
+            chunk = getattr(chunk, "storage", chunk)  # arrow.json: its string_view storage
+            for buf in chunk.buffers()[2:]:
+                if buf is None or buf.size == 0:
+                    continue
+                if any(lo <= buf.address and buf.address + buf.size <= hi for lo, hi in lo_hi):
+                    inside += buf.size
+                else:
+                    outside += buf.size
+        assert outside == 0, f"{column}: {outside} bytes of values copied"
+        assert inside > 0, column
+        measured[column] = inside
+    # The values are the server's.
+    rows = {r["id"]: r for r in table.select(["id", "t", "b", "jb"]).to_pylist()}
+    assert len(rows) == 500
+    assert rows[1]["b"] == bytes.fromhex("deadbeef" * 8 + "00000001")
+    assert rows[1]["jb"] == '{"i": 1, "key": "' + "y" * 30 + '"}'
+    assert rows[500]["t"] == "text " * 10 + "500"
+    print(f"{'binary' if binary else 'text'} mode: data buffers inside the capture: {measured}")
+
+
 def test_native_objects_export_arrow_streams(workload: Workload) -> None:
     dec = _internal.Decoder()
     dec.push_stream(workload.table())
