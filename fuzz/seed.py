@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Seed the fuzz corpus with every message of the golden captures.
+"""Seed a fuzz corpus from the golden captures, so the fuzzer starts from real server
+output instead of from nothing. Usage: ``fuzz/seed.py [CORPUS_DIR]``.
 
-Writes each pgoutput message of ``tests/golden/captures/*.bin`` (framing per row:
-u64 BE lsn, u32 BE xid, u32 BE length, bytes) to ``<corpus>/<sha1>``, and the same
-message wrapped in a walsender XLogData ('w') frame, so the fuzzer starts from real
-server output instead of from nothing. Usage: ``fuzz/seed.py [CORPUS_DIR]``.
+For the ``parse`` target: each pgoutput message of ``tests/golden/captures/*.bin``
+(framing per row: u64 BE lsn, u32 BE xid, u32 BE length, bytes) to ``<corpus>/<sha1>``,
+and the same message wrapped in a walsender XLogData ('w') frame.
+
+For the ``decode`` target (a corpus directory named ``decode``): each capture whole, in
+that framing, behind a first byte of decoder options (each capture once per option set
+of ``OPTION_FLAGS``; see ``fuzz_targets/decode.rs``).
 """
 
 import hashlib
@@ -26,9 +30,28 @@ def messages(blob: bytes):
         pos += length
 
 
+#: views, binary, small batches, arrived mode, special values null/text: see decode.rs.
+OPTION_FLAGS = (0x00, 0x01, 0x04, 0x08, 0x0D, 0x10, 0x20, 0x42)
+
+
+def seed_decode(corpus: Path) -> int:
+    seen = set()
+    for capture in sorted(CAPTURES.glob("*.bin")):
+        blob = capture.read_bytes()
+        for flags in OPTION_FLAGS:
+            seed = bytes([flags]) + blob
+            name = hashlib.sha1(seed).hexdigest()
+            seen.add(name)
+            (corpus / name).write_bytes(seed)
+    print(f"seeded {corpus} with {len(seen)} inputs from {CAPTURES.relative_to(ROOT)}")
+    return 0
+
+
 def main() -> int:
     corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus" / "parse"
     corpus.mkdir(parents=True, exist_ok=True)
+    if corpus.name == "decode":
+        return seed_decode(corpus)
     seen = set()
     for capture in sorted(CAPTURES.glob("*.bin")):
         for lsn, data in messages(capture.read_bytes()):
