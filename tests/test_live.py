@@ -220,7 +220,11 @@ def test_cli_killed_with_sigkill_resumes_exactly_once(pg: PgServer, unique_name:
         time.sleep(0.05)
     worker = threading.Thread(target=workload)
     worker.start()
-    rng = random.Random(5)
+    # New kill points every run; the seed is printed (shown when the test fails) and
+    # PGOUTPUT_KILL_SEED replays a run.
+    seed = int(os.environ.get("PGOUTPUT_KILL_SEED", time.time_ns() % 2**32))
+    print(f"kill points: PGOUTPUT_KILL_SEED={seed}")
+    rng = random.Random(seed)
     proc = first
     kills = 0
     while kills < 5:
