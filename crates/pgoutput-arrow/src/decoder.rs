@@ -633,8 +633,9 @@ impl Decoder {
                     }
                     return Ok(());
                 }
-                // Truncates and messages wait for the Commit, and so does what follows.
-                t.direct = false;
+                // Truncates and messages wait for the Commit (their builders hold no
+                // uncommitted rows); the rows after them still go straight to their
+                // builders, `_seq` keeping the order across tables.
             }
         }
         let entry = Entry {

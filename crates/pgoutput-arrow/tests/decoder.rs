@@ -690,6 +690,7 @@ fn flush_inside_a_transaction() {
     s.commit(0x100, 0x110, TS);
     s.begin(2, 0x200, TS + 1);
     s.insert(1, &[t("2")]);
+    s.truncate(&[1], false, false);
     s.insert(1, &[t("3")]);
     let split1 = s.messages.len();
     s.insert(1, &[t("4")]);
@@ -711,6 +712,13 @@ fn flush_inside_a_transaction() {
     d.flush().unwrap();
     assert_eq!(d.safe_lsn(), 0x210);
     taken.extend(d.take_ready());
+    let truncates: Vec<RecordBatch> = taken
+        .iter()
+        .filter_map(|o| match o {
+            Output::Truncates(batch) => Some(batch.clone()),
+            _ => None,
+        })
+        .collect();
     let tables: Vec<(u32, RecordBatch)> = taken
         .into_iter()
         .filter_map(|o| match o {
@@ -722,10 +730,13 @@ fn flush_inside_a_transaction() {
     let v2: Vec<RecordBatch> = tables.iter().filter(|t| t.0 == 2).map(|t| t.1.clone()).collect();
     assert_eq!(rows(&v1, &["id", "_commit_lsn", "_commit_ts"]).len(), 4);
     assert_eq!(
-        rows(&v1, &["id", "_xid", "_commit_lsn"]),
-        ["1|1|256", "2|2|512", "3|2|512", "4|2|512"]
+        rows(&v1, &["id", "_xid", "_commit_lsn", "_seq"]),
+        ["1|1|256|2", "2|2|512|5", "3|2|512|7", "4|2|512|8"]
     );
     assert_eq!(rows(&v2, &["id", "x", "_xid", "_commit_lsn"]), ["5|x|2|512", "6|y|2|512"]);
+    // The Truncate between rows 2 and 3 waits for the Commit and comes out once, with
+    // the number that orders it between them.
+    assert_eq!(rows(&truncates, &["relations", "_xid", "_commit_lsn", "_seq"]), ["[public.t]|2|512|6"]);
 }
 
 /// A transaction sent whole that grows past the batch size waits as messages
@@ -835,7 +846,7 @@ fn mixed_workload(binary: bool, streamed: bool) -> Stream {
     // "b" again with a column of another type but as many columns: its rows must not go
     // to the builder of the first definition.
     s.relation(2, "public", "b", b'f', &[("id", INT8, -1, true), ("filler", TEXT, -1, false)]);
-    // A Truncate makes the rest of its transaction wait for the Commit.
+    // A Truncate waits for the Commit; the rows around it go to their builders.
     txn(&mut s, &|s| {
         s.insert(2, &[big(4), txt("before the truncate")]);
         s.truncate(&[2], false, false);
@@ -883,9 +894,10 @@ fn all_rows(c: &pgoutput_arrow::Changes, skip: &[&str]) -> Vec<(String, Vec<Stri
     tables.chain(versions).collect()
 }
 
-/// Changes of a transaction sent whole go to the builders by a short path; the same
-/// changes decoded by the paths that cannot take it (Arrived mode, a streamed copy, the
-/// buffered replay after a Truncate or of a large transaction) give the same tables.
+/// Changes of a transaction sent whole go to the builders by a short path (a Truncate
+/// among them waits for the Commit, the rows after it do not); the same changes decoded
+/// by the paths that cannot take it (Arrived mode, a streamed copy, the buffered replay
+/// of a large transaction) give the same tables and truncates.
 #[test]
 fn direct_path_decodes_as_the_other_paths() {
     for binary in [false, true] {
@@ -900,9 +912,15 @@ fn direct_path_decodes_as_the_other_paths() {
             assert_eq!(all_rows(&decode_with(&whole, opts()), &[]), expected);
             let arrived = decode_array(&whole, DecoderOptions { emit: EmitMode::Arrived, ..opts() });
             assert_eq!(all_rows(&arrived, &[]), expected, "binary {binary}, batch_size {batch_size}");
+            let truncates = |c: &pgoutput_arrow::Changes, cols: &[&str]| rows(std::slice::from_ref(&c.truncates), cols);
+            let cols = ["relations", "cascade", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq"];
+            assert_eq!(truncates(&direct, &cols).len(), 1);
+            assert_eq!(truncates(&arrived, &cols), truncates(&direct, &cols));
             // A streamed copy has other message numbers and LSNs (its Stream Start and Stop).
             let streamed = decode_array(&mixed_workload(binary, true), opts());
             assert_eq!(all_rows(&streamed, &["_seq", "_lsn"]), all_rows(&direct, &["_seq", "_lsn"]));
+            let cols = ["relations", "cascade", "_commit_lsn", "_commit_ts", "_xid"];
+            assert_eq!(truncates(&streamed, &cols), truncates(&direct, &cols));
             assert_eq!(
                 rows(std::slice::from_ref(&streamed.transactions), &["xid", "commit_lsn", "commit_ts", "changes"]),
                 rows(std::slice::from_ref(&direct.transactions), &["xid", "commit_lsn", "commit_ts", "changes"]),
