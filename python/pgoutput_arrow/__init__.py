@@ -127,7 +127,8 @@ class Decoder:
         Rows per output batch. A batch is also cut once its values reach 256 MiB.
     ``memory_limit``
         Bytes of buffered changes of open transactions kept in memory before spilling to
-        ``spill_dir`` (a temporary directory when None).
+        ``spill_dir`` (a temporary directory when None). A transaction sent whole keeps up
+        to half of it as decoded rows awaiting its commit, the rest of it as messages.
     ``emit``
         ``"committed"`` (the default): changes come out at their transaction's commit, in
         commit order. ``"arrived"`` (alias ``"immediate"``): as they arrive, with ``_status``

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use arrow_array::{Array, BinaryViewArray, GenericBinaryArray, OffsetSizeTrait, RecordBatch};
 use arrow_buffer::Buffer;
-use arrow_select::concat::concat_batches;
 use pgoutput_proto::{
     parse_message, parse_row_change, Cell, ChangeKind, Lsn, Message, Parser, RowChange, TupleData, Xid,
 };
@@ -91,8 +90,8 @@ pub struct Decoder {
     /// The allocation of the last transaction decoded, reused by the next Begin.
     spare_txn: Option<Box<Txn>>,
     /// By schema id: rows of the open transaction taken out of a builder by a flush
-    /// before its Commit; they come out at the Commit.
-    carries: Vec<Option<RecordBatch>>,
+    /// before its Commit, in order; they come out at the Commit.
+    carries: Vec<Vec<RecordBatch>>,
     /// Relations the short path of `direct_change` looked up last.
     recent_relations: RecentRelations,
 }
@@ -627,9 +626,9 @@ impl Decoder {
                         if !t.touched.contains(&aux) {
                             t.touched.push(aux);
                         }
-                        // A large transaction: the rest waits as messages (which
-                        // can spill), not as rows.
-                        t.direct = !full;
+                    }
+                    if full {
+                        self.cut_full_builder(aux)?;
                     }
                     return Ok(());
                 }
@@ -704,9 +703,23 @@ impl Decoder {
         if !txn.touched.contains(&schema_id) {
             txn.touched.push(schema_id);
         }
-        // A large transaction: the rest waits as messages (which can spill), not as rows.
-        txn.direct = !full;
-        Some(Ok(()))
+        Some(if full { self.cut_full_builder(schema_id) } else { Ok(()) })
+    }
+
+    /// The open transaction sent whole filled the builder `sid`: the builder's
+    /// committed rows go out and the transaction's own wait in `carries` for the
+    /// Commit, so that its next rows still go straight to the builders. Once what
+    /// waits so would pass half the memory limit, the rest of the transaction waits
+    /// as messages instead, which can spill.
+    fn cut_full_builder(&mut self, sid: u32) -> Fallible<()> {
+        let held = self.tables.get(sid as usize).and_then(|b| b.as_ref()).map_or(0, |b| b.memory_estimate());
+        let Some(txn) = self.current.as_mut() else { return Ok(()) };
+        if txn.carried + held > self.opts.memory_limit / 2 {
+            txn.direct = false;
+            return Ok(());
+        }
+        txn.carried += held;
+        self.flush_table(sid as usize)
     }
 
     /// Keeps buffered memory under the limit by spilling the largest transactions.
@@ -769,8 +782,11 @@ impl Decoder {
             }
             self.unflushed_rows += b.len() - b.committed;
             b.committed = b.len();
-            if let Some(carry) = self.carries.get_mut(sid as usize).and_then(|c| c.take()) {
-                self.ready.push(Output::Table { name: b.rel.table.to_string(), version: b.rel.version, batch: carry });
+            if let Some(carried) = self.carries.get_mut(sid as usize).filter(|c| !c.is_empty()) {
+                let name = b.rel.table.to_string();
+                for batch in carried.drain(..) {
+                    self.ready.push(Output::Table { name: name.clone(), version: b.rel.version, batch });
+                }
             }
         }
         for &sid in &txn.touched {
@@ -958,16 +974,10 @@ impl Decoder {
         let batch = builder.finish()?;
         let (name, version) = (builder.rel.table.to_string(), builder.rel.version);
         if committed < rows {
-            let tail = batch.slice(committed, rows - committed);
             if self.carries.len() <= sid {
-                self.carries.resize(sid + 1, None);
+                self.carries.resize_with(sid + 1, Vec::new);
             }
-            let carry = match self.carries[sid].take() {
-                Some(c) => concat_batches(&tail.schema(), [&c, &tail])
-                    .map_err(|e| DecodeError::boxed_arrow(format!("rows of {name} waiting for their Commit"), e))?,
-                None => tail,
-            };
-            self.carries[sid] = Some(carry);
+            self.carries[sid].push(batch.slice(committed, rows - committed));
         }
         if committed > 0 {
             self.unflushed_rows = self.unflushed_rows.saturating_sub(committed);

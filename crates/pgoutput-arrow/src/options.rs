@@ -31,7 +31,9 @@ pub struct DecoderOptions {
     /// Rows per output batch (default 65536).
     pub batch_size: usize,
     /// Bytes of buffered messages of open transactions beyond which the largest
-    /// are written to a temporary file (default 256 MiB).
+    /// are written to a temporary file (default 256 MiB). A transaction sent whole
+    /// keeps up to half of it as decoded rows awaiting its Commit, then the rest of it
+    /// as messages.
     pub memory_limit: usize,
     /// Where spill files go (default: the system's temporary directory).
     pub spill_dir: Option<PathBuf>,

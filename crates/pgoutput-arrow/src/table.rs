@@ -126,6 +126,9 @@ pub fn meta_fields(fields: &Fields, arrived: bool) -> Vec<FieldRef> {
 /// Bytes of incoming values after which a batch is cut whatever its row count.
 pub const MAX_BATCH_VALUE_BYTES: usize = 256 << 20;
 
+/// What the metadata columns of a row hold, about.
+const META_ROW_BYTES: usize = 56;
+
 /// What an unchanged TOAST cell adds to `_unchanged`: a column name, at most 63 bytes.
 const UNCHANGED_NAME_BYTES: usize = 64;
 
@@ -206,6 +209,12 @@ impl TableBuilder {
     /// binary column (32-bit offsets, without views) never passes 2 GiB.
     pub fn full(&self, batch_size: usize) -> bool {
         self.len >= batch_size || self.value_bytes >= MAX_BATCH_VALUE_BYTES
+    }
+
+    /// Bytes this batch holds, roughly: its values, and the metadata and a word per
+    /// column of each row.
+    pub fn memory_estimate(&self) -> usize {
+        self.value_bytes + self.len * (META_ROW_BYTES + 8 * self.columns.len())
     }
 
     /// Appends one change. `row` fills the published columns (the new tuple, or the

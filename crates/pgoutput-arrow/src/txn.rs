@@ -72,11 +72,15 @@ pub(crate) struct Txn {
     /// Row changes buffered (Insert, Update, Delete), aborted subtransactions included.
     pub changes: u64,
     /// Decoded into the builders as they arrive (a transaction sent whole, Begin …
-    /// Commit, while it is small); the rows wait there, uncommitted, for the Commit.
+    /// Commit, while the rows it cut out of full builders stay under half the memory
+    /// limit); the rows wait there, or in `Decoder::carries`, for the Commit.
     pub direct: bool,
     /// Rows decoded that way, and the builders (schema ids) that hold them.
     pub direct_rows: u64,
     pub touched: Vec<u32>,
+    /// Estimated bytes of its rows cut out of full builders to wait for the Commit
+    /// (`Decoder::cut_full_builder`).
+    pub carried: usize,
 }
 
 impl Txn {
@@ -99,6 +103,7 @@ impl Txn {
             direct: false,
             direct_rows: 0,
             touched: Vec::new(),
+            carried: 0,
         }
     }
 

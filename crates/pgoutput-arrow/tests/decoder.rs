@@ -895,15 +895,17 @@ fn all_rows(c: &pgoutput_arrow::Changes, skip: &[&str]) -> Vec<(String, Vec<Stri
 }
 
 /// Changes of a transaction sent whole go to the builders by a short path (a Truncate
-/// among them waits for the Commit, the rows after it do not); the same changes decoded
-/// by the paths that cannot take it (Arrived mode, a streamed copy, the buffered replay
-/// of a large transaction) give the same tables and truncates.
+/// among them waits for the Commit, the rows after it do not; a builder it fills is cut,
+/// its rows waiting for the Commit); the same changes decoded by the paths that cannot
+/// take it (Arrived mode, a streamed copy, and the buffered replay of a transaction
+/// whose cut rows passed half the memory limit) give the same tables and truncates.
 #[test]
 fn direct_path_decodes_as_the_other_paths() {
+    let default_limit = DecoderOptions::default().memory_limit;
     for binary in [false, true] {
         let whole = mixed_workload(binary, false);
-        for batch_size in [4, 65536] {
-            let opts = || DecoderOptions { batch_size, ..Default::default() };
+        for (batch_size, memory_limit) in [(4, default_limit), (4, 1000), (65536, default_limit)] {
+            let opts = || DecoderOptions { batch_size, memory_limit, ..Default::default() };
             let direct = decode_array(&whole, opts());
             let expected = all_rows(&direct, &[]);
             assert_eq!(expected.len(), 2 + 4, "{expected:?}");
@@ -911,7 +913,7 @@ fn direct_path_decodes_as_the_other_paths() {
             // Pushed one message at a time (no zero copy), the same.
             assert_eq!(all_rows(&decode_with(&whole, opts()), &[]), expected);
             let arrived = decode_array(&whole, DecoderOptions { emit: EmitMode::Arrived, ..opts() });
-            assert_eq!(all_rows(&arrived, &[]), expected, "binary {binary}, batch_size {batch_size}");
+            assert_eq!(all_rows(&arrived, &[]), expected, "binary {binary}, batch_size {batch_size}, limit {memory_limit}");
             let truncates = |c: &pgoutput_arrow::Changes, cols: &[&str]| rows(std::slice::from_ref(&c.truncates), cols);
             let cols = ["relations", "cascade", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq"];
             assert_eq!(truncates(&direct, &cols).len(), 1);
