@@ -600,16 +600,19 @@ _DECODE_AND_MEASURE = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
-                                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize("streaming", [True, False], ids=["streamed", "sent-whole"])
+def test_two_million_change_transaction_peak_memory(pg18: PgServer, tmp_path: Path,
+                                                    streaming: bool) -> None:
     """One transaction of 2,000,000 inserts on a real PostgreSQL 18, streamed (protocol 2,
-    logical_decoding_work_mem=64kB), captured to Parquet in chunks, decoded in a child
-    process with the default options (memory_limit 256 MiB, then spilled to disk): every row
-    comes out, peak RSS < 1 GiB."""
+    logical_decoding_work_mem=64kB) or sent whole at its commit (protocol 1), captured to
+    Parquet in chunks, decoded in a child process with the default options (memory_limit
+    256 MiB), then with 64 MiB (spilled to disk): every row comes out, peak RSS < 1 GiB.
+    Sent whole, the rows go straight to the builders until half the limit, then wait as
+    messages, which spill."""
     dbname = f"big_{os.getpid()}"
     pg18.execute(f"CREATE DATABASE {dbname}")
     conn = pg18.connect(pg18.dsn_for(dbname))
-    slot = f"rt_big_{os.getpid()}"
+    slot = f"rt_big_{os.getpid()}_{int(streaming)}"
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE rt_big (id int4, v text); CREATE PUBLICATION big FOR TABLE rt_big")
         cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
@@ -624,9 +627,11 @@ def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
     try:
         with reader.cursor(name="big") as cur, pq.ParquetWriter(capture, schema) as writer:
             cur.itersize = 100_000
+            options = "'proto_version', '2', 'streaming', 'on'" if streaming else \
+                "'proto_version', '1'"
             cur.execute("SELECT (lsn - '0/0')::int8, xid::text::int8, data FROM"
-                        " pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version',"
-                        " '2', 'streaming', 'on', 'publication_names', 'big')", (slot,))
+                        " pg_logical_slot_peek_binary_changes(%s, NULL, NULL, " + options +
+                        ", 'publication_names', 'big')", (slot,))
             while chunk := cur.fetchmany(100_000):
                 lsn, xid, data = zip(*chunk)
                 writer.write_table(pa.table([pa.array(lsn, pa.int64()), pa.array(xid, pa.int64()),
@@ -654,12 +659,13 @@ def test_two_million_change_streamed_transaction_peak_memory(pg18: PgServer,
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         peak = out["vmhwm_kib"] * 1024
-        print(f"\n2M-change streamed transaction: {messages} messages, capture "
+        kind = "streamed" if streaming else "sent whole"
+        print(f"\n2M-change transaction {kind}: {messages} messages, capture "
               f"{capture.stat().st_size / 2**20:.1f} MiB, decoded in {seconds:.1f}s, "
               f"peak RSS {peak / 2**20:.0f} MiB (memory_limit {limit})")
         assert out["rows"] == MILLIONS and out["ops"] == ["insert"]
         assert (out["min"], out["max"]) == (1, MILLIONS)
-        assert out["streamed"] == [True]
+        assert out["streamed"] == [streaming]
         assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
 
 
