@@ -51,6 +51,7 @@ __all__ = [
     "lsn_to_text",
     "message_kind",
     "canonical_transactions",
+    "canonical_stream",
     "RelationCatalog",
     "PgoutputDataSource",
 ]
@@ -337,6 +338,7 @@ _RANK = {ord("B"): 0, ord("b"): 0, ord("O"): 1, ord("Y"): 2, ord("R"): 3,
          ord("I"): 4, ord("U"): 4, ord("D"): 4, ord("T"): 4, ord("M"): 4,
          ord("C"): 7, ord("P"): 7, ord("K"): 8, ord("r"): 8}
 _STREAM_INNER = frozenset(b"YRIUDTM")
+_ROW_KINDS = frozenset(b"IUD")
 _FIRST_NORMAL_OID = 16384
 
 
@@ -385,12 +387,19 @@ class RelationCatalog:
                 versions.sort()
         return cls(dict(rels), dict(types), frozenset(streamed))
 
+    def __post_init__(self) -> None:
+        # Most relations have one version: looked up once per change, it needs no search.
+        self._only: dict[int, bytes] = {r: v[0][1] for r, v in self.relations.items() if len(v) == 1}
+
     @staticmethod
     def _at(versions: list[tuple[int, bytes]], lsn: int) -> bytes:
         i = bisect.bisect_right(versions, (lsn, b"\xff" * 8)) - 1
         return versions[max(i, 0)][1]
 
     def relation_at(self, relid: int, lsn: int) -> bytes | None:
+        only = self._only.get(relid)
+        if only is not None:
+            return only
         versions = self.relations.get(relid)
         return self._at(versions, lsn) if versions else None
 
@@ -471,10 +480,137 @@ def _canonical_one(xid: int, rows: list[tuple[int, int, bytes, int]], catalog: R
     return body
 
 
+def canonical_stream(table: pa.Table, catalog: RelationCatalog) -> tuple[pa.Array, pa.Array]:
+    """:func:`canonical_transactions` of a partition's rows (a table of ``lsn``, ``xid``,
+    ``data``, ``_tb`` columns), flattened into one stream: ``(lsn, data)`` arrays.
+
+    Built with Arrow and numpy when none of its transactions was streamed (see
+    :func:`_canonical_whole`), message by message in Python otherwise; the same messages in the
+    same order either way.
+    """
+    fast = _canonical_whole(table, catalog)
+    if fast is not None:
+        return fast
+    cols = table.select(["lsn", "xid", "data", "_tb"]).to_pydict()
+    rows = list(zip(cols["lsn"], cols["xid"], cols["data"], cols["_tb"]))
+    stream = [m for _, body in canonical_transactions(rows, catalog) for m in body]
+    return pa.array([lsn for lsn, _ in stream], pa.int64()), pa.array([d for _, d in stream], pa.binary())
+
+
+_RANK_LUT = np.full(256, 4, np.int8)
+for _kind, _rank in _RANK.items():
+    _RANK_LUT[_kind] = _rank
+_STREAM_KINDS = np.frombuffer(b"SEcAp", np.uint8)
+_ROW_KIND_CODES = np.frombuffer(b"IUD", np.uint8)
+_STATE_KIND_CODES = np.frombuffer(b"RYT", np.uint8)
+
+
+def _canonical_whole(table: pa.Table, catalog: RelationCatalog) -> tuple[pa.Array, pa.Array] | None:
+    """:func:`canonical_stream` for rows of transactions sent whole, or None when it does
+    not apply (a streamed transaction, nulls, messages shorter than any such kind).
+
+    The rows are sorted as :func:`_canonical_one` sorts them (transaction, then LSN, kind rank,
+    tie-breaker, bytes). Only some messages can need a Relation (and Type) message injected
+    before them: a change whose relation version (the catalog's newest at its LSN) differs
+    from that of the previous change of its relation in the stream, or that follows a
+    Relation or Truncate of its relation. Those, and every Relation, Type and Truncate, go
+    through :func:`_with_catalog` in stream order, so the decoder state it keeps evolves as in
+    the Python rebuild; every other change passes as it is.
+    """
+    n = table.num_rows
+    if n == 0:
+        return pa.array([], pa.int64()), pa.array([], pa.binary())
+    if any(table.column(c).null_count for c in ("lsn", "xid", "data", "_tb")):
+        return None
+    data = table.column("data").combine_chunks()
+    if not pa.types.is_binary(data.type):
+        return None
+    offsets = np.frombuffer(data.buffers()[1], np.int32, n + 1, data.offset * 4).astype(np.int64)
+    values = np.frombuffer(data.buffers()[2], np.uint8)
+    if (np.diff(offsets) < 5).any():
+        return None
+    kinds = values[offsets[:-1]]
+    xid = table.column("xid").to_numpy()
+    if np.isin(kinds, _STREAM_KINDS).any() or (catalog.streamed and np.isin(xid, list(catalog.streamed)).any()):
+        return None
+    lsn = table.column("lsn").to_numpy()
+    key = pa.table({"x": xid, "l": lsn, "r": _RANK_LUT[kinds], "t": table.column("_tb"), "d": data})
+    order = pc.sort_indices(key, sort_keys=[(c, "ascending") for c in key.column_names]).to_numpy()
+    kinds, lsn, starts = kinds[order], lsn[order], offsets[:-1][order]
+    relid = np.zeros(n, np.int64)
+    for b in range(1, 5):
+        relid = (relid << 8) | values[starts + b]
+
+    # (position, relation, version) of everything that sets or needs a relation; a Relation
+    # or Truncate has version -1, which no change has, so the change after it is checked.
+    pos_parts, rel_parts, ver_parts = [], [], []
+    rows = np.flatnonzero(np.isin(kinds, _ROW_KIND_CODES))
+    by_rel = rows[np.argsort(relid[rows], kind="stable")]
+    bounds = np.flatnonzero(np.diff(relid[by_rel])) + 1
+    for group in np.split(by_rel, bounds) if len(by_rel) else []:
+        versions = catalog.relations.get(int(relid[group[0]]))
+        if not versions:
+            continue  # a relation the catalog does not have: nothing to inject
+        vlsn = np.array([v for v, _ in versions], np.int64)
+        pos_parts.append(group)
+        rel_parts.append(relid[group])
+        ver_parts.append(np.maximum(np.searchsorted(vlsn, lsn[group], side="right") - 1, 0))
+    state_rows = np.flatnonzero(np.isin(kinds, _STATE_KIND_CODES))
+    for p in state_rows:
+        if kinds[p] == ord("R"):
+            rels: tuple[int, ...] = (int(relid[p]),)
+        elif kinds[p] == ord("T"):
+            rels = _relation_ids(data[int(order[p])].as_py(), False)
+        else:
+            continue
+        pos_parts.append(np.full(len(rels), p))
+        rel_parts.append(np.array(rels, np.int64))
+        ver_parts.append(np.full(len(rels), -1))
+    events = [state_rows]
+    if pos_parts:
+        pos, rel, ver = np.concatenate(pos_parts), np.concatenate(rel_parts), np.concatenate(ver_parts)
+        o = np.lexsort((pos, rel))
+        pos, rel, ver = pos[o], rel[o], ver[o]
+        first = np.r_[True, rel[1:] != rel[:-1]]
+        changed = first | np.r_[True, ver[1:] != ver[:-1]]
+        events.append(pos[changed & (ver >= 0)])
+
+    state = _DecoderState()
+    inj_pos: list[int] = []
+    inj_lsn: list[int] = []
+    inj_data: list[bytes] = []
+    for at_ in np.unique(np.concatenate(events)).tolist():
+        out = _with_catalog([(int(lsn[at_]), data[int(order[at_])].as_py())], 0, False, catalog, state)
+        for lsn_, d in out[:-1]:
+            inj_pos.append(at_)
+            inj_lsn.append(lsn_)
+            inj_data.append(d)
+    ordered = data.take(pa.array(order))
+    if not inj_pos:
+        return pa.array(lsn), ordered
+    m = len(inj_pos)
+    at = np.array(inj_pos, np.int64)
+    perm = np.empty(n + m, np.int64)
+    perm[np.arange(n) + np.searchsorted(at, np.arange(n), side="right")] = np.arange(n)
+    perm[at + np.arange(m)] = n + np.arange(m)
+    all_lsn = np.concatenate([lsn, np.array(inj_lsn, np.int64)])[perm]
+    all_data = pa.concat_arrays([ordered, pa.array(inj_data, pa.binary())]).take(pa.array(perm))
+    return pa.array(all_lsn), all_data
+
+
 def _with_catalog(body: list[tuple[int, bytes]], xid: int, in_stream: bool,
                   catalog: RelationCatalog, state: _DecoderState) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
+    pos = 5 if in_stream else 1
+    known = state.relations
     for lsn, data in body:
+        if data[0] in _ROW_KINDS:
+            # The common case, inline: a change of a relation the decoder knows as it was then.
+            relid = int.from_bytes(data[pos:pos + 4], "big")
+            wanted = catalog.relation_at(relid, lsn)
+            if wanted is None or known.get(relid) == wanted:
+                out.append((lsn, data))
+                continue
         k = data[:1]
         if k == b"R":
             rel = _parse_relation(data, in_stream)
@@ -599,18 +735,15 @@ def _ipc(batch: pa.RecordBatch) -> bytes:
 def _decode_partition_fn(catalog: RelationCatalog, schemas: dict[str, pa.Schema],
                          options: dict[str, Any]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows: list[tuple[int, int, bytes, int]] = []
-        for b in batches:
-            cols = b.to_pydict()
-            rows.extend(zip(cols["lsn"], cols["xid"], cols["data"], cols["_tb"]))
-        if not rows:
+        received = [b for b in batches if b.num_rows]
+        if not received:
             return
-        stream: list[tuple[int, bytes]] = []
-        for _, body in canonical_transactions(rows, catalog):
-            stream.extend(body)
-        del rows
-        changes = _decode_streams(stream, options)
-        yield from _intermediate(changes, schemas)
+        table = pa.Table.from_batches(received)
+        lsn, data = canonical_stream(table, catalog)
+        del table
+        decoder = _decoder_module().Decoder(**options)
+        decoder.feed_batch(pa.record_batch({"lsn": lsn, "xid": pa.array(np.zeros(len(lsn), np.int64)), "data": data}))
+        yield from _intermediate(decoder.finish(), schemas)
 
     return run
 
