@@ -34,7 +34,7 @@ import json
 import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -1069,17 +1069,38 @@ def changes_to_generic(changes: Any) -> Iterator[pa.RecordBatch]:
 def decode_rows_locally(rows: Sequence[tuple[int, int, bytes, int]], options: dict[str, Any]) -> Any:
     """Decode whole transactions in any order in this process (the same canonical rebuilding
     as :func:`decode`, with the catalog taken from ``rows`` themselves)."""
-    catalog = RelationCatalog.from_rows((l, x, d) for l, x, d, _ in rows if d[:1] in b"RYSAr")
-    stream: list[tuple[int, bytes]] = []
-    for _, body in canonical_transactions(rows, catalog):
-        stream.extend(body)
-    return _decode_streams(stream, options)
+    lsn, xid, data, tb = zip(*rows) if rows else ((), (), (), ())
+    return decode_table_locally(pa.table({"lsn": pa.array(lsn, pa.int64()), "xid": pa.array(xid, pa.int64()),
+                                          "data": pa.array(data, pa.binary()), "_tb": pa.array(tb, pa.int64())}),
+                                options)
 
 
-def _lsn_column(arr: pa.Array) -> list[int]:
+def decode_table_locally(table: pa.Table, options: dict[str, Any]) -> Any:
+    """:func:`decode_rows_locally` for a table of ``lsn`` (int64), ``xid``, ``data`` and
+    optionally ``_tb`` (the tie-breaker) columns."""
+    if "_tb" not in table.column_names:
+        table = table.append_column("_tb", pa.array(np.zeros(table.num_rows, np.int64)))
+    meta = table.filter(pc.is_in(pc.binary_slice(table.column("data"), 0, 1), pa.array([bytes([k]) for k in b"RYSAr"])))
+    catalog = RelationCatalog.from_rows(zip(meta.column("lsn").to_pylist(), meta.column("xid").to_pylist(),
+                                            meta.column("data").to_pylist()))
+    lsn, data = canonical_stream(table, catalog)
+    decoder = _decoder_module().Decoder(**options)
+    if len(lsn):
+        decoder.feed_batch(pa.record_batch({"lsn": lsn, "xid": pa.array(np.zeros(len(lsn), np.int64)), "data": data}))
+    return decoder.finish()
+
+
+def _lsn_column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """An ``lsn`` column as int64: text ``'X/Y'`` converted, integers cast."""
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        return [lsn_to_int(v) for v in arr.to_pylist()]
-    return cast(list[int], arr.to_pylist())
+        return pa.array([None if v is None else lsn_to_int(v) for v in arr.to_pylist()], pa.int64())
+    return pc.cast(arr, pa.int64())
+
+
+def _capture_columns(lsn: pa.Array | pa.ChunkedArray, xid: pa.Array | pa.ChunkedArray,
+                     data: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """A capture's columns as :func:`decode_table_locally` takes them."""
+    return pa.table({"lsn": _lsn_column(lsn), "xid": pc.cast(xid, pa.int64()), "data": pc.cast(data, pa.binary())})
 
 
 class PgoutputChangesUDTF:
@@ -1091,20 +1112,20 @@ class PgoutputChangesUDTF:
     """
 
     def __init__(self) -> None:
-        self.rows: list[tuple[int, int, bytes, int]] = []
+        self.parts: list[pa.Table] = []
 
     def eval(self, batch: pa.RecordBatch) -> Iterator[pa.Table]:
-        lsn = _lsn_column(batch.column(0))
-        self.rows.extend(zip(lsn, batch.column(1).to_pylist(), batch.column(2).to_pylist(), [0] * len(lsn)))
+        if batch.num_rows:
+            self.parts.append(_capture_columns(batch.column(0), batch.column(1), batch.column(2)))
         return iter(())
 
     def terminate(self) -> Iterator[pa.Table]:
-        if not self.rows:
+        if not self.parts:
             return
         from pgoutput_arrow.exceptions import ProtocolError, UnknownRelationError
 
         try:
-            changes = decode_rows_locally(self.rows, {"views": False})
+            changes = decode_table_locally(pa.concat_tables(self.parts), {"views": False})
         except (ProtocolError, UnknownRelationError) as e:
             # The usual cause: the capture was split over several UDTF instances (Arrow UDTFs
             # cannot ask for a single partition themselves).
@@ -1160,19 +1181,21 @@ def register(spark: Any) -> None:
 
 # --------------------------------------------------------------------------- data source
 
-def _read_capture(path: str) -> list[tuple[int, int, bytes, int]]:
+def _read_capture(path: str) -> pa.Table:
     import glob
     import os
 
     import pyarrow.parquet as pq
 
     files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True)) if os.path.isdir(path) else [path]
-    rows: list[tuple[int, int, bytes, int]] = []
+    parts = []
     for f in files:
         t = pq.read_table(f, columns=["lsn", "xid", "data"])
-        lsn = _lsn_column(t.column("lsn").combine_chunks())
-        rows.extend(zip(lsn, t.column("xid").to_pylist(), t.column("data").to_pylist(), [0] * len(lsn)))
-    return rows
+        parts.append(_capture_columns(t.column("lsn"), t.column("xid"), t.column("data")))
+    if not parts:
+        return pa.table({"lsn": pa.array([], pa.int64()), "xid": pa.array([], pa.int64()),
+                         "data": pa.array([], pa.binary())})
+    return pa.concat_tables(parts)
 
 
 try:
@@ -1200,7 +1223,7 @@ try:
                     raise ValueError("spark.read.format('pgoutput') reads a capture: pass its path "
                                      "to load(path); a live slot is read with spark.readStream "
                                      "and the options dsn, slot, publication")
-                self._changes = decode_rows_locally(_read_capture(self.options["path"]), {"views": False})
+                self._changes = decode_table_locally(_read_capture(self.options["path"]), {"views": False})
             return self._changes
 
         def schema(self) -> Any:
@@ -1247,7 +1270,7 @@ try:
         def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
             from pyspark.sql.pandas.types import to_arrow_schema
 
-            changes = decode_rows_locally(_read_capture(self.options["path"]), {"views": False})
+            changes = decode_table_locally(_read_capture(self.options["path"]), {"views": False})
             target = to_arrow_schema(self.schema, timezone="UTC")
             table = self.options.get("table")
             if table is None:
