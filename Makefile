@@ -71,7 +71,7 @@ develop: setup ## Build the Python package (release) and install it into .venv
 
 test: setup develop ## Rust tests, then pytest against real PostgreSQL 18 and 15
 	$(CARGO_TEST)
-	$(VENV)/bin/pytest tests -q --timeout=900 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -q -rs --timeout=900 $(PYTEST_ARGS)
 
 demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture
 	$(PY) -m pgoutput_arrow.demo --spark-pipeline examples/spark_pipeline.py

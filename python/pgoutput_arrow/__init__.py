@@ -41,10 +41,12 @@ __all__ = [
     "open_capture",
     "lsn_to_int",
     "lsn_to_str",
+    "unify_schemas",
+    "conform",
 ]
 __all__ += _exceptions.__all__
 
-SpecialValues = Literal["error", "null", "text"]
+SpecialValues = Literal["keep", "error", "null", "text"]
 EmitMode = Literal["committed", "arrived", "immediate"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
@@ -114,12 +116,18 @@ class Decoder:
     Options (all keyword-only):
 
     ``special_values``
-        What to do with a value no Arrow value of its column's type can hold (``24:00:00``,
-        NaN or Infinity in ``numeric(p,s)``, a timestamp beyond int64 microseconds):
-        ``"error"`` (the default) raises :class:`DecodeValueError` naming table, column and
-        LSN; ``"null"`` stores NULL (and ±infinity dates and timestamps too); ``"text"``
-        decodes such columns as PostgreSQL's text instead. By default ±infinity dates and
-        timestamps are the extreme values of their Arrow type (PostgreSQL's own sentinels).
+        What to do with a value PostgreSQL accepted that no Arrow value of its column's type
+        can hold (``time '24:00:00'``, NaN or Infinity in ``numeric(p,s)``, a timestamp
+        beyond int64 microseconds, an array whose lower bound is not 1): ``"keep"`` (the
+        default) stores NULL in the column and PostgreSQL's exact text of the value in the
+        row's ``_special`` column (``map<utf8, utf8>``: column name → text, key
+        ``"_before.<column>"`` for an old value; null when the row has none), so decoding
+        never stops, never loses a value and the column keeps its type. Opt-in policies:
+        ``"error"`` raises :class:`DecodeValueError` naming table, column and LSN;
+        ``"null"`` stores NULL (and ±infinity dates and timestamps too) and loses the value;
+        ``"text"`` decodes such columns as PostgreSQL's text instead. Except under
+        ``"null"``, ±infinity dates and timestamps are the extreme values of their Arrow
+        type (PostgreSQL's own sentinels).
     ``views``
         Build text and binary columns as view arrays that point into the input messages
         (zero copy, the default) instead of copying values into contiguous buffers.
@@ -163,7 +171,7 @@ class Decoder:
     def __init__(
         self,
         *,
-        special_values: SpecialValues = "error",
+        special_values: SpecialValues = "keep",
         views: bool = True,
         batch_size: int | None = None,
         memory_limit: int | None = None,
@@ -245,7 +253,7 @@ def _lsn_value(lsn: int | str | None) -> int:
 def decode(
     source: Any,
     *,
-    special_values: SpecialValues = "error",
+    special_values: SpecialValues = "keep",
     views: bool = True,
     batch_size: int | None = None,
     memory_limit: int | None = None,
@@ -279,3 +287,18 @@ def decode(
     )
     decoder.feed_capture(capture_from(source))
     return decoder.finish()
+
+
+def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:
+    """The schema that batches of every version of a table (``schemas``, oldest first; the
+    last is the newest definition) can be brought to with :func:`conform`: the newest
+    columns in order, then columns dropped since, a renamed column under its newest name
+    (``pg.column_id`` field metadata), a retyped one widened losslessly or else utf8 with
+    PostgreSQL's text. The same rule as :attr:`Changes.tables`; it never fails."""
+    return _to_pyarrow_table(_internal.unify_schemas(list(schemas))).schema
+
+
+def conform(data: pa.RecordBatch | pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` (a batch or table of one version of a table) brought to ``schema`` (from
+    :func:`unify_schemas`): missing columns null, widened columns cast."""
+    return _to_pyarrow_table(_internal.conform(data, schema))

@@ -3,7 +3,9 @@
 from os import PathLike
 from typing import Any, final
 
-__all__ = ["__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker"]
+__all__ = [
+    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform",
+]
 
 __version__: str
 
@@ -34,7 +36,7 @@ class Decoder:
     def __new__(
         cls,
         *,
-        special_values: str = "error",
+        special_values: str = "keep",
         views: bool = True,
         batch_size: int | None = None,
         memory_limit: int | None = None,
@@ -69,3 +71,6 @@ class WalReceiver:
     def read(
         self, tracker: TxnTracker, max_messages: int
     ) -> tuple[ArrowBatch | None, int, int, int, bool, int, str | None]: ...
+
+def unify_schemas(schemas: list[Any]) -> ArrowTable: ...
+def conform(data: Any, schema: Any) -> ArrowTable: ...

@@ -21,6 +21,15 @@ pub(crate) struct RelColumn {
     pub name: String,
     pub ty: PgColumnType,
     pub is_key: bool,
+    /// Which column of the table this is, across its versions (see [`column_ids`]): a
+    /// renamed column keeps its id. Not part of the definition's identity.
+    pub id: u32,
+}
+
+impl RelColumn {
+    fn same(&self, other: &RelColumn) -> bool {
+        self.name == other.name && self.ty == other.ty && self.is_key == other.is_key
+    }
 }
 
 /// One definition of a relation: an immutable schema version.
@@ -39,7 +48,11 @@ pub(crate) struct RelVersion {
 
 impl RelVersion {
     fn same_definition(&self, relation_id: RelationId, table: &str, ri: ReplicaIdentity, columns: &[RelColumn]) -> bool {
-        self.relation_id == relation_id && &*self.table == table && self.replica_identity == ri && self.columns == columns
+        self.relation_id == relation_id
+            && &*self.table == table
+            && self.replica_identity == ri
+            && self.columns.len() == columns.len()
+            && self.columns.iter().zip(columns).all(|(a, b)| a.same(b))
     }
 }
 
@@ -54,6 +67,8 @@ pub(crate) struct Catalog {
     overlays: IdMap<Xid, IdMap<RelationId, u32>>,
     /// Per table name: its index and the schema ids of its versions, oldest first.
     tables: HashMap<Arc<str>, (u32, Vec<u32>)>,
+    /// Per table name: the next column id (see [`column_ids`]).
+    next_column_id: HashMap<Arc<str>, u32>,
     table_names: Vec<Arc<str>>,
     /// Names of non-built-in types from Type messages.
     type_names: IdMap<Oid, String>,
@@ -63,6 +78,70 @@ pub(crate) struct Catalog {
 pub(crate) fn qualified_name(namespace: &str, name: &str) -> String {
     let namespace = if namespace.is_empty() { "pg_catalog" } else { namespace };
     format!("{namespace}.{name}")
+}
+
+/// Gives each column of a new definition the id of the same column in the previous
+/// definition of the relation, or a new id from `next` (returned, advanced).
+///
+/// A Relation message names columns but carries no attnum, so a rename is told from a
+/// drop plus an add by PostgreSQL's own rules: columns keep their relative order, and
+/// ADD COLUMN appends at the end. Same name: same column. A new name *before* a column
+/// that kept its name (or between two) is a rename of an old column in that gap, paired
+/// in order. At the end, a new name is taken for a renamed old column of that gap only
+/// when the two have the same type; otherwise it is a dropped column and an added one.
+/// What this cannot tell: a column dropped and another of the same type added at the end
+/// between two Relation messages reads as a rename; a rename swapped with another name
+/// (`a`↔`b`) reads as two retyped columns.
+pub(crate) fn column_ids(previous: &[RelColumn], columns: &mut [RelColumn], mut next: u32) -> u32 {
+    let mut old_used = vec![false; previous.len()];
+    // Old index of each new column matched by name.
+    let mut matched: Vec<Option<usize>> = columns
+        .iter()
+        .map(|c| {
+            let i = previous.iter().position(|p| p.name == c.name)?;
+            old_used[i] = true;
+            Some(i)
+        })
+        .collect();
+    let mut j = 0;
+    while j < columns.len() {
+        if matched[j].is_some() {
+            j += 1;
+            continue;
+        }
+        // The run of unmatched new columns j..end, and the old gap it faces.
+        let end = (j..columns.len()).find(|&k| matched[k].is_some()).unwrap_or(columns.len());
+        let lo = matched[..j].iter().rev().find_map(|m| *m).map_or(0, |i| i + 1);
+        let tail = end == columns.len();
+        let hi = if tail { previous.len() } else { matched[end].unwrap_or(previous.len()) };
+        let mut gap: Vec<usize> = (lo..hi.max(lo)).filter(|&i| !old_used[i]).collect();
+        for k in j..end {
+            let pick = if tail {
+                // At the end: only the next old column of the gap, and only of the same type.
+                gap.first().copied().filter(|&i| previous[i].ty.oid == columns[k].ty.oid)
+            } else {
+                gap.iter().copied().find(|&i| previous[i].ty.oid == columns[k].ty.oid).or(gap.first().copied())
+            };
+            if let Some(i) = pick {
+                gap.retain(|&g| g != i);
+                old_used[i] = true;
+                matched[k] = Some(i);
+            } else if tail {
+                break;
+            }
+        }
+        j = end;
+    }
+    for (c, m) in columns.iter_mut().zip(&matched) {
+        c.id = match m {
+            Some(i) => previous[*i].id,
+            None => {
+                next += 1;
+                next - 1
+            }
+        };
+    }
+    next
 }
 
 impl Catalog {
@@ -94,6 +173,7 @@ impl Catalog {
                     type_name: self.type_names.get(&c.type_oid).cloned(),
                 },
                 is_key: c.is_key,
+                id: 0,
             })
             .collect();
         let same = |v: &RelVersion| v.same_definition(rel.id, &table, rel.replica_identity, &columns);
@@ -108,8 +188,18 @@ impl Catalog {
         let schema_id = match existing {
             Some(id) => id,
             None => {
+                let mut columns = columns;
+                // Which columns of the definition before this one these are.
+                let previous = self.lookup(rel.id, scope).or_else(|| {
+                    let (_, ids) = self.tables.get(table.as_str())?;
+                    ids.last().copied()
+                });
+                let previous = previous.map(|id| self.versions[id as usize].columns.as_slice()).unwrap_or(&[]);
+                let next = self.next_column_id.get(table.as_str()).copied().unwrap_or(0);
+                let next = column_ids(previous, &mut columns, next);
                 let schema_id = self.versions.len() as u32;
                 let table: Arc<str> = Arc::from(table);
+                self.next_column_id.insert(table.clone(), next);
                 let next_index = self.table_names.len() as u32;
                 let entry = self.tables.entry(table.clone()).or_insert_with(|| (next_index, Vec::new()));
                 if entry.0 == next_index {

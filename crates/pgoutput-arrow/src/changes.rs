@@ -12,7 +12,7 @@ use crate::error::DecodeError;
 use crate::meta::{messages_schema, transactions_schema, truncates_schema};
 use crate::table::{column_fields, table_schema};
 use crate::types::{ColumnBuilder, TypeOptions};
-use crate::unify::unify;
+use crate::unify::{conform, unify_schemas};
 
 /// A table's changes under one schema.
 #[derive(Debug, Clone)]
@@ -58,17 +58,22 @@ pub(crate) fn assemble(
     arrived: bool,
     outputs: Vec<Output>,
 ) -> Result<Changes, DecodeError> {
+    // Rows of a table in the order they came out (commit order), whatever their version.
+    let mut in_order: Vec<(String, u32, RecordBatch)> = Vec::new();
     let mut by_version: HashMap<(String, u32), Vec<RecordBatch>> = HashMap::new();
     let (mut truncates, mut messages, mut transactions) = (Vec::new(), Vec::new(), Vec::new());
     for output in outputs {
         match output {
-            Output::Table { name, version, batch } => by_version.entry((name, version)).or_default().push(batch),
+            Output::Table { name, version, batch } => {
+                by_version.entry((name.clone(), version)).or_default().push(batch.clone());
+                in_order.push((name, version, batch));
+            }
             Output::Truncates(b) => truncates.push(b),
             Output::Messages(b) => messages.push(b),
             Output::Transactions(b) => transactions.push(b),
         }
     }
-    let mut tables = BTreeMap::new();
+    let mut tables: BTreeMap<String, Table> = BTreeMap::new();
     let mut table_versions = BTreeMap::new();
     for (name, ids) in catalog.tables() {
         let mut versions = Vec::new();
@@ -93,11 +98,18 @@ pub(crate) fn assemble(
         }
         // Unify towards the definition in force last: move it to the end.
         let newest = catalog.newest(ids);
-        let mut ordered: Vec<TableVersion> = versions.iter().filter(|(id, _)| Some(*id) != newest).map(|(_, v)| v.clone()).collect();
-        ordered.extend(versions.iter().filter(|(id, _)| Some(*id) == newest).map(|(_, v)| v.clone()));
-        let (schema, batches) = unify(&ordered)?;
-        tables.insert(name.to_string(), Table { schema, batches });
+        let mut schemas: Vec<SchemaRef> =
+            versions.iter().filter(|(id, _)| Some(*id) != newest).map(|(_, v)| v.schema.clone()).collect();
+        schemas.extend(versions.iter().filter(|(id, _)| Some(*id) == newest).map(|(_, v)| v.schema.clone()));
+        let schema = unify_schemas(&schemas)?;
+        tables.insert(name.to_string(), Table { schema, batches: Vec::new() });
         table_versions.insert(name.to_string(), versions.into_iter().map(|(_, v)| v).collect());
+    }
+    for (name, _, batch) in in_order {
+        if let Some(table) = tables.get_mut(&name) {
+            let batch = conform(&batch, &table.schema)?;
+            table.batches.push(batch);
+        }
     }
     let concat = |schema: SchemaRef, batches: Vec<RecordBatch>, what: &str| {
         concat_batches(&schema, &batches).map_err(|e| DecodeError::arrow(what, e))

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, NullBufferBuilder, StringBuilder};
 use arrow_array::{
-    new_null_array, ArrayRef, Int64Array, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+    new_null_array, ArrayRef, Int64Array, ListArray, MapArray, RecordBatch, StringArray, StructArray,
+    TimestampMicrosecondArray,
 };
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
@@ -14,10 +15,11 @@ use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
 
 use crate::catalog::RelVersion;
 use crate::error::{DecodeError, Fallible};
-use crate::types::{ColumnBuilder, Source, TypeOptions};
+use crate::types::{ColumnBuilder, Source, SpecialValues, TypeOptions};
 
 /// Names of the metadata columns, after the published columns, in order.
-pub const META_COLUMNS: [&str; 8] = ["_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"];
+pub const META_COLUMNS: [&str; 9] =
+    ["_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special"];
 /// Added in [`EmitMode::Arrived`](crate::EmitMode::Arrived).
 pub const ARRIVED_COLUMNS: [&str; 2] = ["_status", "_subxid"];
 
@@ -86,6 +88,7 @@ pub(crate) fn column_fields(rel: &RelVersion, builders: &[ColumnBuilder]) -> Fie
             let field = b.field(&c.name);
             let mut md = field.metadata().clone();
             md.insert("pg.key".to_string(), c.is_key.to_string());
+            md.insert("pg.column_id".to_string(), c.id.to_string());
             Arc::new(field.with_metadata(md))
         })
         .collect()
@@ -115,6 +118,7 @@ pub fn meta_fields(fields: &Fields, arrived: bool) -> Vec<FieldRef> {
         Arc::new(Field::new("_seq", DataType::Int64, false)),
         Arc::new(Field::new("_before", DataType::Struct(fields.clone()), true)),
         Arc::new(Field::new("_unchanged", unchanged_type(), false)),
+        Arc::new(Field::new("_special", special_type(), true)),
     ];
     if arrived {
         out.push(Arc::new(Field::new("_status", DataType::Utf8, false)));
@@ -134,6 +138,54 @@ const UNCHANGED_NAME_BYTES: usize = 64;
 
 pub(crate) fn unchanged_type() -> DataType {
     DataType::List(Arc::new(Field::new("item", DataType::Utf8, false)))
+}
+
+/// `_special`: column name → PostgreSQL's text of a value its column cannot hold
+/// ([`SpecialValues::Keep`](crate::SpecialValues::Keep)); `_before.<column>` for old values.
+pub fn special_type() -> DataType {
+    DataType::Map(Arc::new(Field::new("entries", DataType::Struct(special_entry_fields()), false)), false)
+}
+
+fn special_entry_fields() -> Fields {
+    Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)])
+}
+
+/// The special values of the rows of a batch, built only once one arrives.
+#[derive(Default)]
+struct SpecialColumn {
+    /// Per row so far, where its entries end; None while no row of the batch has any.
+    offsets: Option<Vec<i32>>,
+    keys: Vec<String>,
+    values: Vec<String>,
+}
+
+impl SpecialColumn {
+    /// An entry of the row being appended, `rows` rows after the batch's first.
+    fn add(&mut self, rows: usize, key: String, value: String) {
+        self.offsets.get_or_insert_with(|| vec![0; rows + 1]);
+        self.keys.push(key);
+        self.values.push(value);
+    }
+
+    /// The row being appended is complete.
+    fn end_row(&mut self) {
+        if let Some(offsets) = &mut self.offsets {
+            offsets.push(self.keys.len() as i32);
+        }
+    }
+
+    fn finish(&mut self, rows: usize) -> Result<ArrayRef, arrow_schema::ArrowError> {
+        let Some(offsets) = self.offsets.take() else {
+            return Ok(new_null_array(&special_type(), rows));
+        };
+        let nulls: NullBuffer = offsets.windows(2).map(|w| w[1] > w[0]).collect::<Vec<bool>>().into();
+        let keys: ArrayRef = Arc::new(StringArray::from_iter_values(self.keys.drain(..)));
+        let values: ArrayRef = Arc::new(StringArray::from_iter_values(self.values.drain(..)));
+        let entries = StructArray::try_new(special_entry_fields(), vec![keys, values], None)?;
+        let DataType::Map(field, _) = special_type() else { unreachable!("special_type is a map") };
+        let map = MapArray::try_new(field, OffsetBuffer::new(ScalarBuffer::from(offsets)), entries, Some(nulls), false)?;
+        Ok(Arc::new(map))
+    }
 }
 
 pub(crate) struct TableBuilder {
@@ -160,6 +212,9 @@ pub(crate) struct TableBuilder {
     seq: Vec<i64>,
     unchanged_offsets: Vec<i32>,
     unchanged: Vec<u16>,
+    special: SpecialColumn,
+    /// SpecialValues::Keep: a special value becomes a null and an entry of `_special`.
+    keep_special: bool,
     arrived: Option<(StringBuilder, Int64Builder)>,
     len: usize,
     /// Bytes of the values appended to this batch as they came in (see [`Self::full`]).
@@ -193,6 +248,8 @@ impl TableBuilder {
             seq: Vec::new(),
             unchanged_offsets: vec![0],
             unchanged: Vec::new(),
+            special: SpecialColumn::default(),
+            keep_special: opts.special_values == SpecialValues::Keep,
             arrived: arrived.then(|| (StringBuilder::new(), Int64Builder::new())),
             len: 0,
             value_bytes: 0,
@@ -269,15 +326,20 @@ impl TableBuilder {
                 }
                 Cell::Text(v) => {
                     self.value_bytes += v.len();
-                    col.append_text(v, ctx.source(v)).map_err(|e| (v, e))
+                    col.append_text(v, ctx.source(v)).map_err(|e| (v, false, e))
                 }
                 Cell::Binary(v) => {
                     self.value_bytes += v.len();
-                    col.append_binary(v, ctx.source(v)).map_err(|e| (v, e))
+                    col.append_binary(v, ctx.source(v)).map_err(|e| (v, true, e))
                 }
             };
-            if let Err((v, e)) = result {
-                return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
+            if let Err((v, binary, e)) = result {
+                if !(e.special && self.keep_special) {
+                    return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
+                }
+                col.append_null();
+                let text = col.special_text(v, binary);
+                self.special.add(self.len, self.rel.columns[i].name.clone(), text);
             }
         }
         match old {
@@ -297,15 +359,20 @@ impl TableBuilder {
                         }
                         Cell::Text(v) => {
                             self.value_bytes += v.len();
-                            col.append_text(v, ctx.source(v)).map_err(|e| (v, e))
+                            col.append_text(v, ctx.source(v)).map_err(|e| (v, false, e))
                         }
                         Cell::Binary(v) => {
                             self.value_bytes += v.len();
-                            col.append_binary(v, ctx.source(v)).map_err(|e| (v, e))
+                            col.append_binary(v, ctx.source(v)).map_err(|e| (v, true, e))
                         }
                     };
-                    if let Err((v, e)) = result {
-                        return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
+                    if let Err((v, binary, e)) = result {
+                        if !(e.special && self.keep_special) {
+                            return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
+                        }
+                        col.append_null();
+                        let text = col.special_text(v, binary);
+                        self.special.add(self.len, format!("_before.{}", self.rel.columns[i].name), text);
                     }
                 }
                 let len = self.len;
@@ -340,6 +407,7 @@ impl TableBuilder {
         self.xid.push(txn.xid as i64);
         self.seq.push(ctx.seq as i64);
         self.unchanged_offsets.push(self.unchanged.len() as i32);
+        self.special.end_row();
         if let Some((status, subxid)) = &mut self.arrived {
             status.append_value(txn.status.unwrap_or("committed"));
             subxid.append_option(ctx.subxid.map(i64::from));
@@ -431,6 +499,9 @@ impl TableBuilder {
         arrays.push(Arc::new(Int64Array::from(std::mem::take(&mut self.seq))));
         arrays.push(before);
         arrays.push(self.finish_unchanged()?);
+        arrays.push(
+            self.special.finish(len).map_err(|e| DecodeError::boxed_arrow(format!("_special of {}", self.rel.table), e))?,
+        );
         if let Some((status, subxid)) = &mut self.arrived {
             arrays.push(Arc::new(status.finish()));
             arrays.push(Arc::new(subxid.finish()));

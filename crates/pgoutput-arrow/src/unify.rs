@@ -5,15 +5,18 @@
 //! then the metadata columns (with `_before` holding the unified columns). Rows of
 //! a version that lacks a column get null there.
 //!
-//! When a column's type changed (ALTER COLUMN … TYPE), the unified type is the one
-//! that holds both losslessly: the newer type when the older casts to it without
-//! loss (int4 → int8, numeric(10,2) → numeric(12,2), int → numeric, date →
-//! timestamp, varchar → text), else the older when the newer casts to it without
-//! loss (int8 → int4 keeps int8). Two types that neither hold (text → int, int →
-//! bool) fall back to utf8 for both, rendered by Arrow's cast (which is not always
-//! PostgreSQL's text output: a timestamp shows as `2024-01-01T00:00:00`); the field
-//! then gets the metadata `pg.unified` = `text`. A type Arrow cannot render as text
-//! is an error.
+//! Columns are the same column across versions when their `pg.column_id` field
+//! metadata is equal (the decoder's catalog keeps it across a RENAME COLUMN; see
+//! `catalog::column_ids`), else when their names are; the newest name is kept.
+//!
+//! When a column's type changed (ALTER COLUMN … TYPE, or a column dropped and re-added
+//! under its name), the unified type is the one that holds both losslessly: the newer
+//! type when the older casts to it without loss (int4 → int8, numeric(10,2) →
+//! numeric(12,2), int → numeric, date → timestamp, varchar → text), else the older when
+//! the newer casts to it without loss (int8 → int4 keeps int8). Two types that neither
+//! holds (text → int, int → bool, int[] → text) make the column utf8 holding PostgreSQL's
+//! text output of every value (see `types::to_pg_text`); the field then gets the metadata
+//! `pg.unified` = `text`. Unifying never fails: any history of a table decodes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,11 +24,12 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Date32Type;
 use arrow_array::{new_null_array, Array, ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
-use arrow_cast::{can_cast_types, cast_with_options, CastOptions};
+use arrow_cast::{cast_with_options, CastOptions};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::changes::TableVersion;
 use crate::error::DecodeError;
+use crate::types::to_pg_text;
 
 /// Published columns carry the PostgreSQL type in their metadata; the metadata
 /// columns do not.
@@ -73,16 +77,40 @@ pub fn lossless(from: &DataType, to: &DataType) -> bool {
 }
 
 /// The type both `older` and `newer` are cast to, and whether it is the text fallback.
-fn common_type(older: &DataType, newer: &DataType) -> Option<(DataType, bool)> {
+fn common_type(older: &DataType, newer: &DataType) -> (DataType, bool) {
     if lossless(older, newer) {
-        Some((newer.clone(), false))
+        (newer.clone(), false)
     } else if lossless(newer, older) {
-        Some((older.clone(), false))
-    } else if can_cast_types(older, &DataType::Utf8) && can_cast_types(newer, &DataType::Utf8) {
-        Some((DataType::Utf8, true))
+        (older.clone(), false)
     } else {
-        None
+        (DataType::Utf8, true)
     }
+}
+
+fn column_id(f: &Field) -> Option<&str> {
+    f.metadata().get("pg.column_id").map(String::as_str)
+}
+
+/// For each of `target`, the index of the same column in `source`: by `pg.column_id`,
+/// then by name among the columns that no id matched on either side.
+fn pair(source: &[&Field], target: &[&Field]) -> Vec<Option<usize>> {
+    let mut out: Vec<Option<usize>> = target
+        .iter()
+        .map(|t| column_id(t).and_then(|id| source.iter().position(|s| column_id(s) == Some(id))))
+        .collect();
+    let target_ids: Vec<&str> = target.iter().filter_map(|t| column_id(t)).collect();
+    let source_ids: Vec<&str> = source.iter().filter_map(|s| column_id(s)).collect();
+    for (k, t) in target.iter().enumerate() {
+        if out[k].is_some() || column_id(t).is_some_and(|id| source_ids.contains(&id)) {
+            continue;
+        }
+        out[k] = source.iter().enumerate().position(|(i, s)| {
+            s.name() == t.name()
+                && !out.contains(&Some(i))
+                && !column_id(s).is_some_and(|id| target_ids.contains(&id))
+        });
+    }
+    out
 }
 
 /// The field `f` with type `t`: extension metadata is dropped when the type is not
@@ -107,28 +135,21 @@ pub fn unify_schemas(schemas: &[SchemaRef]) -> Result<SchemaRef, DecodeError> {
     };
     let mut data: Vec<Field> = newest.fields().iter().filter(|f| is_data_field(f)).map(|f| f.as_ref().clone()).collect();
     for older in schemas.iter().rev().skip(1) {
-        for f in older.fields().iter().filter(|f| is_data_field(f)) {
-            match data.iter_mut().find(|d| d.name() == f.name()) {
-                Some(d) if d.data_type() == f.data_type() => {}
-                Some(d) => {
-                    let Some((t, text)) = common_type(f.data_type(), d.data_type()) else {
-                        return Err(DecodeError::Schema {
-                            table: table_name(newest),
-                            column: f.name().clone(),
-                            message: format!(
-                                "its type changed from {} to {}, and neither holds the other nor can be shown as text",
-                                f.data_type(),
-                                d.data_type()
-                            ),
-                        });
-                    };
-                    // The metadata of the version whose type was kept.
-                    let from = if !text && &t == f.data_type() { f } else { &*d };
-                    *d = retyped(from, &t, text);
-                }
-                None => data.push(f.as_ref().clone()),
+        let older: Vec<&Field> = older.fields().iter().map(|f| f.as_ref()).filter(|f| is_data_field(f)).collect();
+        let pairs = pair(&older, &data.iter().collect::<Vec<_>>());
+        let mut taken = vec![false; older.len()];
+        for (d, p) in data.iter_mut().zip(&pairs) {
+            let Some(i) = *p else { continue };
+            taken[i] = true;
+            let f = older[i];
+            if d.data_type() != f.data_type() {
+                let (t, text) = common_type(f.data_type(), d.data_type());
+                // The metadata of the version whose type was kept, under the newest name.
+                let from = if !text && &t == f.data_type() { f.clone().with_name(d.name()) } else { d.clone() };
+                *d = retyped(&from, &t, text);
             }
         }
+        data.extend(older.iter().zip(&taken).filter(|(_, t)| !**t).map(|(f, _)| (*f).clone()));
     }
     let data: Fields = data.into_iter().map(Arc::new).collect();
     let mut fields: Vec<FieldRef> = data.iter().cloned().collect();
@@ -164,6 +185,15 @@ fn cast_column(array: &ArrayRef, to: &DataType, table: &str, column: &str) -> Re
                 .map_err(|e| DecodeError::arrow(format!("{column} of {table}"), e))?;
             return Ok(Arc::new(cast));
         }
+        (from, DataType::Utf8) if !matches!(from, DataType::Utf8View | DataType::LargeUtf8 | DataType::Null) => {
+            // The text fallback: PostgreSQL's text, not Arrow's rendering.
+            let text = to_pg_text(array.as_ref()).map_err(|e| DecodeError::Schema {
+                table: table.to_string(),
+                column: column.to_string(),
+                message: format!("showing {from} as text: {e}"),
+            })?;
+            return Ok(Arc::new(text));
+        }
         _ => {}
     }
     let options = CastOptions { safe: false, ..Default::default() };
@@ -174,7 +204,7 @@ fn cast_column(array: &ArrayRef, to: &DataType, table: &str, column: &str) -> Re
     })
 }
 
-/// Children of `target` taken by name from `source` (cast, or null when missing).
+/// Children of `target` taken from the same columns of `source` (cast, or null when missing).
 fn conform_columns(
     source_fields: &Fields,
     source: &[ArrayRef],
@@ -182,10 +212,15 @@ fn conform_columns(
     rows: usize,
     table: &str,
 ) -> Result<Vec<ArrayRef>, DecodeError> {
+    let data: Vec<(usize, &Field)> =
+        source_fields.iter().enumerate().filter(|(_, f)| is_data_field(f)).map(|(i, f)| (i, f.as_ref())).collect();
+    let source_refs: Vec<&Field> = data.iter().map(|(_, f)| *f).collect();
+    let target_refs: Vec<&Field> = target.iter().map(|f| f.as_ref()).collect();
     target
         .iter()
-        .map(|f| match source_fields.iter().position(|s| s.name() == f.name() && is_data_field(s)) {
-            Some(i) => cast_column(&source[i], f.data_type(), table, f.name()),
+        .zip(pair(&source_refs, &target_refs))
+        .map(|(f, p)| match p {
+            Some(k) => cast_column(&source[data[k].0], f.data_type(), table, f.name()),
             None => Ok(new_null_array(f.data_type(), rows)),
         })
         .collect()
@@ -194,7 +229,9 @@ fn conform_columns(
 /// A batch of one version brought to a unified schema.
 pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, DecodeError> {
     if batch.schema().fields() == target.fields() {
-        return batch.clone().with_schema(target.clone()).map_err(|e| DecodeError::arrow("a unified batch", e));
+        // Same columns; the schema's own metadata (pg.version) is the target's.
+        return RecordBatch::try_new(target.clone(), batch.columns().to_vec())
+            .map_err(|e| DecodeError::arrow("a unified batch", e));
     }
     let table = table_name(target);
     let rows = batch.num_rows();
@@ -252,8 +289,10 @@ mod tests {
         assert!(lossless(&Utf8, &Utf8View));
         assert!(lossless(&Date32, &Timestamp(TimeUnit::Microsecond, None)));
         assert!(!lossless(&Int32, &Utf8));
-        assert_eq!(common_type(&Int64, &Int32), Some((Int64, false)));
-        assert_eq!(common_type(&Utf8View, &Int32), Some((Utf8, true)));
+        assert_eq!(common_type(&Int64, &Int32), (Int64, false));
+        assert_eq!(common_type(&Utf8View, &Int32), (Utf8, true));
+        let list = List(Arc::new(Field::new("item", Int32, true)));
+        assert_eq!(common_type(&list, &Int32), (Utf8, true));
     }
 
     #[test]

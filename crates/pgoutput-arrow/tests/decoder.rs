@@ -10,7 +10,7 @@ use arrow_array::{Array, RecordBatch, StructArray};
 use arrow_buffer::Buffer;
 use arrow_schema::DataType;
 use common::*;
-use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, Output};
+use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, Output, SpecialValues};
 
 const TS: i64 = 800_000_000_000_000; // 2025-05-08 in PostgreSQL's epoch
 
@@ -42,7 +42,7 @@ fn rows_columns_and_metadata() {
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(
         names,
-        ["id", "v", "_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"]
+        ["id", "v", "_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special"]
     );
     let id = schema.field_with_name("id").unwrap();
     assert_eq!(id.data_type(), &DataType::Int32);
@@ -349,7 +349,7 @@ fn schema_change_unified() {
     let versions = &c.table_versions["public.t"];
     assert_eq!(versions.iter().map(|v| v.version).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(versions[0].schema.field(0).data_type(), &DataType::Int32);
-    assert_eq!(versions[2].schema.fields().len(), 3 + 8);
+    assert_eq!(versions[2].schema.fields().len(), 3 + 9);
     assert_eq!(versions[1].batches[0].num_rows(), 1);
 }
 
@@ -1082,4 +1082,119 @@ fn batches_are_cut_by_bytes_before_offsets_overflow() {
     drain(&mut d);
     assert_eq!((rows, messages), (ROWS, ROWS));
     assert!(batches >= 8, "{batches} batches");
+}
+
+/// Issue 13, reproduction 1: a column added and later dropped, with rows of an older
+/// definition after a newer one (the identical definition comes back): one table, in
+/// commit order, no "target schema is not superset" error.
+#[test]
+fn added_then_dropped_column_unifies_in_commit_order() {
+    let mut s = Stream::new();
+    let v1: &[Col<'_>] = &[("id", INT4, -1, true), ("a", INT4, -1, false)];
+    let v2: &[Col<'_>] = &[("id", INT4, -1, true), ("a", INT4, -1, false), ("b", TEXT, -1, false)];
+    let v3: &[Col<'_>] = &[("id", INT4, -1, true), ("a", INT8, -1, false), ("b", TEXT, -1, false)];
+    for (xid, (def, cells)) in [
+        (v1, vec![t("1"), t("1")]),
+        (v2, vec![t("2"), t("2"), t("x")]),
+        (v1, vec![t("3"), t("3")]),
+        (v3, vec![t("5"), t("5"), t("y")]),
+        (v1, vec![t("6"), t("6")]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let lsn = 0x100 * (xid as u64 + 1);
+        s.begin(xid as u32 + 1, lsn, TS);
+        s.relation(1, "public", "t", b'd', def);
+        s.insert(1, &cells);
+        s.commit(lsn, lsn + 0x10, TS);
+    }
+    let c = decode(&s);
+    let table = &c.tables["public.t"];
+    assert_eq!(table_rows(&c, "public.t", &["id", "a", "b"]), ["1|1|∅", "2|2|x", "3|3|∅", "5|5|y", "6|6|∅"]);
+    // The last definition (v1's a int4) unified with v3's int8 keeps int8.
+    assert_eq!(table.schema.field_with_name("a").unwrap().data_type(), &DataType::Int64);
+}
+
+/// A renamed column stays one column under its newest name, in the middle and at the end.
+#[test]
+fn renamed_columns_stay_one_column() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("a", INT4, -1, false), ("z", TEXT, -1, false)]);
+    s.insert(1, &[t("1"), t("10"), t("p")]);
+    s.commit(0x100, 0x110, TS);
+    s.begin(2, 0x200, TS);
+    // RENAME a TO a_renamed (before a kept column); RENAME z TO z2 (at the end, same type).
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("a_renamed", INT4, -1, false), ("z2", TEXT, -1, false)]);
+    s.insert(1, &[t("2"), t("20"), t("q")]);
+    s.commit(0x200, 0x210, TS);
+    s.begin(3, 0x300, TS);
+    // DROP z2, ADD n int4: a different type at the end is a new column, not a rename.
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("a_renamed", INT4, -1, false), ("n", INT4, -1, false)]);
+    s.insert(1, &[t("3"), t("30"), t("7")]);
+    s.commit(0x300, 0x310, TS);
+    let c = decode(&s);
+    let names: Vec<&str> =
+        c.tables["public.t"].schema.fields().iter().map(|f| f.name().as_str()).take_while(|n| !n.starts_with('_')).collect();
+    assert_eq!(names, ["id", "a_renamed", "n", "z2"]);
+    assert_eq!(table_rows(&c, "public.t", &["id", "a_renamed", "z2", "n"]), ["1|10|p|∅", "2|20|q|∅", "3|30|∅|7"]);
+}
+
+/// Two versions of a column with no common lossless type (a dropped column re-added under
+/// its name with another type): utf8 with PostgreSQL's text of each value.
+#[test]
+fn incompatible_versions_fall_back_to_postgresql_text() {
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("b", 1184, -1, false)]);
+    s.insert(1, &[t("1"), t("2024-01-02 03:04:05.5+00")]);
+    s.commit(0x100, 0x110, TS);
+    s.begin(2, 0x200, TS);
+    s.relation(1, "public", "t", b'd', &[("id", INT4, -1, true), ("b", 1007, -1, false)]);
+    s.insert(1, &[t("2"), t("{1,NULL,3}")]);
+    s.commit(0x200, 0x210, TS);
+    let c = decode(&s);
+    let b = c.tables["public.t"].schema.field_with_name("b").unwrap().clone();
+    assert_eq!(b.data_type(), &DataType::Utf8);
+    assert_eq!(b.metadata()["pg.unified"], "text");
+    assert_eq!(table_rows(&c, "public.t", &["id", "b"]), ["1|2024-01-02 03:04:05.5+00", "2|{1,NULL,3}"]);
+}
+
+/// Issue 13, reproduction 2: values PostgreSQL accepts that no Arrow value of the column's
+/// type holds decode with the default options: null in the column, PostgreSQL's text in
+/// `_special` (text and binary cells alike), also for old values in `_before`.
+#[test]
+fn special_values_kept_in_special_column_by_default() {
+    const TIME: u32 = 1083;
+    const NUMERIC: u32 = 1700;
+    const TIMESTAMP: u32 = 1114;
+    let typmod_5_2 = ((5 << 16) | 2) + 4;
+    let cols: &[Col<'_>] = &[("id", INT4, -1, true), ("t", TIME, -1, false), ("n", NUMERIC, typmod_5_2, false), ("ts", TIMESTAMP, -1, false)];
+    let mut s = Stream::new();
+    s.begin(1, 0x100, TS);
+    s.relation(1, "public", "u", b'f', cols);
+    s.insert(1, &[t("1"), t("24:00:00"), t("NaN"), t("294276-01-01 00:00:00")]);
+    s.insert(1, &[t("2"), t("12:00:00"), t("1.50"), t("2024-01-01 00:00:00")]);
+    // Binary cells: time 24:00:00 = 86400000000 µs; numeric NaN = ndigits 0, weight 0, sign 0xC000, dscale 0.
+    let day: i64 = 86_400_000_000;
+    s.insert(1, &[t("3"), b(&day.to_be_bytes()), b(&[0, 0, 0, 0, 0xC0, 0, 0, 0]), C::N]);
+    s.delete(1, b'O', &[t("1"), t("24:00:00"), t("NaN"), t("294276-01-01 00:00:00")]);
+    s.commit(0x100, 0x110, TS);
+    let c = decode(&s);
+    assert_eq!(
+        table_rows(&c, "public.u", &["id", "t", "n", "ts", "_special"]),
+        [
+            "1|∅|∅|∅|{t: 24:00:00, n: NaN, ts: 294276-01-01 00:00:00}",
+            "2|12:00:00|1.50|2024-01-01T00:00:00|∅",
+            "3|∅|∅|∅|{t: 24:00:00, n: NaN}",
+            "1|∅|∅|∅|{t: 24:00:00, n: NaN, ts: 294276-01-01 00:00:00, _before.t: 24:00:00, _before.n: NaN, _before.ts: 294276-01-01 00:00:00}",
+        ]
+    );
+    // The opt-in policies stay: "error" stops, "null" loses the value.
+    let mut options = DecoderOptions::default();
+    options.types.special_values = SpecialValues::Error;
+    let mut d = Decoder::new(options);
+    let err = s.messages.iter().find_map(|(lsn, m)| d.push(*lsn, &Buffer::from(m.clone())).err());
+    assert!(err.is_some_and(|e| e.to_string().contains("24:00:00")));
 }

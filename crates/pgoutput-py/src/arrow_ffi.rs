@@ -78,3 +78,25 @@ pub fn import_stream(obj: &Bound<'_, PyAny>) -> PyResult<RecordBatchStreamReader
     };
     reader.map_err(arrow_error)
 }
+
+/// Imports the schema of any object implementing `__arrow_c_schema__` (a pyarrow Schema,
+/// Field of struct type, Table, RecordBatch, ...).
+pub fn import_schema(obj: &Bound<'_, PyAny>) -> PyResult<arrow_schema::Schema> {
+    if !obj.hasattr("__arrow_c_schema__")? {
+        return Err(PyTypeError::new_err(format!(
+            "expected an object with __arrow_c_schema__ (a pyarrow Schema), got {}",
+            obj.get_type().name()?
+        )));
+    }
+    let capsule = obj.call_method0("__arrow_c_schema__")?;
+    let capsule = capsule
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("__arrow_c_schema__ did not return a PyCapsule"))?;
+    let pointer = capsule.pointer_checked(Some(SCHEMA_CAPSULE))?;
+    // SAFETY: the capsule is named "arrow_schema", so by the PyCapsule interface its pointer
+    // is a valid, aligned, initialised `struct ArrowSchema`, which has the layout of
+    // `FFI_ArrowSchema` (#[repr(C)]). It is only borrowed here (the capsule keeps ownership
+    // and releases it), for as long as `capsule` lives.
+    let ffi = unsafe { &*pointer.as_ptr().cast::<FFI_ArrowSchema>() };
+    arrow_schema::Schema::try_from(ffi).map_err(arrow_error)
+}

@@ -47,11 +47,12 @@ pub struct PyDecoder {
 
 fn parse_special_values(value: &str) -> PyResult<SpecialValues> {
     match value {
+        "keep" => Ok(SpecialValues::Keep),
         "error" => Ok(SpecialValues::Error),
         "null" => Ok(SpecialValues::Null),
         "text" => Ok(SpecialValues::Text),
         other => Err(PyValueError::new_err(format!(
-            "special_values must be 'error', 'null' or 'text', not {other:?}"
+            "special_values must be 'keep', 'error', 'null' or 'text', not {other:?}"
         ))),
     }
 }
@@ -111,7 +112,7 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "error", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
+    #[pyo3(signature = (*, special_values = "keep", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,

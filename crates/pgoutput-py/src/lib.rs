@@ -7,6 +7,7 @@ mod changes;
 mod decoder;
 mod errors;
 mod input;
+mod schema;
 mod tables;
 mod walreceiver;
 
@@ -20,5 +21,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tables::ArrowBatch>()?;
     m.add_class::<walreceiver::WalReceiver>()?;
     m.add_class::<walreceiver::TxnTracker>()?;
+    m.add_function(wrap_pyfunction!(schema::unify_schemas, m)?)?;
+    m.add_function(wrap_pyfunction!(schema::conform, m)?)?;
     Ok(())
 }

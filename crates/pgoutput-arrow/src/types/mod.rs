@@ -11,6 +11,7 @@ mod datetime;
 mod num;
 mod oid;
 mod oid_table;
+mod pg_text;
 mod render;
 mod store;
 
@@ -27,6 +28,7 @@ use arrow_buffer::{IntervalMonthDayNano, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, IntervalUnit, TimeUnit};
 
 pub use oid::builtin_type_name;
+pub use pg_text::to_pg_text;
 pub(crate) use oid::builtin_by_name;
 
 use array::ArrayDecoder;
@@ -64,7 +66,7 @@ pub struct TypeOptions {
 impl Default for TypeOptions {
     fn default() -> Self {
         TypeOptions {
-            special_values: SpecialValues::Error,
+            special_values: SpecialValues::Keep,
             views: true,
             binary: false,
             array_ndims: 1,
@@ -77,8 +79,13 @@ impl Default for TypeOptions {
 /// (numeric NaN in a decimal, time 24:00:00, timestamps out of i64 microseconds since 1970, ...).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SpecialValues {
-    /// A [`ValueError`]. ±infinity dates and timestamps still map to their documented sentinels.
+    /// The typed column holds null and the row's `_special` column maps the column's name
+    /// to PostgreSQL's text output of the value (the default: never stops, never loses a
+    /// value, and the column keeps its type). ±infinity dates and timestamps map to their
+    /// documented sentinels, as under `Error`.
     #[default]
+    Keep,
+    /// A [`ValueError`]. ±infinity dates and timestamps still map to their documented sentinels.
     Error,
     /// A null, and ±infinity dates, timestamps and intervals become null too.
     Null,
@@ -109,11 +116,18 @@ impl<'a> Source<'a> {
 #[error("{message}")]
 pub struct ValueError {
     pub message: String,
+    /// The value is valid in PostgreSQL but the column's Arrow type cannot hold it (a
+    /// special value); otherwise the value is malformed.
+    pub special: bool,
 }
 
 impl ValueError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
-        ValueError { message: message.into() }
+        ValueError { message: message.into(), special: false }
+    }
+
+    pub(crate) fn special(message: impl Into<String>) -> Self {
+        ValueError { message: message.into(), special: true }
     }
 }
 
@@ -161,6 +175,8 @@ pub struct ColumnBuilder {
     col: Col,
     data_type: DataType,
     oid: u32,
+    /// The type decoded: `oid`, or the base type of a domain.
+    base_oid: u32,
     typmod: i32,
     type_name: String,
     extension: Option<&'static str>,
@@ -295,6 +311,7 @@ impl ColumnBuilder {
             col,
             data_type,
             oid,
+            base_oid: oid,
             typmod,
             type_name,
             extension,
@@ -456,7 +473,7 @@ impl ColumnBuilder {
                             null = true;
                             Default::default()
                         } else {
-                            return Err(ValueError::new(msg));
+                            return Err(ValueError::special(msg));
                         }
                     }
                 }
@@ -648,7 +665,28 @@ impl ColumnBuilder {
             }
             Ok(())
         } else {
-            Err(ValueError::new(msg))
+            Err(ValueError::special(msg))
+        }
+    }
+
+    /// PostgreSQL's text output of a value of this column, for a special value that the
+    /// column cannot hold: a text cell is that text already; a binary one is rendered.
+    pub fn special_text(&self, bytes: &[u8], binary: bool) -> String {
+        if !binary {
+            return String::from_utf8_lossy(bytes).into_owned();
+        }
+        let mut text = String::new();
+        match render::render(StrKind::for_oid(self.base_oid), bytes, &mut text) {
+            Ok(()) => text,
+            Err(_) => {
+                // Every type with special values has a renderer; this is a fallback only.
+                text.clear();
+                text.push_str("\\x");
+                for b in bytes {
+                    text.push_str(&format!("{b:02x}"));
+                }
+                text
+            }
         }
     }
 

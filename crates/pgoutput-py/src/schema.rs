@@ -1,0 +1,37 @@
+//! Schema evolution for Python: pgoutput-arrow's `unify_schemas` and `conform` on pyarrow
+//! objects, so that sinks that write a table's batches over time (the CLI's Parquet
+//! directories) bring every version to one schema by the decoder's own rules.
+
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+use pgoutput_arrow::{conform as conform_batch, unify_schemas as unify};
+use pyo3::prelude::*;
+
+use crate::arrow_ffi;
+use crate::errors::decode_error;
+use crate::tables::ArrowTable;
+
+/// The schema every one of `schemas` (objects with `__arrow_c_schema__`, oldest first)
+/// can be brought to: see pgoutput_arrow::unify_schemas.
+#[pyfunction]
+pub fn unify_schemas(py: Python<'_>, schemas: Vec<Bound<'_, PyAny>>) -> PyResult<ArrowTable> {
+    let schemas: Vec<SchemaRef> =
+        schemas.iter().map(|s| arrow_ffi::import_schema(s).map(Arc::new)).collect::<PyResult<_>>()?;
+    let schema = unify(&schemas).map_err(|e| decode_error(py, e))?;
+    Ok(ArrowTable::new(schema, Vec::new()))
+}
+
+/// The batches of `data` (an object with `__arrow_c_stream__`) brought to `schema`.
+#[pyfunction]
+pub fn conform(py: Python<'_>, data: &Bound<'_, PyAny>, schema: &Bound<'_, PyAny>) -> PyResult<ArrowTable> {
+    let target: SchemaRef = Arc::new(arrow_ffi::import_schema(schema)?);
+    let reader = arrow_ffi::import_stream(data)?;
+    let mut batches = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("reading the batches: {e}")))?;
+        batches.push(conform_batch(&batch, &target).map_err(|e| decode_error(py, e))?);
+    }
+    Ok(ArrowTable::new(target, batches))
+}
+
