@@ -34,7 +34,7 @@ import pyarrow as pa
 
 import pgoutput_arrow
 
-META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged")
+META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special")
 
 I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)

@@ -263,8 +263,14 @@ def test_special_values(pg18: PgServer) -> None:
                                                          "publication_names": "api_special_pub"})
     pg18.drop_slot("api_special_slot")
     messages = [(lsn, data) for lsn, _, data in rows]
+    # The default keeps the value: null in the column, PostgreSQL's text in _special.
+    kept = pgoutput_arrow.decode(messages).tables["public.api_special"]
+    assert kept.column("t").to_pylist() == [None, dt.time(12)]
+    assert kept.column("_special").to_pylist() == [[("t", "24:00:00")], None]
+    # infinity is PostgreSQL's own sentinel, as under "error".
+    assert kept.column("d").cast(pa.int32()).to_pylist() == [2**31 - 1, 18262]
     with pytest.raises(pgoutput_arrow.DecodeValueError) as e:
-        pgoutput_arrow.decode(messages)
+        pgoutput_arrow.decode(messages, special_values="error")
     assert e.value.table == "public.api_special" and e.value.column == "t"
     assert "24:00:00" in str(e.value) and int_to_lsn(e.value.lsn or 0) in str(e.value)
     assert e.value.index is not None and e.value.offset is not None

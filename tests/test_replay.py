@@ -445,8 +445,16 @@ def test_special_values_policies(run: Run, mode: str) -> None:
     first_insert = next(lsn for lsn, _, data in rows if data[:1] == b"I")
     table = f"public.{name}"
 
+    # The default keeps each value: null in its column, PostgreSQL's text in _special.
+    kept = pgoutput_arrow.decode(capture).tables[table]
+    with run.conn.cursor() as cur:
+        cur.execute(f"SELECT tm::text, nps::text, ts::text FROM {name} ORDER BY id")
+        server_text = cur.fetchall()
+    assert kept.column("_special").to_pylist() == [
+        [("tm", server_text[0][0])], [("nps", server_text[1][1])], [("ts", server_text[2][2])], None]
+
     with pytest.raises(pgoutput_arrow.DecodeValueError) as info:
-        pgoutput_arrow.decode(capture)
+        pgoutput_arrow.decode(capture, special_values="error")
     err = info.value
     assert (err.table, err.column, err.lsn) == (table, "tm", first_insert), (str(err), err.lsn)
     for part in (table, '"tm"', int_to_lsn(first_insert), "24:00:00"):
@@ -508,8 +516,12 @@ def test_two_dimensional_arrays_are_nested_lists(run: Run) -> None:
         # Chosen depths: 0 is PostgreSQL's array text; 1 makes the 2-D value special.
         as_text = pgoutput_arrow.decode(capture_table(rows), array_ndims=0).tables[f"public.{name}"]
         assert as_text.column("a2").to_pylist() == ["{{1,2},{3,NULL}}", None], mode
+        as_kept = pgoutput_arrow.decode(capture_table(rows), array_ndims=1).tables[f"public.{name}"]
+        assert as_kept.column("a2").to_pylist() == [None, None], mode
+        assert as_kept.column("_special").to_pylist() == [
+            [("a2", "{{1,2},{3,NULL}}"), ("t2", "{{a,b},{NULL,d}}")], None], mode
         with pytest.raises(pgoutput_arrow.DecodeValueError, match="2-dimensional array"):
-            pgoutput_arrow.decode(capture_table(rows), array_ndims=1)
+            pgoutput_arrow.decode(capture_table(rows), array_ndims=1, special_values="error")
         as_null = pgoutput_arrow.decode(capture_table(rows), array_ndims=1, special_values="null")
         assert as_null.tables[f"public.{name}"].column("a2").to_pylist() == [None, None], mode
 

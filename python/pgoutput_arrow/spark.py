@@ -678,20 +678,25 @@ def collect_catalog(ndf: Any) -> RelationCatalog:
     return RelationCatalog.from_rows((r.lsn, r.xid, bytes(r.data)) for r in meta.collect())
 
 
-def _synthetic_schema_stream(catalog: RelationCatalog) -> list[tuple[int, bytes]]:
+def _synthetic_schema_stream(catalog: RelationCatalog, rows: bool = True) -> list[tuple[int, bytes]]:
     """Every Relation version, each followed by a row of NULLs, one transaction each: decoding
-    it gives each table's final (unified) schema as the decoder builds it."""
+    it gives each table's final (unified) schema as the decoder builds it. Without ``rows``
+    (and at LSN 0), it is the relation history an executor's decoder starts from, so that its
+    catalog gives every column the same ``pg.column_id`` as the driver's (a renamed column is
+    then matched to its newest name whatever versions the partition holds)."""
     stream: list[tuple[int, bytes]] = []
     xid = 1
     for lsn, ty in catalog.all_types():
-        stream.append((lsn, ty))
+        stream.append((lsn if rows else 0, ty))
     for lsn, body in catalog.all_relations():
         rel = _parse_relation(body, False)
         ncols = len(rel.type_oids)
-        stream.append((lsn, b"B" + struct.pack(">QqI", lsn, 0, xid)))
-        stream.append((lsn, body))
-        stream.append((lsn, b"I" + _p32(rel.relid) + b"N" + struct.pack(">H", ncols) + b"n" * ncols))
-        stream.append((lsn, b"C" + struct.pack(">BQQq", 0, lsn, lsn, 0)))
+        at = lsn if rows else 0
+        stream.append((at, b"B" + struct.pack(">QqI", at, 0, xid)))
+        stream.append((at, body))
+        if rows:
+            stream.append((at, b"I" + _p32(rel.relid) + b"N" + struct.pack(">H", ncols) + b"n" * ncols))
+        stream.append((at, b"C" + struct.pack(">BQQq", 0, at, at, 0)))
         xid += 1
     return stream
 
@@ -717,8 +722,9 @@ def _decode_streams(stream: list[tuple[int, bytes]], options: dict[str, Any]) ->
 
 
 def _table_schemas(catalog: RelationCatalog, options: dict[str, Any]) -> dict[str, pa.Schema]:
+    """Each table's unified schema as the decoder makes it (not yet mapped for Spark)."""
     changes = _decode_streams(_synthetic_schema_stream(catalog), options)
-    return {name: to_spark_arrow_schema(t.schema) for name, t in changes.tables.items()}
+    return {name: t.schema for name, t in changes.tables.items()}
 
 
 _INTER_SCHEMA = pa.schema([("table", pa.string()), ("commit_lsn", pa.int64()),
@@ -734,6 +740,8 @@ def _ipc(batch: pa.RecordBatch) -> bytes:
 
 def _decode_partition_fn(catalog: RelationCatalog, schemas: dict[str, pa.Schema],
                          options: dict[str, Any]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    history = _synthetic_schema_stream(catalog, rows=False)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [b for b in batches if b.num_rows]
         if not received:
@@ -742,6 +750,7 @@ def _decode_partition_fn(catalog: RelationCatalog, schemas: dict[str, pa.Schema]
         lsn, data = canonical_stream(table, catalog)
         del table
         decoder = _decoder_module().Decoder(**options)
+        _feed(decoder, history)
         decoder.feed_batch(pa.record_batch({"lsn": lsn, "xid": pa.array(np.zeros(len(lsn), np.int64)), "data": data}))
         yield from _intermediate(decoder.finish(), schemas)
 
@@ -783,7 +792,11 @@ def _intermediate(changes: Any, schemas: dict[str, pa.Schema]) -> Iterator[pa.Re
         mask = t_idx == ti
         seq[row_idx[mask]] = local[mask]
         table = table.set_column(table.schema.get_field_index("_seq"), "_seq", pa.array(seq))
-        target = schemas.get(name) or to_spark_arrow_schema(table.schema)
+        unified = schemas.get(name)
+        if unified is not None:
+            # Columns by pg.column_id (a renamed column under its newest name), then by name.
+            table = _decoder_module().conform(table, unified)
+        target = to_spark_arrow_schema(unified if unified is not None else table.schema)
         for chunk in table.to_batches(max_chunksize=65536):
             blob = _ipc(cast_for_spark(chunk, target))
             yield pa.record_batch({"table": [name], "commit_lsn": [None], "n": [chunk.num_rows],
@@ -859,7 +872,8 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     bc = spark.sparkContext.broadcast((commit_lsns, offsets))
 
     out: dict[str, Any] = {}
-    for name, schema in schemas.items():
+    for name, unified in schemas.items():
+        schema = to_spark_arrow_schema(unified)
         out[name] = (inter.where(F.col("table") == name).select("ipc")
                      .mapInArrow(_finish_table_fn(schema, bc), _spark_schema(schema)))
     if with_truncates:
@@ -932,6 +946,8 @@ def apply_changes(changes: Any, keys: Sequence[str], *, truncates: Any = None,
     (``_before`` carries the old key) removes the old key's row. With ``truncates`` (the
     ``"_truncates"`` DataFrame of ``decode(..., with_truncates=True)``) and ``table`` (this
     table's ``"schema.table"`` name), changes before the table's last TRUNCATE are dropped.
+    ``_special`` (PostgreSQL's text of values the columns cannot hold) stays with the row:
+    the state's ``_special`` is that of the row's latest change.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -946,6 +962,8 @@ def apply_changes(changes: Any, keys: Sequence[str], *, truncates: Any = None,
                                     > F.struct(F.lit(last_trunc[0]).alias("_commit_lsn"),
                                                F.lit(last_trunc[1]).alias("_lsn")))
 
+    # _special is carried as a column: it is never listed in _unchanged, so each row state
+    # takes its latest change's.
     meta = {"_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged"}
     cols = [c for c in changes.columns if c not in meta]
     before_fields = set()
@@ -1015,7 +1033,7 @@ UDTF_SCHEMA = ("table string, op string, lsn bigint, commit_lsn bigint, commit_t
                "xid bigint, seq bigint, new map<string,string>, old map<string,string>, "
                "unchanged array<string>")
 
-_UDTF_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged")
+_UDTF_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special")
 
 
 def _text_map(table: pa.Table, names: list[str]) -> pa.Array:
@@ -1036,6 +1054,24 @@ def _text_map(table: pa.Table, names: list[str]) -> pa.Array:
     items = pa.array(np.stack([t.to_numpy(zero_copy_only=False) for t in texts], axis=1).reshape(-1), pa.string())
     offsets = pa.array(np.arange(0, len(names) * (n + 1), len(names), dtype=np.int32))
     return pa.MapArray.from_arrays(offsets, keys, items)
+
+
+def _with_special(texts: pa.Array, table: pa.Table, prefix: str) -> pa.Array:
+    """``texts`` (a map of column texts per row) with each special value's text (the row's
+    ``_special`` entries whose key starts with ``prefix``) in its column's place."""
+    if "_special" not in table.column_names:
+        return texts
+    special = table.column("_special").combine_chunks()
+    if special.null_count == len(special):
+        return texts
+    rows = texts.to_pylist()
+    for i, entries in enumerate(special.to_pylist()):
+        if not entries or rows[i] is None:
+            continue
+        extra = {k[len(prefix):]: v for k, v in entries
+                 if k.startswith(prefix) and (prefix or not k.startswith("_before."))}
+        rows[i] = [(k, extra.get(k, v)) for k, v in rows[i]]
+    return pa.array(rows, texts.type)
 
 
 def changes_to_generic(changes: Any) -> Iterator[pa.RecordBatch]:
@@ -1060,8 +1096,8 @@ def changes_to_generic(changes: Any) -> Iterator[pa.RecordBatch]:
             "commit_ts": _column(table.column("_commit_ts"), ts),
             "xid": _column(table.column("_xid"), pa.int64()),
             "seq": _column(table.column("_seq"), pa.int64()),
-            "new": _text_map(table, cols),
-            "old": old,
+            "new": _with_special(_text_map(table, cols), table, ""),
+            "old": _with_special(old, table, "_before."),
             "unchanged": _column(table.column("_unchanged"), pa.list_(pa.field("element", pa.string()))),
         })
 

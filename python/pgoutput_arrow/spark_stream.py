@@ -70,7 +70,7 @@ _FIRST_GENBKI_OID = 10000
 
 _T = TypeVar("_T")
 
-_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged")
+_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special")
 
 
 # --------------------------------------------------------------------------- options
@@ -322,7 +322,7 @@ def stream_schema(options: Mapping[str, str]) -> Any:
     """The stream's Spark schema: with ``table``, that table's columns as the decoder types
     them (and as ``spark.read.format("pgoutput")`` gives them), built from its definition in
     the catalog now; without, the generic change schema of ``pgoutput_changes``."""
-    from .spark import UDTF_SCHEMA, RelationCatalog, _spark_schema, _table_schemas
+    from .spark import UDTF_SCHEMA, RelationCatalog, _spark_schema, _table_schemas, to_spark_arrow_schema
 
     source = StreamSource.from_options(options)
     conn = source.connect()
@@ -337,7 +337,7 @@ def stream_schema(options: Mapping[str, str]) -> Any:
     catalog = RelationCatalog(relations={relid: [(0, body)]},
                               types={oid: [(0, ty)] for oid, ty in types.items()})
     schemas = _table_schemas(catalog, DECODER_OPTIONS)
-    return _spark_schema(schemas[source.table])
+    return _spark_schema(to_spark_arrow_schema(schemas[source.table]))
 
 
 # --------------------------------------------------------------------------- the reader
