@@ -110,14 +110,15 @@ def captures(request: pytest.FixtureRequest, pg18: PgServer, pg15: PgServer) -> 
     return pg, out
 
 
-def _check_against_server(pg: PgServer, tables: dict[str, pa.Table], truncates: pa.Table) -> None:
+def _check_against_server(pg: PgServer, tables: dict[str, pa.Table], truncates: pa.Table,
+                          schema: str = "hist") -> None:
     changes = types.SimpleNamespace(tables=tables, truncates=truncates)
     # The primary key: under REPLICA IDENTITY FULL every column is flagged as key.
-    keys = {f"hist.h{i}": ["id"] for i in range(1, 6)}
+    keys = {**{f"{schema}.h{i}": ["id"] for i in range(1, 6)}, f"{schema}.sv": ["id"]}
     states = replay(changes, keys)  # type: ignore[arg-type]
     with pg.connect() as conn:
         for rel in ("h1", "h2", "h3", "h4", "h5"):
-            name = f"hist.{rel}"
+            name = f"{schema}.{rel}"
             table = tables[name]
             with conn.cursor() as cur:
                 cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
@@ -128,14 +129,14 @@ def _check_against_server(pg: PgServer, tables: dict[str, pa.Table], truncates: 
             compare_state(states[name], server_rows(conn, name, table), name)
 
 
-def _check_specials(pg: PgServer, table: pa.Table) -> None:
+def _check_specials(pg: PgServer, table: pa.Table, schema: str = "hist") -> None:
     """The last change of each id of sv: every value PostgreSQL has is in its column or,
     when the column cannot hold it, exactly PostgreSQL's text in _special."""
     last: dict[int, dict[str, Any]] = {}
     for row in table.to_pylist():
         last[row["id"]] = row
     with pg.connect() as conn, conn.cursor() as cur:
-        cur.execute("SELECT id, t::text, n::text, ts::text, arr::text FROM hist.sv ORDER BY id")
+        cur.execute(f"SELECT id, t::text, n::text, ts::text, arr::text FROM {schema}.sv ORDER BY id")
         server = {r[0]: dict(zip(SPECIAL_COLUMNS, r[1:])) for r in cur.fetchall()}
     assert sorted(k for k, r in last.items() if r["_op"] != "delete") == sorted(server)
     expected_special = {1: {"t": "24:00:00", "n": "NaN", "ts": "294276-01-01 00:00:00", "arr": "[0:1]={1,2}"},
@@ -208,3 +209,41 @@ def test_opt_in_policies_stay(captures: tuple[PgServer, dict[str, Any]]) -> None
     # (types/README.md): the reason "keep" is the default.
     with pytest.raises(pgoutput_arrow.DecodeValueError, match="lower bound"):
         pgoutput_arrow.decode(capture, special_values="text")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_live_stream_with_defaults(pg18: PgServer, binary: bool) -> None:
+    """The live stream: every batch of a table under the unified schema of the versions seen
+    so far (so they concatenate), replayed equal to PostgreSQL's rows; specials kept."""
+    schema = f"histlive_{'b' if binary else 't'}"
+    pg18.execute(f"CREATE SCHEMA {schema}")
+    pg18.execute(f"CREATE PUBLICATION {schema} FOR TABLES IN SCHEMA {schema}")
+    pg18.create_slot(schema)
+    with pg18.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SET search_path = {schema}")
+        for sql in HISTORY_SQL:
+            cur.execute(sql)
+    pg18.flush_wal()
+    end = pg18.current_wal_lsn()
+    got: dict[str, list[pa.RecordBatch]] = defaultdict(list)
+    with pgoutput_arrow.stream(pg18.dsn, slot=schema, publication=schema, binary=binary,
+                               stop_at_lsn=end, stop_after=90) as s:
+        for item in s:
+            got[item.name].append(item.batch)
+            s.ack(item.ack_lsn)
+    tables = {}
+    for name, batches in got.items():
+        if name.startswith(schema + "."):
+            last = batches[-1].schema
+            # The schema only grows: each batch's columns (by pg.column_id; a rename changes
+            # the name) are among the last one's.
+            def ids(sch: pa.Schema) -> set[bytes]:
+                return {f.metadata[b"pg.column_id"] for f in sch if f.metadata and b"pg.column_id" in f.metadata}
+            for b in batches:
+                assert ids(b.schema) <= ids(last), (name, b.schema.names, last.names)
+            tables[name] = pa.concat_tables([pgoutput_arrow.conform(b, last) for b in batches])
+    empty = pgoutput_arrow.decode([]).truncates
+    _check_against_server(pg18, tables, empty, schema)
+    _check_specials(pg18, tables[f"{schema}.sv"], schema)
+    assert "a" not in tables[f"{schema}.h3"].column_names

@@ -1037,3 +1037,32 @@ def test_stream_without_table_gives_every_published_table(spark: Any, pg18: Any,
     assert rows == [(a, "insert", "1", "one"), (a, "insert", "2", "two"), (b, "insert", "x", None),
                     (a, "update", "1", "uno"), (b, "delete", "x", None), (a, "truncate", None, None),
                     (a, "insert", "3", "three")]
+
+
+def test_schema_histories_and_special_values_on_shuffled_partitions(spark: Any, pg18: Any) -> None:
+    """Issue 13 on Spark: the histories of tests/test_schema_history.py (add+drop, retype,
+    renames, a column re-added with another type, replica identity change) and values kept in
+    ``_special``, decoded with the default options from shuffled partitions of every size:
+    replayed, equal to PostgreSQL's rows; a renamed column is one column."""
+    from pyspark.sql import functions as F
+    from test_schema_history import HISTORY_SQL, _check_against_server, _check_specials
+
+    pg18.execute("CREATE SCHEMA hist")
+    pg18.execute("CREATE PUBLICATION hist_spark_pub FOR TABLES IN SCHEMA hist")
+    pg18.create_slot("hist_spark")
+    with pg18.connect() as conn, conn.cursor() as cur:
+        cur.execute("SET search_path = hist")
+        for sql in HISTORY_SQL:
+            cur.execute(sql)
+    rows = pg18.get_binary_changes("hist_spark", {"proto_version": "1", "publication_names": "hist_spark_pub"})
+    pg18.drop_slot("hist_spark")
+    df = _capture_df(spark, rows)
+    for parts, shuffled in ((1, df.coalesce(1)), (3, df.repartition(3).sortWithinPartitions(F.rand(7))),
+                            (5, df.orderBy(F.rand(11)))):
+        decoded = sp.decode(shuffled, num_partitions=parts)
+        tables = {name: d.toArrow() for name, d in decoded.items()}
+        assert "a" not in tables["hist.h3"].column_names and "a_renamed" in tables["hist.h3"].column_names
+        empty_truncates = pa.table({"relations": pa.array([], pa.list_(pa.string())),
+                                    "_commit_lsn": pa.array([], pa.int64()), "_seq": pa.array([], pa.int64())})
+        _check_against_server(pg18, tables, empty_truncates)
+        _check_specials(pg18, tables["hist.sv"])

@@ -295,6 +295,10 @@ class LiveStream:
         # Positions (ints). emitted: everything at or below was handed out; acked: what the
         # caller confirmed (plus idle keepalive positions); sent: flushed position last sent.
         self._floor = self._start_lsn  # transactions committing below were already handled
+        # Per table: each version's schema seen so far (in the order last in force) and
+        # their unified schema, which every batch of the table is brought to.
+        self._versions: dict[str, dict[bytes, pa.Schema]] = {}
+        self._unified: dict[str, pa.Schema] = {}
         self._emitted = self._start_lsn
         # A start LSN says everything before it is handled already (for the CLI: it is the
         # checkpoint of the output directory), so it counts as acknowledged.
@@ -924,7 +928,26 @@ class LiveStream:
         batch = self._drop_already_handled(batch)
         if batch.num_rows == 0:
             return None
+        if kind == "table" and table is not None:
+            batch = self._unify(table, batch)
         return kind, table, version, batch
+
+    def _unify(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` under the unified schema of every version of ``table`` this stream has
+        seen: a table's schema only grows (columns added, dropped ones kept, a renamed one
+        under its newest name, retyped ones widened), as in :attr:`Changes.tables`."""
+        from . import _internal
+
+        key = (batch.schema.metadata or {}).get(b"pg.version", b"")
+        versions = self._versions.setdefault(table, {})
+        if not versions or next(reversed(versions)) != key:
+            versions.pop(key, None)
+            versions[key] = batch.schema
+            self._unified[table] = pa.table(_internal.unify_schemas(list(versions.values()))).schema
+        unified = self._unified[table]
+        if batch.schema == unified:
+            return batch
+        return pa.table(_internal.conform(batch, unified)).combine_chunks().to_batches()[0]
 
     def _drop_already_handled(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Second guard against duplicates after a resume: rows of transactions that
