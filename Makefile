@@ -14,6 +14,9 @@ SETUP_STAMP := $(VENV)/.setup-stamp
 PG15_BIN    := /usr/lib/postgresql/15/bin/postgres
 JAVA_PKG    := openjdk-17-jre-headless
 
+SEED         ?=
+COUNT        ?= 10
+DURATION     ?= 0
 FUZZ_DIR     ?= fuzz
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS  ?=
@@ -26,12 +29,12 @@ export VIRTUAL_ENV  := $(CURDIR)/$(VENV)
 # Root runs apt-get directly; anyone else needs sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || { command -v sudo >/dev/null && echo sudo; })
 
-.PHONY: help setup postgresql-15 java develop test demo golden fuzz bench lint
+.PHONY: help setup postgresql-15 java develop test demo golden fuzz bench lint torture
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
-	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)'"
+	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)' SEED=$(SEED) COUNT=$(COUNT) DURATION=$(DURATION)"
 
 setup: $(SETUP_STAMP) postgresql-15 java ## Make .venv with the dev requirements; ensure PostgreSQL 15 and Java 17+ (idempotent)
 
@@ -75,6 +78,9 @@ test: setup develop ## Rust tests, then pytest against real PostgreSQL 18 and 15
 
 demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture
 	$(PY) -m pgoutput_arrow.demo --spark-pipeline examples/spark_pipeline.py
+
+torture: setup develop ## Randomized differential tester against PostgreSQL 18 and 15: SEED=n (one), COUNT=n seeds, DURATION=seconds
+	$(PY) tests/torture/run.py $(if $(SEED),--seed $(SEED),--count $(COUNT) --duration $(DURATION))
 
 golden: setup ## Regenerate tests/golden/captures from the SQL workloads on PG18 and PG15
 	$(PY) tests/golden/capture.py

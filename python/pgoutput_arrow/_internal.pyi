@@ -4,7 +4,7 @@ from os import PathLike
 from typing import Any, final
 
 __all__ = [
-    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform",
+    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
 ]
 
 __version__: str
@@ -74,3 +74,4 @@ class WalReceiver:
 
 def unify_schemas(schemas: list[Any]) -> ArrowTable: ...
 def conform(data: Any, schema: Any) -> ArrowTable: ...
+def pg_text(data: Any) -> ArrowTable: ...

@@ -58,7 +58,9 @@ pub use error::DecodeError;
 pub use meta::{messages_schema, transactions_schema, truncates_schema};
 pub use options::{DecoderOptions, EmitMode};
 pub use table::{meta_fields, ARRIVED_COLUMNS, META_COLUMNS};
-pub use types::{builtin_type_name, ColumnBuilder, PgColumnType, Source, SpecialValues, TypeOptions, ValueError};
+pub use types::{
+    builtin_type_name, to_pg_text, ColumnBuilder, PgColumnType, Source, SpecialValues, TypeOptions, ValueError,
+};
 pub use unify::{conform, lossless, unify, unify_schemas};
 
 /// PostgreSQL's LSN type, for displaying the u64 positions as `X/Y`.

@@ -23,5 +23,6 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<walreceiver::TxnTracker>()?;
     m.add_function(wrap_pyfunction!(schema::unify_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(schema::conform, m)?)?;
+    m.add_function(wrap_pyfunction!(schema::pg_text, m)?)?;
     Ok(())
 }

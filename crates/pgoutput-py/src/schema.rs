@@ -35,3 +35,34 @@ pub fn conform(py: Python<'_>, data: &Bound<'_, PyAny>, schema: &Bound<'_, PyAny
     Ok(ArrowTable::new(target, batches))
 }
 
+
+/// Every column of `data` (an object with `__arrow_c_stream__`) as PostgreSQL's text output
+/// of its values (see pgoutput_arrow::types::to_pg_text): what the text fallback of
+/// unify_schemas shows, and what tests compare with PostgreSQL's own output.
+#[pyfunction]
+pub fn pg_text(data: &Bound<'_, PyAny>) -> PyResult<ArrowTable> {
+    use arrow_array::{ArrayRef, RecordBatch, RecordBatchReader};
+    use arrow_schema::{DataType, Field, Schema};
+    let reader = arrow_ffi::import_stream(data)?;
+    let schema = reader.schema();
+    let fields: Vec<Field> = schema.fields().iter().map(|f| Field::new(f.name(), DataType::Utf8, true)).collect();
+    let target = Arc::new(Schema::new(fields));
+    let mut batches = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("reading the batches: {e}")))?;
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|c| {
+                pgoutput_arrow::to_pg_text(c.as_ref())
+                    .map(|t| Arc::new(t) as ArrayRef)
+                    .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.message))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        batches.push(
+            RecordBatch::try_new(target.clone(), columns)
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?,
+        );
+    }
+    Ok(ArrowTable::new(target, batches))
+}

@@ -1,0 +1,1 @@
+"""The randomized differential tester: see run.py and docs/torture.md."""

@@ -1,0 +1,403 @@
+"""Seeded random workloads: tables, DML, DDL and transaction shapes, as SQL.
+
+A :class:`Workload` is a list of :class:`Step` s, each one transaction (or one interleaved
+pair of transactions, or a prepared transaction finished later), written as plain SQL so
+that a failure can be printed and replayed by hand. The same seed gives the same SQL.
+
+What it draws from:
+
+* tables of 1-12 columns (``id int PRIMARY KEY`` first) of the types in :data:`TYPES`:
+  integers, floats with NaN/±Infinity/-0, numeric with and without a typmod, text with
+  empty and TOAST-sized values, varchar, bool, date/time/timestamp(tz) with ±infinity and
+  BC, interval, uuid, jsonb, bytea, int4[] and text[] with NULL elements, an enum, a domain,
+  a composite, inet; NULLs everywhere;
+* special values PostgreSQL accepts but an Arrow type cannot hold: ``time '24:00:00'``,
+  ``NaN`` in ``numeric(10,2)``, timestamps after 294247 AD, arrays with a lower bound other
+  than 1 or of another depth than the column's other values;
+* DDL between transactions: ADD COLUMN, DROP COLUMN, RENAME COLUMN, ALTER COLUMN TYPE (to
+  a type whose text output is the same value's), a dropped column re-added under its name
+  with another type, REPLICA IDENTITY FULL/DEFAULT, TRUNCATE (RESTART IDENTITY, CASCADE);
+* transactions: plain, with savepoints rolled back or released, aborted, big enough to be
+  streamed (``logical_decoding_work_mem`` is 64 kB on the test servers), prepared and then
+  committed or rolled back later, two connections interleaved; logical messages
+  (transactional or not).
+
+DDL that rewrites existing rows (re-adding a column, changing a type) is followed by an
+UPDATE of every row: logical replication does not publish a rewrite, so only then do the
+published changes determine the rows PostgreSQL holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import string
+from typing import Callable
+
+Literal = Callable[[random.Random], str]
+
+
+def _q(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _text(r: random.Random) -> str:
+    roll = r.random()
+    if roll < 0.08:
+        return "''"
+    if roll < 0.14:
+        # TOAST-sized and incompressible: md5 chunks of a random seed.
+        n = r.randint(60, 140)
+        return f"(SELECT string_agg(md5('{r.random()}' || g), '') FROM generate_series(1, {n}) g)"
+    chars = string.ascii_letters + string.digits + " '\"\\,{}éß€"
+    return _q("".join(r.choice(chars) for _ in range(r.randint(1, 24))))
+
+
+def _int(lo: int, hi: int) -> Literal:
+    return lambda r: str(r.choice([lo, hi, 0, -1, 1, r.randint(lo, hi)]))
+
+
+def _float(r: random.Random) -> str:
+    return r.choice(["'NaN'", "'Infinity'", "'-Infinity'", "'-0'", repr(r.uniform(-1e6, 1e6)), "1e-300"])
+
+
+def _numeric(r: random.Random) -> str:
+    return r.choice(["'NaN'", "0", "-0.0000001", "123456789012345678901234567890.123456789",
+                     f"{r.randint(-10**6, 10**6)}.{r.randint(0, 99):02d}"])
+
+
+def _numeric_10_2(r: random.Random) -> str:
+    # NaN is special in numeric(10,2): no decimal128 value holds it.
+    return r.choice(["'NaN'", f"{r.randint(-10**7, 10**7)}.{r.randint(0, 99):02d}", "0"])
+
+
+def _date(r: random.Random) -> str:
+    return r.choice(["'infinity'", "'-infinity'", "'0044-03-15 BC'", "'2000-02-29'",
+                     f"'{r.randint(1900, 2100)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}'"])
+
+
+def _time(r: random.Random) -> str:
+    return r.choice(["'24:00:00'", "'00:00:00'", f"'{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:"
+                     f"{r.randint(0, 59):02d}.{r.randint(0, 999999):06d}'"])
+
+
+def _timestamp(r: random.Random) -> str:
+    return r.choice(["'infinity'", "'-infinity'", "'294276-12-31 23:59:59'", "'4713-01-01 00:00:00 BC'",
+                     f"'{r.randint(1900, 2100)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d} "
+                     f"{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}.{r.randint(0, 999):03d}'"])
+
+
+def _timestamptz(r: random.Random) -> str:
+    return r.choice(["'infinity'", f"'{r.randint(1900, 2100)}-{r.randint(1, 12):02d}-"
+                     f"{r.randint(1, 28):02d} 12:34:56.789+05:30'", "'2024-06-01 00:00:00-03:30'"])
+
+
+def _interval(r: random.Random) -> str:
+    return r.choice(["'1 year 2 mons 3 days 04:05:06.7'", "'-3 days'", "'00:00:00'",
+                     f"'{r.randint(-1000, 1000)} hours {r.randint(0, 59)} minutes'"])
+
+
+def _uuid(r: random.Random) -> str:
+    return _q("%08x-%04x-%04x-%04x-%012x" % (r.getrandbits(32), r.getrandbits(16), r.getrandbits(16),
+                                             r.getrandbits(16), r.getrandbits(48)))
+
+
+def _jsonb(r: random.Random) -> str:
+    return r.choice(["'{}'", "'[1, \"a\", null]'", '\'{"k": "v\\\\u00e9", "n": 1.5}\'', "'\"s\"'"])
+
+
+def _bytea(r: random.Random) -> str:
+    return r.choice(["'\\x'", "'\\x00ff10'", f"decode('{r.getrandbits(64):016x}', 'hex')"])
+
+
+def _int_array(r: random.Random) -> str:
+    # '[0:1]={1,2}' (a lower bound other than 1) and a 2-D value in a 1-D column are special.
+    return r.choice(["'{}'", "'{1,NULL,3}'", "'{-5}'", "'[0:1]={1,2}'", "'{{1,2},{3,4}}'",
+                     f"ARRAY[{r.randint(-9, 9)}, {r.randint(-9, 9)}]"])
+
+
+def _text_array(r: random.Random) -> str:
+    return r.choice(["'{}'", "'{a,NULL,\"b c\",\"\"}'", "ARRAY['x,y', 'q\"z', 'NULL']"])
+
+
+def _bool(r: random.Random) -> str:
+    return r.choice(["true", "false"])
+
+
+def _enum(r: random.Random) -> str:
+    return r.choice(["'sad'", "'ok'", "'happy'"])
+
+
+def _pair(r: random.Random) -> str:
+    return r.choice(["ROW(1, 'a')::pair", "ROW(NULL, 'b c')::pair", "ROW(-7, NULL)::pair"])
+
+
+def _inet(r: random.Random) -> str:
+    return r.choice(["'10.0.0.1'", "'192.168.0.0/16'", "'::1'", "'2001:db8::/32'"])
+
+
+#: name → value generator. The types of README's table, one of each family.
+TYPES: dict[str, Literal] = {
+    "int2": _int(-32768, 32767),
+    "int4": _int(-2**31, 2**31 - 1),
+    "int8": _int(-2**63, 2**63 - 1),
+    "float8": _float,
+    "numeric": _numeric,
+    "numeric(10,2)": _numeric_10_2,
+    "text": _text,
+    "varchar(30)": lambda r: _q("".join(r.choice(string.ascii_lowercase) for _ in range(r.randint(0, 30)))),
+    "bool": _bool,
+    "date": _date,
+    "time": _time,
+    "timestamp": _timestamp,
+    "timestamptz": _timestamptz,
+    "interval": _interval,
+    "uuid": _uuid,
+    "jsonb": _jsonb,
+    "bytea": _bytea,
+    "int4[]": _int_array,
+    "text[]": _text_array,
+    "mood": _enum,
+    "posint": lambda r: str(r.randint(1, 10**6)),
+    "pair": _pair,
+    "inet": _inet,
+    "varchar(60)": lambda r: _q("".join(r.choice(string.ascii_lowercase) for _ in range(r.randint(0, 60)))),
+    "numeric(12,2)": _numeric_10_2,
+}
+
+#: ALTER COLUMN ... TYPE pairs whose new value prints like the old one (or is the old one
+#: widened): the rewrite keeps every value, so replaying the stream stays exact.
+RETYPE: dict[str, list[str]] = {
+    "int2": ["int4", "int8"],
+    "int4": ["int8", "numeric", "text"],
+    "varchar(30)": ["text", "varchar(60)"],
+    "numeric(10,2)": ["numeric(12,2)", "numeric"],
+    "date": ["timestamp"],
+    "bool": ["text"],
+}
+
+PRELUDE = [
+    "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
+    "CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)",
+    "CREATE TYPE pair AS (a int4, b text)",
+]
+
+
+@dataclasses.dataclass
+class Step:
+    """One transaction's SQL (``sql``), how it ends, and on which connection.
+
+    ``kind``: ``commit``, ``abort``, ``prepare`` (``gid`` set; a later step ``finish``
+    commits or rolls it back), ``finish`` (``sql`` is the COMMIT/ROLLBACK PREPARED),
+    ``ddl`` (autocommit statements), ``interleaved`` (``sql`` and ``other`` run on two
+    connections statement by statement, then both commit in ``other_first`` order),
+    ``message`` (a non-transactional logical message, autocommit).
+    """
+
+    kind: str
+    sql: list[str]
+    other: list[str] = dataclasses.field(default_factory=list)
+    gid: str = ""
+    other_first: bool = False
+
+    def script(self) -> str:
+        """The step as a psql script (interleaved statements shown in their order)."""
+        if self.kind in ("ddl", "message", "finish"):
+            return "\n".join(s + ";" for s in self.sql)
+        if self.kind == "interleaved":
+            lines = ["-- two connections, A and B, statement by statement"]
+            for i in range(max(len(self.sql), len(self.other))):
+                if i < len(self.sql):
+                    lines.append(f"-- A: {self.sql[i]};")
+                if i < len(self.other):
+                    lines.append(f"-- B: {self.other[i]};")
+            lines.append("-- then " + ("B, A" if self.other_first else "A, B") + " commit")
+            return "\n".join(lines)
+        end = {"commit": "COMMIT;", "abort": "ROLLBACK;", "prepare": f"PREPARE TRANSACTION '{self.gid}';"}
+        return "\n".join(["BEGIN;", *[s + ";" for s in self.sql], end[self.kind]])
+
+
+@dataclasses.dataclass
+class Column:
+    name: str
+    type: str
+
+
+@dataclasses.dataclass
+class Table:
+    name: str
+    columns: list[Column]
+    next_id: int = 1
+    full_identity: bool = False
+
+
+@dataclasses.dataclass
+class Workload:
+    seed: int
+    steps: list[Step]
+
+    def script(self) -> str:
+        return "\n\n".join(["-- prelude", *[s + ";" for s in PRELUDE]] + [s.script() for s in self.steps])
+
+    def statements(self) -> int:
+        return sum(len(s.sql) + len(s.other) for s in self.steps)
+
+
+class _Gen:
+    def __init__(self, seed: int) -> None:
+        self.r = random.Random(seed)
+        self.tables: list[Table] = []
+        self.col_counter = 0
+        self.gid_counter = 0
+        self.pending_gids: list[str] = []
+
+    def new_column(self) -> Column:
+        self.col_counter += 1
+        return Column(f"c{self.col_counter}", self.r.choice(list(TYPES)))
+
+    def create_table(self) -> Step:
+        t = Table(f"t{len(self.tables) + 1}", [Column("id", "int4")])
+        t.columns += [self.new_column() for _ in range(self.r.randint(0, 11))]
+        self.tables.append(t)
+        cols = ", ".join(f"{c.name} {c.type}" + (" PRIMARY KEY" if c.name == "id" else "") for c in t.columns)
+        return Step("ddl", [f"CREATE TABLE {t.name} ({cols})"])
+
+    def value(self, c: Column) -> str:
+        if self.r.random() < 0.15:
+            return "NULL"
+        return TYPES[c.type](self.r) if c.type in TYPES else "NULL"
+
+    def insert(self, t: Table) -> str:
+        rows = []
+        for _ in range(self.r.choice([1, 1, 1, 2, 3])):
+            vals = [str(t.next_id) if c.name == "id" else self.value(c) for c in t.columns]
+            t.next_id += 1
+            rows.append("(" + ", ".join(vals) + ")")
+        return f"INSERT INTO {t.name} ({', '.join(c.name for c in t.columns)}) VALUES {', '.join(rows)}"
+
+    def update(self, t: Table) -> str:
+        data = [c for c in t.columns if c.name != "id"]
+        where = self.where(t)
+        if not data:
+            return f"UPDATE {t.name} SET id = id {where}"
+        sets = [f"{c.name} = {self.value(c)}" for c in self.r.sample(data, self.r.randint(1, min(3, len(data))))]
+        return f"UPDATE {t.name} SET {', '.join(sets)} {where}"
+
+    def where(self, t: Table) -> str:
+        if self.r.random() < 0.1:
+            return ""  # every row
+        lo = self.r.randint(1, max(1, t.next_id - 1))
+        return f"WHERE id BETWEEN {lo} AND {lo + self.r.randint(0, 3)}"
+
+    def delete(self, t: Table) -> str:
+        return f"DELETE FROM {t.name} {self.where(t)}"
+
+    def dml(self) -> str:
+        t = self.r.choice(self.tables)
+        roll = self.r.random()
+        if roll < 0.5:
+            return self.insert(t)
+        if roll < 0.8:
+            return self.update(t)
+        if roll < 0.95:
+            return self.delete(t)
+        transactional = self.r.choice(["true", "false"])
+        return f"SELECT pg_logical_emit_message({transactional}, 'torture', {_text(self.r)})"
+
+    def ddl(self) -> Step:
+        t = self.r.choice(self.tables)
+        data = [c for c in t.columns if c.name != "id"]
+        roll = self.r.random()
+        touch = f"UPDATE {t.name} SET id = id"
+        if roll < 0.25 or not data:
+            c = self.new_column()
+            t.columns.append(c)
+            return Step("ddl", [f"ALTER TABLE {t.name} ADD COLUMN {c.name} {c.type}"])
+        c = self.r.choice(data)
+        if roll < 0.4:
+            t.columns.remove(c)
+            return Step("ddl", [f"ALTER TABLE {t.name} DROP COLUMN {c.name}"])
+        if roll < 0.55:
+            old = c.name
+            self.col_counter += 1
+            c.name = f"{old.split('_')[0]}_r{self.col_counter}"
+            return Step("ddl", [f"ALTER TABLE {t.name} RENAME COLUMN {old} TO {c.name}"])
+        if roll < 0.7 and c.type in RETYPE:
+            c.type = self.r.choice(RETYPE[c.type])
+            return Step("ddl", [f"ALTER TABLE {t.name} ALTER COLUMN {c.name} TYPE {c.type}", touch])
+        if roll < 0.8:
+            # Dropped and re-added under its name with another type.
+            t.columns.remove(c)
+            new = Column(c.name, self.r.choice([x for x in TYPES if x != c.type]))
+            t.columns.append(new)
+            return Step("ddl", [f"ALTER TABLE {t.name} DROP COLUMN {c.name}",
+                                f"ALTER TABLE {t.name} ADD COLUMN {new.name} {new.type}", touch])
+        if roll < 0.9:
+            t.full_identity = not t.full_identity
+            return Step("ddl", [f"ALTER TABLE {t.name} REPLICA IDENTITY {'FULL' if t.full_identity else 'DEFAULT'}"])
+        how = self.r.choice(["", " RESTART IDENTITY", " CASCADE"])
+        return Step("commit", [f"TRUNCATE {t.name}{how}"])
+
+    def transaction(self) -> Step:
+        roll = self.r.random()
+        body = [self.dml() for _ in range(self.r.randint(1, 6))]
+        if roll < 0.1:
+            return Step("abort", body)
+        if roll < 0.22:
+            inner = [self.dml() for _ in range(self.r.randint(1, 3))]
+            end = self.r.choice(["ROLLBACK TO SAVEPOINT s1", "RELEASE SAVEPOINT s1"])
+            return Step("commit", body + ["SAVEPOINT s1", *inner, end] + [self.dml()])
+        if roll < 0.3:
+            # Big enough to stream (logical_decoding_work_mem = 64kB).
+            t = self.r.choice(self.tables)
+            n = self.r.randint(150, 400)
+            cols = [c for c in t.columns if c.name != "id" and c.type == "text"]
+            first = t.next_id
+            t.next_id += n
+            if cols:
+                sql = (f"INSERT INTO {t.name} (id, {cols[0].name}) SELECT g, repeat(md5(g::text), 8) "
+                       f"FROM generate_series({first}, {first + n - 1}) g")
+            else:
+                sql = f"INSERT INTO {t.name} (id) SELECT g FROM generate_series({first}, {first + n - 1}) g"
+            big = [sql, f"UPDATE {t.name} SET id = id WHERE id >= {first}"]
+            return Step(self.r.choice(["commit", "commit", "abort"]), body + big)
+        if roll < 0.38 and len(self.pending_gids) < 3:
+            # Inserts only: rows a prepared transaction updated or deleted stay locked until
+            # it is finished, and a later statement on them would wait for ever.
+            self.gid_counter += 1
+            gid = f"g{self.gid_counter}"
+            self.pending_gids.append(gid)
+            inserts = [self.insert(self.r.choice(self.tables)) for _ in range(self.r.randint(1, 4))]
+            return Step("prepare", inserts, gid=gid)
+        if roll < 0.46 and len(self.tables) > 1:
+            a, b = self.r.sample(self.tables, 2)
+            return Step("interleaved", [self.insert(a) for _ in range(self.r.randint(1, 3))],
+                        [self.insert(b) for _ in range(self.r.randint(1, 3))], other_first=self.r.random() < 0.5)
+        return Step("commit", body)
+
+    def finish_prepared(self) -> Step:
+        gid = self.pending_gids.pop(0)
+        verb = self.r.choice(["COMMIT PREPARED", "COMMIT PREPARED", "ROLLBACK PREPARED"])
+        return Step("finish", [f"{verb} '{gid}'"])
+
+
+def generate(seed: int, transactions: int = 40) -> Workload:
+    """A workload of about ``transactions`` transactions and DDL steps."""
+    g = _Gen(seed)
+    steps = [g.create_table() for _ in range(g.r.randint(1, 4))]
+    for _ in range(transactions):
+        roll = g.r.random()
+        if roll < 0.12:
+            # DDL and TRUNCATE wait for the locks of prepared transactions: finish them first.
+            while g.pending_gids:
+                steps.append(g.finish_prepared())
+            steps.append(g.ddl())
+        elif roll < 0.15 and len(g.tables) < 6:
+            steps.append(g.create_table())
+        elif roll < 0.2 and g.pending_gids:
+            steps.append(g.finish_prepared())
+        else:
+            steps.append(g.transaction())
+    while g.pending_gids:
+        steps.append(g.finish_prepared())
+    return Workload(seed, steps)

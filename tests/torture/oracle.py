@@ -1,0 +1,292 @@
+"""What PostgreSQL says, and how a path's output is compared with it.
+
+Two references, both PostgreSQL's own:
+
+* ``test_decoding`` on the same workload prints every committed change, in commit order,
+  with each column's value as PostgreSQL's text output (and the old key or old row).
+  :func:`parse_test_decoding` reads it; :func:`compare_changes` compares it with every
+  decoded change, value by value: the decoded Arrow value rendered as PostgreSQL's text
+  (``pgoutput_arrow._internal.pg_text``), a special value's ``_special`` text, an unchanged
+  TOAST value listed in ``_unchanged``. A column PostgreSQL printed that the output lacks
+  is a mismatch; so is a change missing, extra or out of order.
+* the final ``SELECT``: :func:`compare_final` replays the decoded changes (tests/replay.py)
+  and compares the state with the server's rows, typed, value by value; a column the
+  server has that the output lacks is a mismatch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+import pgoutput_arrow
+from pgoutput_arrow import _internal
+from replay import compare_state, data_columns, replay, server_rows
+
+META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special",
+        "_status", "_subxid")
+
+
+@dataclasses.dataclass
+class Change:
+    """One change as test_decoding printed it: values as PostgreSQL's text (None: NULL;
+    ``UNCHANGED``: an unchanged TOAST value)."""
+
+    table: str
+    op: str
+    new: dict[str, str | None]
+    old: dict[str, str | None] | None = None
+
+
+UNCHANGED = "\x00unchanged-toast-datum"
+
+
+def _values(text: str) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] == " ":
+            i += 1
+        if i >= n:
+            break
+        lb = text.index("[", i)
+        name = text[i:lb]
+        end = text.index("]:", lb)
+        i = end + 2
+        if text.startswith("'", i):
+            j, buf = i + 1, []
+            while True:
+                q = text.index("'", j)
+                buf.append(text[j:q])
+                if q + 1 < n and text[q + 1] == "'":
+                    buf.append("'")
+                    j = q + 2
+                    continue
+                i = q + 1
+                break
+            out[name] = "".join(buf)
+        else:
+            sp = text.find(" ", i)
+            sp = n if sp < 0 else sp
+            raw = text[i:sp]
+            i = sp
+            out[name] = None if raw == "null" else UNCHANGED if raw == "unchanged-toast-datum" else raw
+    return out
+
+
+def parse_test_decoding(lines: Iterable[str]) -> list[Change]:
+    """Every change line of test_decoding's output, in order."""
+    changes = []
+    for line in lines:
+        if not line.startswith("table "):
+            continue
+        head, _, rest = line[len("table "):].partition(": ")
+        op, _, body = rest.partition(": ")
+        op = op.lower()
+        if op == "truncate":
+            changes.append(Change(head, op, {}))
+            continue
+        old = None
+        if body.startswith("old-key: "):
+            old_text, _, new_text = body[len("old-key: "):].partition(" new-tuple: ")
+            old, body = _values(old_text), new_text
+        elif body.startswith("(no-tuple-data)"):
+            body = ""
+        changes.append(Change(head, op, _values(body), old))
+    return changes
+
+
+@dataclasses.dataclass
+class Decoded:
+    """One decoded change with its values as PostgreSQL's text."""
+
+    table: str
+    op: str
+    commit: int
+    seq: int
+    values: dict[str, str | None]
+    special: dict[str, str]
+    unchanged: list[str]
+    before: dict[str, str | None] | None
+    types: dict[str, str]
+
+
+def _text_columns(table: pa.Table) -> tuple[list[str], pa.Table]:
+    cols = [c for c in table.column_names if c not in META]
+    return cols, pa.table(_internal.pg_text(table.select(cols)))
+
+
+def decoded_changes(changes: Any) -> list[Decoded]:
+    """Every row change of every table version (the names each column had then), and every
+    TRUNCATE, in commit order."""
+    out: list[Decoded] = []
+    for name, versions in changes.table_versions.items():
+        for table in versions:
+            if table.num_rows == 0:
+                continue
+            cols, texts = _text_columns(table)
+            ty = {c: (table.schema.field(c).metadata or {}).get(b"pg.type_name", b"").decode() for c in cols}
+            binary_raw = {c for c in cols if pa.types.is_binary(table.schema.field(c).type)
+                          or pa.types.is_binary_view(table.schema.field(c).type)}
+            before = table.column("_before")
+            before_text = None
+            if before.null_count < table.num_rows:
+                flat = pa.table({f.name: pa.chunked_array([c.field(i) for c in before.chunks], type=f.type)
+                                 for i, f in enumerate(before.type)})
+                before_text = pa.table(_internal.pg_text(flat)).to_pylist()
+            before_valid = before.is_valid().to_pylist()
+            rows = texts.to_pylist()
+            meta = table.select(["_op", "_commit_lsn", "_seq", "_unchanged", "_special"]).to_pylist()
+            for i, (row, m) in enumerate(zip(rows, meta)):
+                values = {c: (v if c not in binary_raw or ty[c] == "bytea" else "<raw>") for c, v in row.items()}
+                b = before_text[i] if before_text is not None and before_valid[i] else None
+                out.append(Decoded(name, m["_op"], m["_commit_lsn"], m["_seq"], values,
+                                   dict(m["_special"] or []), m["_unchanged"] or [], b, ty))
+    trunc = changes.truncates
+    if trunc.num_rows:
+        for rels, commit, seq in zip(trunc.column("relations").to_pylist(), trunc.column("_commit_lsn").to_pylist(),
+                                     trunc.column("_seq").to_pylist()):
+            out.append(Decoded(", ".join(rels), "truncate", commit, seq, {}, {}, [], None, {}))
+    out.sort(key=lambda d: (d.commit, d.seq))
+    return out
+
+
+def _same(ours: str | None, theirs: str | None, pg_type: str) -> bool:
+    if ours == theirs:
+        return True
+    if ours is None or theirs is None:
+        return False
+    if pg_type == "bool":
+        return {"t": "true", "f": "false"}.get(ours) == theirs
+    return False
+
+
+def compare_changes(expected: list[Change], decoded: list[Decoded], label: str) -> tuple[int, list[str]]:
+    """(values compared, mismatches) of every decoded change against test_decoding's."""
+    problems: list[str] = []
+    compared = 0
+    if len(expected) != len(decoded):
+        problems.append(f"{label}: {len(decoded)} changes decoded, test_decoding printed {len(expected)}")
+    for k, (want, got) in enumerate(zip(expected, decoded)):
+        where = f"{label}: change #{k} ({want.table} {want.op})"
+        if (want.table, want.op) != (got.table, got.op):
+            problems.append(f"{where}: decoded {got.table} {got.op} instead")
+            break
+        for col, text in want.new.items():
+            if col not in got.values:
+                problems.append(f"{where}: column {col} printed by PostgreSQL is missing from the output")
+                continue
+            compared += 1
+            if text == UNCHANGED:
+                if col not in got.unchanged:
+                    problems.append(f"{where}: {col} is an unchanged TOAST value, not in _unchanged")
+                continue
+            if got.values[col] == "<raw>":
+                continue  # an undecoded type in binary mode: its send bytes
+            ours = got.special.get(col, got.values[col])
+            if not _same(ours, text, got.types.get(col, "")):
+                problems.append(f"{where}: {col} = {ours!r}, PostgreSQL printed {text!r}")
+        if want.old is not None and want.op == "update":
+            for col, text in want.old.items():
+                compared += 1
+                ours = got.special.get(f"_before.{col}", None if got.before is None else got.before.get(col))
+                if got.values.get(col) == "<raw>":
+                    continue
+                if not _same(ours, text, got.types.get(col, "")):
+                    problems.append(f"{where}: old {col} = {ours!r}, PostgreSQL printed {text!r}")
+        if len(problems) > 20:
+            break
+    return compared, problems
+
+
+def published_columns(expected: list[Change]) -> dict[str, set[str]]:
+    """Per table, the columns of its last published insert or update: a column added or
+    renamed after it was never announced by the stream (pgoutput sends a Relation message
+    only before a change), so the output cannot have it yet."""
+    out: dict[str, set[str]] = {}
+    for c in expected:
+        if c.op in ("insert", "update"):
+            out[c.table] = set(c.new)
+    return out
+
+
+def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, label: str,
+                  expected: list[Change]) -> tuple[int, list[str]]:
+    """(values compared, mismatches) of the replayed state against the server's rows, over
+    the columns the stream announced (:func:`published_columns`)."""
+    announced = published_columns(expected)
+    problems: list[str] = []
+    compared = 0
+    keys = {name: ["id"] for name in tables}
+    states = replay(types.SimpleNamespace(tables=tables, truncates=truncates), keys)  # type: ignore[arg-type]
+    with conn.cursor() as cur:
+        cur.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                    "c.relnamespace WHERE c.relkind = 'r' AND n.nspname = 'public'")
+        server_tables = [r[0] for r in cur.fetchall()]
+    for name in server_tables:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM " + name)
+            n = cur.fetchone()[0]
+        if name not in tables:
+            if n:
+                problems.append(f"{label}: {name} has {n} rows in PostgreSQL and none decoded")
+            continue
+        table = tables[name]
+        # Rows whose value was special: compared as text with PostgreSQL's output.
+        special_cols = _special_columns(table)
+        with conn.cursor() as cur:
+            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                        "AND NOT attisdropped", (name,))
+            cols = [r[0] for r in cur.fetchall() if r[0] in announced.get(name, set())]
+        missing = [c for c in cols if c not in data_columns(table)]
+        if missing:
+            problems.append(f"{label}: {name}: columns {missing} of PostgreSQL are missing from the output")
+        plain = [c for c in cols if c not in missing and c not in special_cols]
+        try:
+            compare_state(_project(states[name], plain), server_rows(conn, name, table, plain), f"{label}: {name}")
+        except AssertionError as e:
+            problems.append(str(e)[:2000])
+        compared += n * len(cols)
+    return compared, problems
+
+
+def _special_columns(table: pa.Table) -> set[str]:
+    out: set[str] = set()
+    for entries in table.column("_special").to_pylist():
+        for k, _ in entries or []:
+            if not k.startswith("_before."):
+                out.add(k)
+    return out
+
+
+def _project(state: Any, cols: list[str]) -> Any:
+    class View:
+        def values(self) -> list[dict[str, Any]]:
+            return [{c: r.get(c) for c in cols} for r in state.values()]
+    return View()
+
+
+def unify_outputs(outputs: list[pgoutput_arrow.Output], rest: pgoutput_arrow.Changes) -> dict[str, pa.Table]:
+    """A Decoder's batches, as a sink would keep them: per table, every batch brought to
+    the unified schema of the versions (in the order they were last in force)."""
+    by_table: dict[str, list[pa.RecordBatch]] = {}
+    for o in outputs:
+        if o.kind == "table" and o.table is not None:
+            by_table.setdefault(o.table, []).append(o.batch)
+    for name, t in rest.tables.items():
+        by_table.setdefault(name, []).extend(t.to_batches())
+    tables = {}
+    for name, batches in by_table.items():
+        if not batches:
+            continue
+        schemas: dict[bytes, pa.Schema] = {}
+        for b in batches:
+            key = (b.schema.metadata or {}).get(b"pg.version", b"")
+            schemas.pop(key, None)
+            schemas[key] = b.schema
+        unified = pgoutput_arrow.unify_schemas(list(schemas.values()))
+        tables[name] = pa.concat_tables([pgoutput_arrow.conform(b, unified) for b in batches])
+    return tables
