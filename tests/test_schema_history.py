@@ -247,3 +247,32 @@ def test_live_stream_with_defaults(pg18: PgServer, binary: bool) -> None:
     _check_against_server(pg18, tables, empty, schema)
     _check_specials(pg18, tables[f"{schema}.sv"], schema)
     assert "a" not in tables[f"{schema}.h3"].column_names
+
+
+def test_cli_with_defaults(captures: tuple[PgServer, dict[str, Any]], tmp_path: Any) -> None:
+    """pgoutput-dump on the histories' capture with the default options: exit 0 in every
+    format; jsonl and pretty print PostgreSQL's text of a special value in its place."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    dump = str(Path(sys.executable).parent / "pgoutput-dump")
+    _, caps = captures
+    for name, capture in caps.items():
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(capture, path)
+        out = subprocess.run([dump, str(path), "--format", "jsonl", "--table", "hist.sv"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        first = json.loads(out.stdout.splitlines()[0])
+        assert (first["new"]["t"], first["new"]["n"], first["new"]["arr"]) == ("24:00:00", "NaN", "[0:1]={1,2}")
+        assert first["new"]["ts"] == "294276-01-01 00:00:00"
+        pretty = subprocess.run([dump, str(path), "--format", "pretty"], capture_output=True, text=True,
+                                timeout=120)
+        assert pretty.returncode == 0 and "24:00:00" in pretty.stdout, pretty.stderr
+        parquet = subprocess.run([dump, str(path), "--format", "parquet", "--output", str(tmp_path / name)],
+                                 capture_output=True, text=True, timeout=120)
+        assert parquet.returncode == 0, parquet.stderr

@@ -147,11 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dec = p.add_argument_group("decoding")
     dec.add_argument(
-        "--special-values", choices=("error", "null", "text"), default="error",
-        help="values no Arrow value of the column's type can hold (time 24:00:00, NaN or "
-        "Infinity in numeric(p,s), timestamps beyond int64 microseconds): fail (the default), "
-        "store NULL, or decode the column as PostgreSQL's text; +-infinity dates and "
-        "timestamps are kept as the type's extreme values and printed as infinity",
+        "--special-values", choices=("keep", "error", "null", "text"), default="keep",
+        help="values PostgreSQL accepted that no Arrow value of the column's type can hold "
+        "(time 24:00:00, NaN in numeric(p,s), timestamps beyond int64 microseconds, arrays "
+        "whose lower bound is not 1): keep them (the default: jsonl and pretty print "
+        "PostgreSQL's text in the value's place, Parquet/Arrow keep it in the _special "
+        "column), fail, store NULL (the value is lost), or decode such columns as "
+        "PostgreSQL's text; +-infinity dates and timestamps are kept as the type's extreme "
+        "values and printed as infinity",
     )
     dec.add_argument(
         "--no-views", action="store_true",
@@ -434,7 +437,7 @@ def _message_keys(batch: pa.RecordBatch) -> list[int]:
 # --- changes as rows -----------------------------------------------------------------
 
 _META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged",
-         "_status", "_subxid")
+         "_special", "_status", "_subxid")
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -486,6 +489,7 @@ def events(chunk: Chunk, pretty: bool) -> list[Event]:
             before = [None if r is None else {k: v for k, v in r.items() if k in key}
                       for r in before]
         unchanged = _column(b, "_unchanged")
+        special = _column(b, "_special")
         ops, lsns, commits, xids, seqs = (_column(b, c) for c in
                                            ("_op", "_lsn", "_commit_lsn", "_xid", "_seq"))
         ts = _ts_us(b, "_commit_ts")
@@ -493,6 +497,14 @@ def events(chunk: Chunk, pretty: bool) -> list[Event]:
         for i in range(b.num_rows):
             op = ops[i]
             new = None if op == "delete" else {n: cols[n][i] for n in names}
+            if special[i]:
+                # A value its column's type cannot hold: PostgreSQL's text in its place.
+                for key, text in special[i]:
+                    if key.startswith("_before."):
+                        if before[i] is not None:
+                            before[i][key[len("_before."):]] = text
+                    elif new is not None:
+                        new[key] = text
             out.append(Event((commits[i] or 0, seqs[i] or 0), op, name, lsns[i], commits[i],
                              ts[i], xids[i], new, before[i], unchanged[i] or []))
     for b in chunk.truncates:

@@ -299,7 +299,12 @@ def main(argv: list[str] | None = None) -> int:
             use_spark = args.spark_every and seed % args.spark_every == 0
             if use_spark and spark is None:
                 from pyspark.sql import SparkSession
+
+                # The workers must run this interpreter (the .venv with the built decoder).
+                os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
                 spark = (SparkSession.builder.master("local[2]").appName("pgoutput-torture")
+                         .config("spark.sql.execution.arrow.pyspark.validateSchema.enabled", "true")
+                         .config("spark.sql.session.timeZone", "UTC")
                          .config("spark.sql.shuffle.partitions", "3").config("spark.ui.enabled", "false")
                          .getOrCreate())
             for pg in servers:
