@@ -108,11 +108,12 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                 flat: list[str] = []
                 for k, v in {**options, "publication_names": "torture", "messages": "true"}.items():
                     flat += [k, v]
-                cur.execute("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_get_binary_changes("
-                            "%s, NULL, NULL, VARIADIC %s)", (_slot(db, name), flat))
+                cur.execute("SELECT (lsn - '0/0'::pg_lsn)::int8, xid::text::int8, data FROM "
+                            "pg_logical_slot_get_binary_changes(%s, NULL, NULL, VARIADIC %s)", (_slot(db, name), flat))
                 rows = cur.fetchall()
                 captures[name] = pa.table({"lsn": pa.array([r[0] for r in rows], pa.int64()),
-                                           "data": pa.array([bytes(r[1]) for r in rows], pa.binary())})
+                                           "xid": pa.array([r[1] for r in rows], pa.int64()),
+                                           "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
         for name, capture in captures.items():
             _check_paths(result, conns[0], expected, capture, f"PG{pg.version} {name}", workload.seed)
         if live:
@@ -218,7 +219,7 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], cap
     name, capture = next(iter(captures.items()))
     label = f"spark.decode {name} shuffled"
     df = spark.createDataFrame(capture.to_pandas()).select(
-        F.col("lsn").cast("long").alias("lsn"), F.lit(0).cast("long").alias("xid"), F.col("data"))
+        F.col("lsn").cast("long").alias("lsn"), F.col("xid").cast("long").alias("xid"), F.col("data"))
     try:
         decoded = sp.decode(df.repartition(3).sortWithinPartitions(F.rand(seed)), num_partitions=3,
                             with_truncates=True)
@@ -227,7 +228,12 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], cap
     except Exception as e:  # noqa: BLE001
         result.problems.append(f"{label}: {type(e).__name__}: {e}")
         return
-    m, more = compare_final(conn, tables, trunc, label, expected)
+    # Spark's own types (interval as a struct, time in ns) are not the decoder's: compared
+    # are the columns whose type Spark keeps.
+    def comparable(t: pa.DataType) -> bool:
+        return not (pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_time(t))
+
+    m, more = compare_final(conn, tables, trunc, label, expected, comparable)
     result.values += m
     result.runs += 1
     result.problems += more
