@@ -229,7 +229,8 @@ def test_pretty_is_the_default_on_a_terminal(capture: Path) -> None:
 
 def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path) -> None:
     """A capture made with COPY ... (FORMAT csv), as the help shows; infinity dates and a
-    24:00:00 time (an error unless --special-values says otherwise)."""
+    24:00:00 time (printed as PostgreSQL's text by default; an error with
+    --special-values error)."""
     pg18.execute("CREATE TABLE cli_csv (id int PRIMARY KEY, d date, t time)")
     pg18.execute("CREATE PUBLICATION cli_csv_pub FOR TABLE cli_csv")
     pg18.create_slot("cli_csv_slot")
@@ -242,7 +243,10 @@ def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path) -> 
             "TO STDOUT (FORMAT csv)", f)
     conn.close()
     pg18.drop_slot("cli_csv_slot")
-    line = _one_error_line(dump(path, "--format", "jsonl", check=False))
+    objs = [json.loads(x) for x in dump(path, "--format", "jsonl").stdout.splitlines()]
+    assert [(o["new"]["d"], o["new"]["t"]) for o in objs] == [("infinity", "10:00:00"),
+                                                              ("-infinity", "24:00:00")]
+    line = _one_error_line(dump(path, "--format", "jsonl", "--special-values", "error", check=False))
     assert "public.cli_csv" in line and '"t"' in line and "24:00:00" in line
     objs = [json.loads(x) for x in dump(path, "--format", "jsonl", "--special-values", "text")
             .stdout.splitlines()]

@@ -89,7 +89,6 @@ SPECIAL_COLUMNS = ("t", "n", "ts", "arr")
 def captures(request: pytest.FixtureRequest, pg18: PgServer, pg15: PgServer) -> tuple[PgServer, dict[str, Any]]:
     pg = pg18 if request.param == 18 else pg15
     pg.execute("CREATE SCHEMA IF NOT EXISTS hist")
-    pg.execute("SET search_path = hist")
     pg.execute("CREATE PUBLICATION hist_pub FOR TABLES IN SCHEMA hist")
     sets = [(n, o) for n, o, v in OPTION_SETS if pg.version >= v]
     for name, _ in sets:

@@ -1047,11 +1047,11 @@ def test_schema_histories_and_special_values_on_shuffled_partitions(spark: Any, 
     from pyspark.sql import functions as F
     from test_schema_history import HISTORY_SQL, _check_against_server, _check_specials
 
-    pg18.execute("CREATE SCHEMA hist")
-    pg18.execute("CREATE PUBLICATION hist_spark_pub FOR TABLES IN SCHEMA hist")
+    pg18.execute("CREATE SCHEMA histspark")
+    pg18.execute("CREATE PUBLICATION hist_spark_pub FOR TABLES IN SCHEMA histspark")
     pg18.create_slot("hist_spark")
     with pg18.connect() as conn, conn.cursor() as cur:
-        cur.execute("SET search_path = hist")
+        cur.execute("SET search_path = histspark")
         for sql in HISTORY_SQL:
             cur.execute(sql)
     rows = pg18.get_binary_changes("hist_spark", {"proto_version": "1", "publication_names": "hist_spark_pub"})
@@ -1061,8 +1061,31 @@ def test_schema_histories_and_special_values_on_shuffled_partitions(spark: Any, 
                             (5, df.orderBy(F.rand(11)))):
         decoded = sp.decode(shuffled, num_partitions=parts)
         tables = {name: d.toArrow() for name, d in decoded.items()}
-        assert "a" not in tables["hist.h3"].column_names and "a_renamed" in tables["hist.h3"].column_names
+        assert "a" not in tables["histspark.h3"].column_names and "a_renamed" in tables["histspark.h3"].column_names
         empty_truncates = pa.table({"relations": pa.array([], pa.list_(pa.string())),
                                     "_commit_lsn": pa.array([], pa.int64()), "_seq": pa.array([], pa.int64())})
-        _check_against_server(pg18, tables, empty_truncates)
-        _check_specials(pg18, tables["hist.sv"])
+        _check_against_server(pg18, tables, empty_truncates, "histspark")
+        _check_specials(pg18, tables["histspark.sv"], "histspark")
+
+
+def test_array_depth_is_the_drivers_in_every_partition(spark: Any, pg18: Any) -> None:
+    """Found by the randomized tester (seed 110): a partition whose first non-empty array of a
+    column was 2-D learned depth 2 while the driver's schema said 1, and bringing it to that
+    schema failed ("Cannot cast LIST to non-list data type Int32"). Every partition now nests
+    as deep as the driver; the 2-D value is kept in _special, the 1-D ones in the column."""
+    from pyspark.sql import functions as F
+
+    pg18.execute("CREATE TABLE depth (id int PRIMARY KEY, a int4[])")
+    pg18.execute("CREATE PUBLICATION depth_pub FOR TABLE depth")
+    pg18.create_slot("depth_slot")
+    pg18.execute("INSERT INTO depth VALUES (1, '{{1,2},{3,4}}')")
+    for i in range(2, 12):
+        pg18.execute(f"INSERT INTO depth VALUES ({i}, '{{{i},NULL}}')")
+    rows = pg18.get_binary_changes("depth_slot", {"proto_version": "1", "publication_names": "depth_pub"})
+    pg18.drop_slot("depth_slot")
+    df = _capture_df(spark, rows)
+    for parts in (1, 4):
+        decoded = sp.decode(df.repartition(parts).sortWithinPartitions(F.rand(3)), num_partitions=parts)
+        got = {r["id"]: r for r in decoded["public.depth"].collect()}
+        assert got[1]["a"] is None and dict(got[1]["_special"]) == {"a": "{{1,2},{3,4}}"}
+        assert all(got[i]["a"] == [i, None] and got[i]["_special"] is None for i in range(2, 12))

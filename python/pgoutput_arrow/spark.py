@@ -852,6 +852,11 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     spark = df.sparkSession
     options = dict(options)
     options.setdefault("views", False)
+    if options.get("array_ndims") is None:
+        # The schema is settled on the driver before any data is seen: every partition must
+        # nest arrays as deep as it does, not learn a depth from its own first array (an
+        # array of another depth is kept in _special, as everywhere).
+        options["array_ndims"] = 1
     ndf = _normalized(df, order_col)
     catalog = collect_catalog(ndf)
     if options.get("binary") is None:

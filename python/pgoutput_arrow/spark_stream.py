@@ -60,7 +60,9 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 
 #: The stream asks for text tuple data (``peek_options``): say so, so that enum and composite
 #: columns are typed the same in the schema (built before any data) and in every batch.
-DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False}
+#: Arrays nest one level (the schema is built before any data): a micro-batch must not learn
+#: another depth from its own first array; arrays of another depth are kept in _special.
+DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1}
 
 #: Change messages: Insert, Update, Delete, Truncate.
 _CHANGE_KINDS = (ord("I"), ord("U"), ord("D"), ord("T"))
