@@ -12,7 +12,8 @@ fn options(flags: u8) -> DecoderOptions {
     let special_values = match flags >> 4 & 3 {
         0 => SpecialValues::Error,
         1 => SpecialValues::Null,
-        _ => SpecialValues::Text,
+        2 => SpecialValues::Text,
+        _ => SpecialValues::Keep,
     };
     DecoderOptions {
         types: TypeOptions { views: flags & 1 == 0, binary: flags & 2 != 0, special_values, ..Default::default() },
