@@ -290,3 +290,69 @@ impl Catalog {
         ids.iter().copied().filter(|&id| self.was_active(id)).max_by_key(|&id| self.activated[id as usize])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols(spec: &[(&str, u32)]) -> Vec<RelColumn> {
+        spec.iter()
+            .map(|&(name, oid)| RelColumn {
+                name: name.to_string(),
+                ty: PgColumnType { oid, typmod: -1, type_name: None },
+                is_key: false,
+                id: 0,
+            })
+            .collect()
+    }
+
+    /// Ids of `new` after `old` (whose ids are 0, 1, 2, ...).
+    fn ids(old: &[(&str, u32)], new: &[(&str, u32)]) -> Vec<u32> {
+        let mut old = cols(old);
+        let next = column_ids(&[], &mut old, 0);
+        let mut new = cols(new);
+        column_ids(&old, &mut new, next);
+        new.iter().map(|c| c.id).collect()
+    }
+
+    const INT: u32 = 23;
+    const TEXT: u32 = 25;
+
+    #[test]
+    fn same_names_keep_their_ids() {
+        assert_eq!(ids(&[("id", INT), ("a", INT)], &[("id", INT), ("a", TEXT), ("b", INT)]), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_new_name_before_a_kept_column_is_a_rename() {
+        // RENAME a TO x (a column after it kept its name): whatever the types.
+        assert_eq!(ids(&[("id", INT), ("a", INT), ("z", TEXT)], &[("id", INT), ("x", TEXT), ("z", TEXT)]), [0, 1, 2]);
+        // DROP a, RENAME b TO x: the gap's column of the same type.
+        assert_eq!(
+            ids(&[("id", INT), ("a", INT), ("b", TEXT), ("z", INT)], &[("id", INT), ("x", TEXT), ("z", INT)]),
+            [0, 2, 3]
+        );
+    }
+
+    #[test]
+    fn at_the_end_only_the_same_type_is_a_rename() {
+        assert_eq!(ids(&[("id", INT), ("a", INT)], &[("id", INT), ("b", INT)]), [0, 1]);
+        // DROP a (int), ADD b (text): a new column.
+        assert_eq!(ids(&[("id", INT), ("a", INT)], &[("id", INT), ("b", TEXT)]), [0, 2]);
+        // DROP a, ADD b text, ADD c int: after the first new column, the rest are new too.
+        assert_eq!(ids(&[("id", INT), ("a", INT)], &[("id", INT), ("b", TEXT), ("c", INT)]), [0, 2, 3]);
+    }
+
+    #[test]
+    fn dropped_columns_free_nothing() {
+        // DROP a: the ids of the others stay, and the next new column gets a fresh id.
+        let mut v1 = cols(&[("id", INT), ("a", INT), ("b", INT)]);
+        let next = column_ids(&[], &mut v1, 0);
+        let mut v2 = cols(&[("id", INT), ("b", INT)]);
+        let next = column_ids(&v1, &mut v2, next);
+        let mut v3 = cols(&[("id", INT), ("b", INT), ("a", TEXT)]);
+        column_ids(&v2, &mut v3, next);
+        assert_eq!(v2.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(v3.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2, 3]);
+    }
+}
