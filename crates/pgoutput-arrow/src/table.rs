@@ -150,34 +150,38 @@ fn special_entry_fields() -> Fields {
     Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Utf8, true)])
 }
 
-/// The special values of the rows of a batch, built only once one arrives.
+/// The special values of the rows of a batch: entries with their row, no per-row work
+/// while a batch has none (nearly always).
 #[derive(Default)]
 struct SpecialColumn {
-    /// Per row so far, where its entries end; None while no row of the batch has any.
-    offsets: Option<Vec<i32>>,
+    /// Row (within the batch) of each entry, in order.
+    rows: Vec<u32>,
     keys: Vec<String>,
     values: Vec<String>,
 }
 
 impl SpecialColumn {
-    /// An entry of the row being appended, `rows` rows after the batch's first.
-    fn add(&mut self, rows: usize, key: String, value: String) {
-        self.offsets.get_or_insert_with(|| vec![0; rows + 1]);
+    /// An entry of the row being appended, `row` rows after the batch's first.
+    fn add(&mut self, row: usize, key: String, value: String) {
+        self.rows.push(row as u32);
         self.keys.push(key);
         self.values.push(value);
     }
 
-    /// The row being appended is complete.
-    fn end_row(&mut self) {
-        if let Some(offsets) = &mut self.offsets {
-            offsets.push(self.keys.len() as i32);
-        }
-    }
-
     fn finish(&mut self, rows: usize) -> Result<ArrayRef, arrow_schema::ArrowError> {
-        let Some(offsets) = self.offsets.take() else {
+        if self.rows.is_empty() {
             return Ok(new_null_array(&special_type(), rows));
-        };
+        }
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0i32);
+        let mut entries = self.rows.drain(..).peekable();
+        let mut end = 0i32;
+        for row in 0..rows as u32 {
+            while entries.next_if_eq(&row).is_some() {
+                end += 1;
+            }
+            offsets.push(end);
+        }
         let nulls: NullBuffer = offsets.windows(2).map(|w| w[1] > w[0]).collect::<Vec<bool>>().into();
         let keys: ArrayRef = Arc::new(StringArray::from_iter_values(self.keys.drain(..)));
         let values: ArrayRef = Arc::new(StringArray::from_iter_values(self.values.drain(..)));
@@ -311,35 +315,29 @@ impl TableBuilder {
         }
         let track_unchanged = op != Op::Delete;
         for (i, (cell, col)) in row.cells().zip(self.columns.iter_mut()).enumerate() {
-            let result = match cell {
-                Cell::Null => {
-                    col.append_null();
-                    Ok(())
-                }
+            match cell {
+                Cell::Null => col.append_null(),
                 Cell::UnchangedToast => {
                     col.append_null();
                     if track_unchanged {
                         self.unchanged.push(i as u16);
                         self.value_bytes += UNCHANGED_NAME_BYTES;
                     }
-                    Ok(())
                 }
                 Cell::Text(v) => {
                     self.value_bytes += v.len();
-                    col.append_text(v, ctx.source(v)).map_err(|e| (v, false, e))
+                    if let Err(e) = col.append_text(v, ctx.source(v)) {
+                        let keep = self.keep_special.then_some((&mut self.special, self.len, ""));
+                        cell_error(&self.rel, i, col, ctx, v, false, e, keep)?;
+                    }
                 }
                 Cell::Binary(v) => {
                     self.value_bytes += v.len();
-                    col.append_binary(v, ctx.source(v)).map_err(|e| (v, true, e))
+                    if let Err(e) = col.append_binary(v, ctx.source(v)) {
+                        let keep = self.keep_special.then_some((&mut self.special, self.len, ""));
+                        cell_error(&self.rel, i, col, ctx, v, true, e, keep)?;
+                    }
                 }
-            };
-            if let Err((v, binary, e)) = result {
-                if !(e.special && self.keep_special) {
-                    return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
-                }
-                col.append_null();
-                let text = col.special_text(v, binary);
-                self.special.add(self.len, self.rel.columns[i].name.clone(), text);
             }
         }
         match old {
@@ -351,28 +349,19 @@ impl TableBuilder {
                 }
                 self.before_pending = 0;
                 for (i, (cell, col)) in old.cells().zip(self.before.iter_mut()).enumerate() {
-                    let result = match cell {
+                    let (v, binary, result) = match cell {
                         // An unchanged TOAST value in an old row is not sent either.
                         Cell::Null | Cell::UnchangedToast => {
                             col.append_null();
-                            Ok(())
+                            continue;
                         }
-                        Cell::Text(v) => {
-                            self.value_bytes += v.len();
-                            col.append_text(v, ctx.source(v)).map_err(|e| (v, false, e))
-                        }
-                        Cell::Binary(v) => {
-                            self.value_bytes += v.len();
-                            col.append_binary(v, ctx.source(v)).map_err(|e| (v, true, e))
-                        }
+                        Cell::Text(v) => (v, false, col.append_text(v, ctx.source(v))),
+                        Cell::Binary(v) => (v, true, col.append_binary(v, ctx.source(v))),
                     };
-                    if let Err((v, binary, e)) = result {
-                        if !(e.special && self.keep_special) {
-                            return Err(Box::new(value_error(&self.rel, i, ctx, v, e.message)));
-                        }
-                        col.append_null();
-                        let text = col.special_text(v, binary);
-                        self.special.add(self.len, format!("_before.{}", self.rel.columns[i].name), text);
+                    self.value_bytes += v.len();
+                    if let Err(e) = result {
+                        let keep = self.keep_special.then_some((&mut self.special, self.len, "_before."));
+                        cell_error(&self.rel, i, col, ctx, v, binary, e, keep)?;
                     }
                 }
                 let len = self.len;
@@ -407,7 +396,6 @@ impl TableBuilder {
         self.xid.push(txn.xid as i64);
         self.seq.push(ctx.seq as i64);
         self.unchanged_offsets.push(self.unchanged.len() as i32);
-        self.special.end_row();
         if let Some((status, subxid)) = &mut self.arrived {
             status.append_value(txn.status.unwrap_or("committed"));
             subxid.append_option(ctx.subxid.map(i64::from));
@@ -522,6 +510,34 @@ impl TableBuilder {
         let list = ListArray::try_new(field, OffsetBuffer::new(ScalarBuffer::from(offsets)), Arc::new(names), None)
             .map_err(|e| DecodeError::boxed_arrow(format!("_unchanged of {}", self.rel.table), e))?;
         Ok(Arc::new(list))
+    }
+}
+
+/// A value the column builder refused. A special value under SpecialValues::Keep (`keep`:
+/// the batch's `_special` column, the row's index in the batch and the key's prefix) is a
+/// null in the column and PostgreSQL's text in `_special`; anything else is an error.
+/// Out of line: the cell loop stays small.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn cell_error(
+    rel: &RelVersion,
+    column: usize,
+    col: &mut ColumnBuilder,
+    ctx: &MessageCtx<'_>,
+    value: &[u8],
+    binary: bool,
+    err: crate::types::ValueError,
+    keep: Option<(&mut SpecialColumn, usize, &str)>,
+) -> Fallible<()> {
+    match keep {
+        Some((special, row, prefix)) if err.special => {
+            col.append_null();
+            let text = col.special_text(value, binary);
+            special.add(row, format!("{prefix}{}", rel.columns[column].name), text);
+            Ok(())
+        }
+        _ => Err(Box::new(value_error(rel, column, ctx, value, err.message))),
     }
 }
 
