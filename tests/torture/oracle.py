@@ -213,8 +213,30 @@ def published_columns(expected: list[Change]) -> dict[str, set[str]]:
     return out
 
 
+def raw_text_columns(changes: Any) -> set[tuple[str, str]]:
+    """(table, column) whose unified column is text (``pg.unified``) while a version held an
+    undecoded type's binary send bytes (an enum or composite in binary mode): those bytes
+    have no PostgreSQL text to show but ``\\x`` hex, so the final state cannot equal the
+    server's text there (documented in README's known limits); every change is still
+    compared with test_decoding."""
+    out: set[tuple[str, str]] = set()
+    for name, versions in changes.table_versions.items():
+        unified = changes.tables.get(name)
+        if unified is None:
+            continue
+        for v in versions:
+            for f in v.schema:
+                md = f.metadata or {}
+                if b"pg.type_oid" in md and md.get(b"pg.type_name") != b"bytea" and (
+                        pa.types.is_binary(f.type) or pa.types.is_binary_view(f.type)):
+                    out.add((name, f.name))
+    return {(t, c) for t, c in out if c in changes.tables[t].column_names
+            and (changes.tables[t].schema.field(c).metadata or {}).get(b"pg.unified") == b"text"}
+
+
 def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, label: str,
-                  expected: list[Change], comparable: Any = None) -> tuple[int, list[str]]:
+                  expected: list[Change], comparable: Any = None,
+                  skip: set[tuple[str, str]] = frozenset()) -> tuple[int, list[str]]:  # type: ignore[assignment]
     """(values compared, mismatches) of the replayed state against the server's rows, over
     the columns the stream announced (:func:`published_columns`)."""
     announced = published_columns(expected)
@@ -244,7 +266,7 @@ def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, l
         missing = [c for c in cols if c not in data_columns(table)]
         if missing:
             problems.append(f"{label}: {name}: columns {missing} of PostgreSQL are missing from the output")
-        plain = [c for c in cols if c not in missing and c not in special_cols
+        plain = [c for c in cols if c not in missing and c not in special_cols and (name, c) not in skip
                  and (comparable is None or comparable(table.schema.field(c).type))]
         try:
             compare_state(_project(states[name], plain), server_rows(conn, name, table, plain), f"{label}: {name}")
