@@ -1066,6 +1066,24 @@ def test_schema_histories_and_special_values_on_shuffled_partitions(spark: Any, 
                                     "_commit_lsn": pa.array([], pa.int64()), "_seq": pa.array([], pa.int64())})
         _check_against_server(pg18, tables, empty_truncates, "histspark")
         _check_specials(pg18, tables["histspark.sv"], "histspark")
+    # pgoutput-dump's Parquet directories, one file per transaction, read back by Spark whole.
+    import subprocess
+    import tempfile
+
+    import pyarrow.parquet as pq
+    from dump_workload import dump_command
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pq.write_table(pa.table({"lsn": pa.array([r[0] for r in rows], pa.int64()),
+                                 "data": pa.array([bytes(r[2]) for r in rows], pa.binary())}), f"{tmp}/c.parquet")
+        subprocess.run([dump_command(), f"{tmp}/c.parquet", "--format", "parquet", "--output", f"{tmp}/out",
+                        "--rows-per-file", "1"], check=True, capture_output=True, timeout=120)
+        for rel, columns in (("h1", {"id", "a", "b"}), ("h3", {"id", "a_renamed", "z2"}), ("h4", {"id", "b"})):
+            df = spark.read.parquet(f"{tmp}/out/histspark.{rel}")
+            assert columns <= set(df.columns), (rel, df.columns)
+            assert df.count() == pq.read_table(f"{tmp}/out/histspark.{rel}").num_rows
+        h3 = {r["id"]: r for r in spark.read.parquet(f"{tmp}/out/histspark.h3").where("_op = 'insert'").collect()}
+        assert h3[1]["a_renamed"] == 10 and h3[3]["z2"] == "r"
 
 
 def test_array_depth_is_the_drivers_in_every_partition(spark: Any, pg18: Any) -> None:

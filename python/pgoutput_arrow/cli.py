@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import Changes, Decoder, Output, OutputKind, __version__
+from ._files import TableDirectory, storable, write_atomically
 from ._render import column_values, format_pretty, iso_timestamp
 from .capture import Capture, lsn_to_int, lsn_to_str, open_capture, open_stream
 from .exceptions import PgoutputError
@@ -499,10 +500,11 @@ def events(chunk: Chunk, pretty: bool) -> list[Event]:
             new = None if op == "delete" else {n: cols[n][i] for n in names}
             if special[i]:
                 # A value its column's type cannot hold: PostgreSQL's text in its place.
+                old_row = before[i]
                 for key, text in special[i]:
                     if key.startswith("_before."):
-                        if before[i] is not None:
-                            before[i][key[len("_before."):]] = text
+                        if old_row is not None:
+                            old_row[key[len("_before."):]] = text
                     elif new is not None:
                         new[key] = text
             out.append(Event((commits[i] or 0, seqs[i] or 0), op, name, lsns[i], commits[i],
@@ -682,7 +684,8 @@ class FileSink:
     """Parquet or Arrow IPC files per table, each holding whole transactions, about
     ``rows_per_file`` rows, and named by the commit LSNs of its first and last rows. (Two
     files can share a range only when a table's schema changed inside a transaction: the
-    later one gets a ``-N`` suffix.)"""
+    later one gets a ``-N`` suffix.) Every file of a table's directory has the same schema
+    (:class:`~pgoutput_arrow._files.TableDirectory`)."""
 
     def __init__(self, root: Path, fmt: str, rows_per_file: int) -> None:
         self.root = root
@@ -690,10 +693,20 @@ class FileSink:
         self.rows_per_file = rows_per_file
         self.pending: dict[str, tuple[int, list[pa.RecordBatch]]] = {}
         self.files: list[Path] = []
+        self.dirs: dict[str, TableDirectory] = {}
 
     def _add(self, key: str, version: int, batch: pa.RecordBatch) -> None:
         held = self.pending.get(key)
-        if held is not None and (held[0] != version or held[1][0].schema != batch.schema):
+        if held is not None and held[0] != version:
+            self._write(key)
+            held = None
+        if not key.startswith("_"):
+            # Into the directory's schema (may rewrite the files written so far).
+            directory = self.dirs.get(key)
+            if directory is None:
+                directory = self.dirs[key] = TableDirectory(self.root / key, self.fmt)
+            batch = directory.conform(pa.Table.from_batches([batch])).combine_chunks().to_batches()[0]
+        if held is not None and held[1][0].schema != batch.schema:
             self._write(key)
             held = None
         if held is None:
@@ -702,7 +715,8 @@ class FileSink:
 
     def write(self, chunk: Chunk) -> None:
         for name, version, b in chunk.tables:
-            self._add(name, version, b)
+            if b.num_rows:
+                self._add(name, version, b)
         for kind in ("truncates", "messages", "transactions"):
             for b in getattr(chunk, kind):
                 self._add(f"_{kind}", 0, b)
@@ -715,7 +729,7 @@ class FileSink:
 
     def _write(self, key: str) -> None:
         _, batches = self.pending.pop(key)
-        table = _storable(pa.Table.from_batches(batches), self.fmt)
+        table = storable(pa.Table.from_batches(batches), self.fmt)
         lsn_col = "_commit_lsn" if "_commit_lsn" in table.schema.names else None
         if key == "_transactions":
             lsn_col = next((c for c in ("commit_lsn", "_commit_lsn") if c in table.schema.names),
@@ -731,110 +745,12 @@ class FileSink:
         while path in self.files:
             path = directory / f"{base}-{n}.{ext}"
             n += 1
-        _write_atomically(table, path, self.fmt)
+        write_atomically(table, path, self.fmt)
         self.files.append(path)
 
     def close(self) -> None:
         for key in list(self.pending):
             self._write(key)
-
-
-_INTERVAL_STRUCT = pa.struct([("months", pa.int32()), ("days", pa.int32()),
-                              ("nanoseconds", pa.int64())])
-_UUID_META = {b"ARROW:extension:name": b"arrow.uuid", b"ARROW:extension:metadata": b""}
-
-
-def _parquet_field(f: pa.Field) -> pa.Field:
-    """How a column is stored in Parquet so that pyarrow reads it back with the same values
-    and Spark reads it at all: Parquet has no month_day_nano interval (stored as a struct of
-    months, days and nanoseconds), Spark rejects Parquet's UUID type (stored as plain 16
-    bytes, with the arrow.uuid extension recorded in the field metadata, which pyarrow
-    restores), and view arrays become plain strings and binaries."""
-    t = f.type
-    if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.uuid":
-        return pa.field(f.name, t.storage_type, f.nullable, {**(f.metadata or {}), **_UUID_META})
-    if t == pa.month_day_nano_interval():
-        return f.with_type(_INTERVAL_STRUCT)
-    # pyarrow's Parquet writer cannot slice view arrays into pages ("Slicing not implemented
-    # for StringView"): plain string and binary, the same Parquet column.
-    if pa.types.is_string_view(t):
-        return f.with_type(pa.string())
-    if pa.types.is_binary_view(t):
-        return f.with_type(pa.binary())
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        inner = _parquet_field(t.value_field)
-        if inner.equals(t.value_field, check_metadata=True):
-            return f
-        return f.with_type(pa.list_(inner) if pa.types.is_list(t) else pa.large_list(inner))
-    if pa.types.is_struct(t):
-        children = [t.field(i) for i in range(t.num_fields)]
-        fixed = [_parquet_field(c) for c in children]
-        if all(a.equals(b, check_metadata=True) for a, b in zip(children, fixed)):
-            return f
-        return f.with_type(pa.struct(fixed))
-    return f
-
-
-def _to_type(arr: pa.Array, t: pa.DataType) -> pa.Array:
-    """``arr`` rebuilt with the type :func:`_parquet_field` chose, array by array (no
-    Python values, which cannot hold every date PostgreSQL can)."""
-    if arr.type == t:
-        return arr
-    if isinstance(arr.type, pa.BaseExtensionType):
-        return _to_type(arr.storage, t)
-    if arr.type == pa.month_day_nano_interval():
-        return pa.array([None if v is None else
-                         {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
-                         for v in arr.to_pylist()], t)
-    mask = arr.is_null() if arr.null_count else None
-    if pa.types.is_struct(arr.type):
-        children = [_to_type(c, t.field(i).type) for i, c in enumerate(arr.flatten())]
-        return pa.StructArray.from_arrays(children, fields=[t.field(i) for i in range(t.num_fields)],
-                                          mask=mask)
-    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
-        cls = pa.ListArray if pa.types.is_list(arr.type) else pa.LargeListArray
-        values = _to_type(arr.values, t.value_type)
-        return cls.from_arrays(arr.offsets, values, type=t, mask=mask)
-    return arr.cast(t)
-
-
-def _storable(table: pa.Table, fmt: str) -> pa.Table:
-    if fmt != "parquet":
-        return table
-    fields = [_parquet_field(f) for f in table.schema]
-    if all(a.equals(b, check_metadata=True) for a, b in zip(table.schema, fields)):
-        return table
-    cols = [col if f.type == old.type else
-            pa.chunked_array([_to_type(c, f.type) for c in col.chunks], f.type)
-            for f, old, col in zip(fields, table.schema, table.columns)]
-    return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
-
-
-def _write_atomically(table: pa.Table, path: Path, fmt: str) -> None:
-    """Writes a hidden ``.name.tmp`` (readers such as Spark and pyarrow datasets skip
-    names starting with a dot), fsyncs it, renames it into place and fsyncs the
-    directory, so a reader never sees a partial file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                pq.write_table(table, f)
-            else:
-                with pa.ipc.new_file(f, table.schema) as w:
-                    w.write_table(table)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- main ----------------------------------------------------------------------------

@@ -127,6 +127,7 @@ class LiveFileSink:
         self.fmt = fmt
         self.ext = "parquet" if fmt == "parquet" else "arrow"
         self.files: list[Path] = []
+        self.dirs: dict[str, Any] = {}
         root.mkdir(parents=True, exist_ok=True)
         # One writer per directory: a second one would interleave groups.
         self._lock = open(root / ".lock", "w")
@@ -178,10 +179,17 @@ class LiveFileSink:
 
     def write_group(self, chunk: Any, end_lsn: int) -> None:
         """Writes every table of the group, then moves the checkpoint to ``end_lsn``."""
-        from .cli import _storable, _write_atomically
+        from ._files import TableDirectory, storable, write_atomically
 
         parts: dict[str, list[pa.RecordBatch]] = {}
         for name, _version, b in chunk.tables:
+            if not b.num_rows:
+                continue
+            # Into the directory's schema (may rewrite the files written so far).
+            directory = self.dirs.get(name)
+            if directory is None:
+                directory = self.dirs[name] = TableDirectory(self.root / name, self.fmt)
+            b = directory.conform(pa.Table.from_batches([b])).combine_chunks().to_batches()[0]
             parts.setdefault(name, []).append(b)
         for kind in ("truncates", "messages", "transactions"):
             for b in getattr(chunk, kind):
@@ -199,13 +207,13 @@ class LiveFileSink:
                 table = pa.Table.from_batches(same)
                 if self.fmt == "parquet":
                     table = _without_views(table)
-                table = _storable(table, self.fmt)
+                table = storable(table, self.fmt)
                 first, last = _lsn_range(table)
                 directory = self.root / key
                 directory.mkdir(exist_ok=True)
                 suffix = f"-{n}" if n else ""
                 path = directory / f"{first:016X}-{last:016X}{suffix}.{self.ext}"
-                _write_atomically(table, path, self.fmt)
+                write_atomically(table, path, self.fmt)
                 self.files.append(path)
         if end_lsn > self.checkpoint:
             self._write_checkpoint(end_lsn)
