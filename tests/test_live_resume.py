@@ -5,6 +5,7 @@ and 15 (the ``pg`` fixture)."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 import time
 
 import pyarrow as pa
@@ -57,10 +58,13 @@ def test_a_slot_dropped_while_streaming_is_an_error_not_a_new_slot(
     s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, create_slot=True, create_publication=[t],
                               reconnect_initial_delay=1.0, reconnect_attempts=3, stop_after=60)
     errors: list[BaseException] = []
+    received: list[Any] = []
 
     def consume() -> None:
         try:
             for item in s:
+                if item.kind == "table":
+                    received.append(item)
                 s.ack(item.ack_lsn)
         except BaseException as e:  # noqa: BLE001 - the test looks at it
             errors.append(e)
@@ -70,7 +74,11 @@ def test_a_slot_dropped_while_streaming_is_an_error_not_a_new_slot(
     runner.start()
     try:
         pg.execute(f"INSERT INTO {t} VALUES (1)")
-        time.sleep(0.5)
+        # Until the consumer has the insert (not a fixed sleep).
+        deadline = time.monotonic() + 30
+        while not received:
+            assert time.monotonic() < deadline and runner.is_alive(), f"nothing streamed: {errors}"
+            time.sleep(0.02)
         # End the walsender, then drop its slot before the consumer reconnects.
         deadline = time.monotonic() + 10
         while True:

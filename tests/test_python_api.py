@@ -298,32 +298,35 @@ def test_capture_errors(tmp_path: Path) -> None:
 
 
 def test_gil_is_released_while_decoding(workload: Workload) -> None:
-    """Another Python thread keeps running while a large capture decodes."""
+    """Another Python thread runs while a large capture decodes. Deterministic, not timed:
+    with a switch interval of minutes Python never takes the GIL from the main thread, so
+    the other thread (woken just before the native call) can run before the call returns
+    only if the call released the GIL."""
     body = [r[2] for r in workload.rows]
     big = pa.table({"lsn": pa.array([0] * (len(body) * 20000), pa.int64()),
                     "data": pa.array(body * 20000, pa.binary())})
-    ticks = 0
-    done = threading.Event()
+    decoding = False
+    seen: list[bool] = []
+    go = threading.Event()
 
-    def count() -> None:
-        nonlocal ticks
-        while not done.is_set():
-            ticks += 1
-            time.sleep(0)
+    def observe() -> None:
+        go.wait()
+        seen.append(decoding)  # needs the GIL: True only if it ran inside the native call
 
-    thread = threading.Thread(target=count)
+    native = pgoutput_arrow.Decoder()._native
+    thread = threading.Thread(target=observe)
     thread.start()
-    start = time.monotonic()
-    dec = pgoutput_arrow.Decoder()
-    native = dec._native
-    before = ticks
-    native.push_stream(big)  # one native call: a held GIL would freeze the counter
-    elapsed = time.monotonic() - start
-    during = ticks - before
-    done.set()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(300.0)
+    try:
+        go.set()
+        decoding = True
+        native.push_stream(big)  # one native call
+        decoding = False
+    finally:
+        sys.setswitchinterval(interval)
     thread.join()
-    assert elapsed > 0.05, "the capture decoded too fast to tell"
-    assert during > 100, f"only {during} ticks in {elapsed:.2f}s of decoding"
+    assert seen == [True], "the other thread could not run while the capture decoded"
 
 
 def test_lsn_helpers() -> None:

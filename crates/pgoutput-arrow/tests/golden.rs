@@ -28,9 +28,12 @@ struct Capture {
 }
 
 fn load_all() -> Vec<Capture> {
-    let Ok(entries) = std::fs::read_dir(captures_dir()) else { return Vec::new() };
+    // A missing or empty directory is a failure, not a vacuous pass.
+    let dir = captures_dir();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("golden captures {}: {e}", dir.display()));
     let mut paths: Vec<PathBuf> =
         entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "bin")).collect();
+    assert!(!paths.is_empty(), "no golden captures (*.bin) in {}", dir.display());
     paths.sort();
     paths
         .into_iter()

@@ -185,11 +185,13 @@ pub fn captures_dir() -> std::path::PathBuf {
 /// Every `*.bin` capture, sorted by name, with its rows.
 pub fn load_captures() -> Vec<(String, Vec<Row>)> {
     let dir = captures_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    // A missing or empty directory is a failure, not a vacuous pass of every golden test.
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("golden captures {}: {e}", dir.display()));
     let mut paths: Vec<_> = entries
         .map(|e| e.expect("read captures dir").path())
         .filter(|p| p.extension().is_some_and(|e| e == "bin"))
         .collect();
+    assert!(!paths.is_empty(), "no golden captures (*.bin) in {}", dir.display());
     paths.sort();
     paths
         .into_iter()
