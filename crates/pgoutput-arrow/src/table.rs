@@ -96,8 +96,14 @@ pub(crate) fn column_fields(rel: &RelVersion, builders: &[ColumnBuilder]) -> Fie
 
 /// The schema of a relation version's table.
 pub(crate) fn table_schema(rel: &RelVersion, fields: &Fields, arrived: bool) -> SchemaRef {
+    table_schema_with_before(rel, fields, fields, arrived)
+}
+
+/// The schema of a relation version's table whose `_before` children are typed apart (an
+/// old row's array column that settled at another depth than the column's).
+fn table_schema_with_before(rel: &RelVersion, fields: &Fields, before: &Fields, arrived: bool) -> SchemaRef {
     let mut all: Vec<FieldRef> = fields.iter().cloned().collect();
-    all.extend(meta_fields(fields, arrived));
+    all.extend(meta_fields(before, arrived));
     let metadata = HashMap::from([
         ("pg.relation_id".to_string(), rel.relation_id.to_string()),
         ("pg.replica_identity".to_string(), rel.replica_identity.name().to_string()),
@@ -438,8 +444,8 @@ impl TableBuilder {
         }
         if retyped {
             let fields = column_fields(&self.rel, &self.columns);
-            self.schema = table_schema(&self.rel, &fields, self.arrived.is_some());
             self.before_fields = column_fields(&self.rel, &self.before);
+            self.schema = table_schema_with_before(&self.rel, &fields, &self.before_fields, self.arrived.is_some());
         }
     }
 

@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Date32Type;
-use arrow_array::{new_null_array, Array, ArrayRef, ListArray, RecordBatch, StructArray, TimestampMicrosecondArray};
+use arrow_array::{
+    new_null_array, Array, ArrayRef, ListArray, MapArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+};
 use arrow_cast::{cast_with_options, CastOptions};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
@@ -151,11 +153,29 @@ pub fn unify_schemas(schemas: &[SchemaRef]) -> Result<SchemaRef, DecodeError> {
         }
         data.extend(older.iter().zip(&taken).filter(|(_, t)| !**t).map(|(f, _)| (*f).clone()));
     }
+    // `_before` holds the unified columns, each widened further where a version's old
+    // values were typed apart (an array column whose old rows settled at another depth).
+    let mut before = data.clone();
+    for schema in schemas {
+        let Ok(f) = schema.field_with_name("_before") else { continue };
+        let DataType::Struct(children) = f.data_type() else { continue };
+        let children: Vec<&Field> = children.iter().map(|c| c.as_ref()).collect();
+        let pairs = pair(&children, &before.iter().collect::<Vec<_>>());
+        for (b, p) in before.iter_mut().zip(pairs) {
+            if let Some(i) = p {
+                if b.data_type() != children[i].data_type() {
+                    let (t, text) = common_type(children[i].data_type(), b.data_type());
+                    *b = retyped(b, &t, text);
+                }
+            }
+        }
+    }
     let data: Fields = data.into_iter().map(Arc::new).collect();
+    let before: Fields = before.into_iter().map(Arc::new).collect();
     let mut fields: Vec<FieldRef> = data.iter().cloned().collect();
     for f in newest.fields().iter().filter(|f| !is_data_field(f)) {
         if f.name() == "_before" {
-            fields.push(Arc::new(Field::new("_before", DataType::Struct(data.clone()), true)));
+            fields.push(Arc::new(Field::new("_before", DataType::Struct(before.clone()), true)));
         } else {
             fields.push(f.clone());
         }
@@ -251,10 +271,51 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, D
                     .map_err(|e| DecodeError::arrow(format!("_before of {table}"), e))?;
                 columns.push(Arc::new(array));
             }
+            _ if f.name() == "_special" => columns.push(renamed_special(column, schema.fields(), &data, &table)?),
             _ => columns.push(cast_column(column, f.data_type(), &table, f.name())?),
         }
     }
     RecordBatch::try_new(target.clone(), columns).map_err(|e| DecodeError::arrow(format!("a unified batch of {table}"), e))
+}
+
+/// `_special` with its keys (column names, `_before.<name>`) renamed as the columns were: a
+/// special value of a column renamed since stays under the column's newest name.
+fn renamed_special(special: &ArrayRef, source: &Fields, target: &Fields, table: &str) -> Result<ArrayRef, DecodeError> {
+    if special.null_count() == special.len() {
+        return Ok(special.clone());
+    }
+    let source_data: Vec<&Field> = source.iter().map(|f| f.as_ref()).filter(|f| is_data_field(f)).collect();
+    let target_refs: Vec<&Field> = target.iter().map(|f| f.as_ref()).collect();
+    let renames: HashMap<&str, &str> = pair(&source_data, &target_refs)
+        .into_iter()
+        .zip(target.iter())
+        .filter_map(|(p, t)| p.map(|i| (source_data[i].name().as_str(), t.name().as_str())))
+        .filter(|(from, to)| from != to)
+        .collect();
+    let Some(map) = special.as_any().downcast_ref::<MapArray>() else { return Ok(special.clone()) };
+    if renames.is_empty() {
+        return Ok(special.clone());
+    }
+    let keys = map.keys().as_string::<i32>();
+    let renamed: StringArray = keys
+        .iter()
+        .map(|k| {
+            k.map(|k| match k.strip_prefix("_before.") {
+                Some(name) => renames.get(name).map_or_else(|| k.to_string(), |to| format!("_before.{to}")),
+                None => renames.get(k).map_or_else(|| k.to_string(), |to| to.to_string()),
+            })
+        })
+        .collect();
+    let entries = StructArray::try_new(
+        map.entries().fields().clone(),
+        vec![Arc::new(renamed), map.values().clone()],
+        map.entries().nulls().cloned(),
+    )
+    .map_err(|e| DecodeError::arrow(format!("_special of {table}"), e))?;
+    let DataType::Map(field, sorted) = map.data_type() else { return Ok(special.clone()) };
+    let out = MapArray::try_new(field.clone(), map.offsets().clone(), entries, map.nulls().cloned(), *sorted)
+        .map_err(|e| DecodeError::arrow(format!("_special of {table}"), e))?;
+    Ok(Arc::new(out))
 }
 
 /// The batches of every version of a table, brought to one schema; `versions`
