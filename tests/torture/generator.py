@@ -20,7 +20,7 @@ What it draws from:
 * transactions: plain, with savepoints rolled back or released, aborted, big enough to be
   streamed (``logical_decoding_work_mem`` is 64 kB on the test servers), prepared and then
   committed or rolled back later, two connections interleaved; logical messages
-  (transactional or not).
+  (transactional or not); transactions with a replication origin.
 
 DDL that rewrites existing rows (re-adding a column, changing a type) is followed by an
 UPDATE of every row: logical replication does not publish a rewrite, so only then do the
@@ -180,6 +180,8 @@ PRELUDE = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
     "CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)",
     "CREATE TYPE pair AS (a int4, b text)",
+    "SELECT pg_replication_origin_create('torture_origin') WHERE NOT EXISTS "
+    "(SELECT 1 FROM pg_replication_origin WHERE roname = 'torture_origin')",
 ]
 
 
@@ -191,7 +193,8 @@ class Step:
     commits or rolls it back), ``finish`` (``sql`` is the COMMIT/ROLLBACK PREPARED),
     ``ddl`` (autocommit statements), ``interleaved`` (``sql`` and ``other`` run on two
     connections statement by statement, then both commit in ``other_first`` order),
-    ``message`` (a non-transactional logical message, autocommit).
+    ``message`` (a non-transactional logical message, autocommit), ``origin`` (committed
+    with a replication origin set up on the session, as a replaying node does).
     """
 
     kind: str
@@ -213,6 +216,11 @@ class Step:
                     lines.append(f"-- B: {self.other[i]};")
             lines.append("-- then " + ("B, A" if self.other_first else "A, B") + " commit")
             return "\n".join(lines)
+        if self.kind == "origin":
+            return "\n".join(["SELECT pg_replication_origin_session_setup('torture_origin');", "BEGIN;",
+                              "SELECT pg_replication_origin_xact_setup('0/1234', now());",
+                              *[s + ";" for s in self.sql], "COMMIT;",
+                              "SELECT pg_replication_origin_session_reset();"])
         end = {"commit": "COMMIT;", "abort": "ROLLBACK;", "prepare": f"PREPARE TRANSACTION '{self.gid}';"}
         return "\n".join(["BEGIN;", *[s + ";" for s in self.sql], end[self.kind]])
 
@@ -257,7 +265,9 @@ class _Gen:
 
     def create_table(self) -> Step:
         t = Table(f"t{len(self.tables) + 1}", [Column("id", "int4")])
-        t.columns += [self.new_column() for _ in range(self.r.randint(0, 11))]
+        # 1 to 40 columns, most tables narrow.
+        width = self.r.randint(0, 11) if self.r.random() < 0.8 else self.r.randint(12, 39)
+        t.columns += [self.new_column() for _ in range(width)]
         self.tables.append(t)
         cols = ", ".join(f"{c.name} {c.type}" + (" PRIMARY KEY" if c.name == "id" else "") for c in t.columns)
         return Step("ddl", [f"CREATE TABLE {t.name} ({cols})"])
@@ -369,6 +379,9 @@ class _Gen:
             self.pending_gids.append(gid)
             inserts = [self.insert(self.r.choice(self.tables)) for _ in range(self.r.randint(1, 4))]
             return Step("prepare", inserts, gid=gid)
+        if roll < 0.5 and roll >= 0.46:
+            # Replayed from another node: a replication origin on the session.
+            return Step("origin", body)
         if roll < 0.46 and len(self.tables) > 1:
             a, b = self.r.sample(self.tables, 2)
             return Step("interleaved", [self.insert(a) for _ in range(self.r.randint(1, 3))],

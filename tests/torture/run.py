@@ -68,6 +68,15 @@ def _execute(conns: list[Any], step: Step) -> None:
             for c in ((cb, ca) if step.other_first else (ca, cb)):
                 c.execute("COMMIT")
             return
+        if step.kind == "origin":
+            ca.execute("SELECT pg_replication_origin_session_setup('torture_origin')")
+            ca.execute("BEGIN")
+            ca.execute("SELECT pg_replication_origin_xact_setup('0/1234', now())")
+            for sql in step.sql:
+                ca.execute(sql)
+            ca.execute("COMMIT")
+            ca.execute("SELECT pg_replication_origin_session_reset()")
+            return
         ca.execute("BEGIN")
         for sql in step.sql:
             ca.execute(sql)
@@ -140,6 +149,8 @@ def _drop(pg: PgServer, db: str) -> None:
         with pg.connect(pg.dsn_for(db)) as c, c.cursor() as cur:
             cur.execute(f"ROLLBACK PREPARED '{gid}'")
     pg.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    if pg.query("SELECT 1 FROM pg_replication_origin WHERE roname = 'torture_origin'"):
+        pg.execute("SELECT pg_replication_origin_drop('torture_origin')")
 
 
 def _check(result: Result, conn: Any, expected: list[Any], changes: Any, tables: dict[str, pa.Table],
