@@ -252,7 +252,8 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], cap
     result.problems += more
 
 
-def shrink(pg: PgServer, workload: Workload, budget: float = 120.0) -> Workload:
+def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, live: bool = False,
+           spark: Any = None) -> Workload:
     """Drops steps (halves, then quarters, ... then one at a time) while the workload still
     fails, within ``budget`` seconds; CREATE TABLE steps are kept."""
     deadline = time.monotonic() + budget
@@ -260,7 +261,7 @@ def shrink(pg: PgServer, workload: Workload, budget: float = 120.0) -> Workload:
 
     def fails(candidate: list[Step]) -> bool:
         try:
-            return bool(run_workload(pg, Workload(workload.seed, candidate)).problems)
+            return bool(run_workload(pg, Workload(workload.seed, candidate), live=live, spark=spark).problems)
         except Exception:  # noqa: BLE001  (a candidate that cannot run, e.g. a missing gid)
             return False
 
@@ -327,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                          .config("spark.sql.shuffle.partitions", "3").config("spark.ui.enabled", "false")
                          .getOrCreate())
             for pg in servers:
-                r = run_workload(pg, workload, live=bool(args.live_every and seed % args.live_every == 0),
-                                 spark=spark if use_spark and pg is servers[0] else None)
+                live = bool(args.live_every and seed % args.live_every == 0)
+                on_spark = spark if use_spark and pg is servers[0] else None
+                r = run_workload(pg, workload, live=live, spark=on_spark)
                 totals["runs"] += r.runs
                 totals["statements"] += r.statements
                 totals["values"] += r.values
@@ -341,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                         print("   ", p, flush=True)
                     print(f"    reproduce: make torture SEED={seed}", flush=True)
                     if not args.no_shrink:
-                        small = shrink(pg, workload)
+                        small = shrink(pg, workload, live=live, spark=on_spark)
                         path = Path(f"/tmp/torture-{seed}-pg{pg.version}.sql")
                         path.write_text(small.script() + "\n")
                         print(f"    shrunk to {len(small.steps)} of {len(workload.steps)} steps: {path}", flush=True)
