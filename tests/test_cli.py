@@ -7,16 +7,28 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 import pgoutput_arrow
 from dump_workload import LONG, Workload, capture_workload, comparable, dump_command
 from pg_harness import PgServer, int_to_lsn
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Polls ``condition`` until it holds; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)
 
 
 def dump(*args: str | os.PathLike[str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -165,6 +177,185 @@ def test_parquet_output_of_large_transactions(pg18: PgServer, tmp_path: Path) ->
     assert back.column("id").to_pylist() == list(range(1, 200001))
     expected = pg18.scalar("SELECT md5(string_agg(body, ',' ORDER BY id)) FROM cli_big")
     assert hashlib.md5(",".join(back.column("body").to_pylist()).encode()).hexdigest() == expected
+
+
+#: A table's history through every kind of schema change, with intervals (stored as
+#: structs in Parquet), uuids and arrays; the second table never changes.
+HISTORY_SQL = [
+    "CREATE TABLE cli_hist (id int PRIMARY KEY, a int, b text, c int, i interval, "
+    "ia interval[], u uuid, tags text[])",
+    "CREATE TABLE cli_hist_still (k int PRIMARY KEY, v text)",
+    "INSERT INTO cli_hist VALUES (1, 10, 'b1', 100, '1 day 02:00', ARRAY['3 mons'::interval, NULL], "
+    "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', ARRAY['x', NULL])",
+    "INSERT INTO cli_hist_still VALUES (1, 'one')",
+    "ALTER TABLE cli_hist ADD COLUMN d numeric(5,2)",
+    "INSERT INTO cli_hist VALUES (2, 20, 'b2', 200, NULL, NULL, NULL, '{}', 1.25)",
+    "UPDATE cli_hist SET d = 9.99, i = '-1 day' WHERE id = 1",
+    "ALTER TABLE cli_hist DROP COLUMN b",
+    "INSERT INTO cli_hist (id, a, c, d) VALUES (3, 30, 300, 3.5)",
+    "ALTER TABLE cli_hist RENAME COLUMN a TO a_renamed",
+    "INSERT INTO cli_hist (id, a_renamed, c) VALUES (4, 40, 400)",
+    "UPDATE cli_hist SET a_renamed = a_renamed + 1 WHERE id = 1",
+    "INSERT INTO cli_hist_still VALUES (2, 'two')",
+    "ALTER TABLE cli_hist ALTER COLUMN c TYPE bigint",
+    "INSERT INTO cli_hist (id, a_renamed, c) VALUES (5, 50, 5000000000)",
+    # numeric(5,2) and text hold each other's values only as text: the column becomes text.
+    "ALTER TABLE cli_hist ALTER COLUMN d TYPE text",
+    "INSERT INTO cli_hist (id, c, d) VALUES (6, 6, 'six')",
+    "DELETE FROM cli_hist WHERE id = 2",
+    "ALTER TABLE cli_hist REPLICA IDENTITY FULL",
+    "UPDATE cli_hist SET c = c + 1 WHERE id = 3",
+]
+HIST, STILL = "public.cli_hist", "public.cli_hist_still"
+#: Every column the history's table had, under its last name.
+HIST_COLUMNS = ["id", "a_renamed", "c", "i", "ia", "u", "tags", "d", "b"]
+
+
+@pytest.fixture(scope="module")
+def history(pg18: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The history's capture as an Arrow IPC file of one message per batch: pgoutput-dump
+    then decodes and writes one transaction at a time (with --rows-per-file 1, a file per
+    transaction, each schema change rewriting the files before it)."""
+    for sql in HISTORY_SQL[:2]:
+        pg18.execute(sql)
+    pg18.execute("CREATE PUBLICATION cli_hist_pub FOR TABLE cli_hist, cli_hist_still")
+    pg18.create_slot("cli_hist_slot")
+    for sql in HISTORY_SQL[2:]:
+        pg18.execute(sql)
+    rows = pg18.get_binary_changes("cli_hist_slot", {"proto_version": "1",
+                                                     "publication_names": "cli_hist_pub"})
+    pg18.drop_slot("cli_hist_slot")
+    return _capture_file(rows, tmp_path_factory.mktemp("history") / "capture.arrow")
+
+
+def _by_commit(table: pa.Table) -> list[dict[str, object]]:
+    """The rows as pgoutput-dump prints them (intervals stored as structs made intervals
+    again), in commit order."""
+    from pgoutput_arrow._files import decoded
+
+    rows = comparable(decoded(table))
+    return sorted(rows, key=lambda r: (int(str(r["_commit_lsn"])), int(str(r["_seq"]))))
+
+
+def _same_schema_everywhere(directory: Path) -> pa.Schema:
+    files = sorted(directory.glob("*.parquet"))
+    assert files and not list(directory.glob(".*"))
+    first = pq.read_schema(files[0])
+    for f in files[1:]:
+        assert pq.read_schema(f).equals(first), f"{f.name} differs from {files[0].name}"
+    return first
+
+
+@pytest.mark.parametrize("rows_per_file", [1, 1_000_000])
+def test_parquet_directory_of_a_changing_table_reads_back_whole(
+        history: Path, tmp_path: Path, rows_per_file: int) -> None:
+    """ADD, DROP, RENAME and ALTER TYPE of columns: every file of the table's directory has
+    the same schema (one file per transaction, rewritten at each change; or one file of
+    every version), so pq.read_table(dir), pyarrow.dataset and polars read every row with
+    every column, equal to what decode() makes of the capture."""
+    import polars as pl
+    import pyarrow.dataset as ds
+
+    out = tmp_path / "out"
+    dump(history, "--format", "parquet", "--output", out, "--rows-per-file", str(rows_per_file))
+    changes = pgoutput_arrow.decode(history)
+    for name in (HIST, STILL):
+        want = changes.tables[name]
+        directory = out / name
+        schema = _same_schema_everywhere(directory)
+        files = sorted(directory.glob("*.parquet"))
+        assert len(files) == ((10 if name == HIST else 2) if rows_per_file == 1 else 1)
+        assert schema.names == want.schema.names
+        assert schema.metadata[b"pg.table"] == name.encode()  # the decoder's metadata, as before
+        whole = pq.read_table(directory)
+        assert whole.num_rows == want.num_rows
+        assert _by_commit(whole) == _by_commit(want), name
+        assert ds.dataset(directory, format="parquet").to_table().equals(whole)
+        frame = pl.scan_parquet(f"{directory}/*.parquet").collect()
+        assert frame.columns == whole.column_names and frame.height == whole.num_rows
+        plain = [c for c in whole.column_names if c not in ("i", "ia", "u", "_before")]
+        assert _by_commit(frame.select(plain).to_arrow()) == _by_commit(whole.select(plain))
+    assert [c for c in changes.tables[HIST].column_names if not c.startswith("_")] == HIST_COLUMNS
+    hist = {r["id"]: r for r in _by_commit(pq.read_table(out / HIST)) if r["_op"] == "insert"}
+    assert hist[1]["a_renamed"] == 10 and hist[1]["b"] == "b1" and hist[1]["d"] is None
+    assert hist[2]["d"] == "1.25" and hist[5]["c"] == "5000000000" and hist[6]["d"] == "six"
+    assert hist[1]["i"] == {"months": 0, "days": 1, "nanoseconds": str(2 * 3600 * 10**9)}
+
+
+def _capture_file(rows: list[tuple[int, int, bytes]], path: Path) -> Path:
+    """An Arrow IPC capture of one message per batch: pgoutput-dump decodes and writes it
+    one transaction at a time."""
+    schema = pa.schema([("lsn", pa.int64()), ("data", pa.binary())])
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, schema) as w:
+        for lsn, _, data in rows:
+            w.write_batch(pa.record_batch([pa.array([lsn], pa.int64()), pa.array([data])],
+                                          schema=schema))
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_parquet_rewrite_killed_midway_is_finished_by_the_next_run(pg18: PgServer,
+                                                                   tmp_path: Path) -> None:
+    """kill -9 while a schema change (a rename and an added column) rewrites 800 files:
+    the next pgoutput-dump into the directory, even one that writes nothing to the table,
+    finishes the rewrite from its journal first; the renamed column stays one column."""
+    pg18.execute("CREATE TABLE cli_kill (id int PRIMARY KEY, a int)")
+    pg18.execute("CREATE PUBLICATION cli_kill_pub FOR TABLE cli_kill")
+    pg18.create_slot("cli_kill_slot")
+    pg18.execute("DO $$ BEGIN FOR i IN 1..800 LOOP INSERT INTO cli_kill VALUES (i, i); COMMIT; "
+                 "END LOOP; END $$")
+    pg18.execute("ALTER TABLE cli_kill RENAME COLUMN a TO a2")
+    pg18.execute("ALTER TABLE cli_kill ADD COLUMN b text")
+    pg18.execute("INSERT INTO cli_kill VALUES (0, 0, 'after')")
+    rows = pg18.get_binary_changes("cli_kill_slot", {"proto_version": "1",
+                                                     "publication_names": "cli_kill_pub"})
+    pg18.drop_slot("cli_kill_slot")
+    capture = _capture_file(rows, tmp_path / "capture.arrow")
+    want = pgoutput_arrow.decode(capture, views=False).tables["public.cli_kill"]
+    commits = sorted(set(want.column("_commit_lsn").to_pylist()))
+    out = tmp_path / "out"
+    directory = out / "public.cli_kill"
+    dump(capture, "--format", "parquet", "--output", out, "--rows-per-file", "1",
+         "--to-lsn", str(commits[-2]))
+    assert len(list(directory.glob("*.parquet"))) == 800
+    journal = directory / ".schema-rewrite.json"
+    proc = subprocess.Popen([dump_command(), capture, "--format", "parquet", "--output", out,
+                             "--rows-per-file", "1"], stderr=subprocess.PIPE)
+    try:
+        # Rewrites go newest file first: killed once the newest is done.
+        newest = sorted(directory.glob("*.parquet"))[-1]
+        wait_until(lambda: proc.poll() is not None or (
+            journal.exists() and "a2" in pq.read_schema(newest).names), 120,
+            "the rewrite to start")
+        proc.kill()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert journal.exists(), "the run ended before it could be killed in its rewrite"
+    columns = {tuple(pq.read_schema(f).names[:3]) for f in directory.glob("*.parquet")}
+    assert columns == {("id", "a", "_op"), ("id", "a2", "b")}, columns
+
+    dump(capture, "--format", "parquet", "--output", out, "--from-lsn", str(commits[-1] + 1))
+    assert not journal.exists() and not list(directory.glob(".*"))
+    schema = _same_schema_everywhere(directory)
+    assert [n for n in schema.names if not n.startswith("_")] == ["id", "a2", "b"]
+    written = want.filter(pc.less(want.column("_commit_lsn"), commits[-1]))
+    assert _by_commit(pq.read_table(directory)) == _by_commit(written.select(schema.names))
+
+
+@pytest.mark.slow
+def test_parquet_directory_of_a_changing_table_in_spark(history: Path, tmp_path: Path,
+                                                        spark: Any) -> None:
+    """spark.read.parquet(dir) of the history's table: every row, every column."""
+    dump(history, "--format", "parquet", "--output", tmp_path, "--rows-per-file", "1")
+    want = _by_commit(pgoutput_arrow.decode(history).tables[HIST])
+    df = spark.read.parquet(str(tmp_path / HIST))
+    assert df.columns == [*HIST_COLUMNS, *[c for c in want[0] if c.startswith("_")]]
+    got = df.selectExpr("id", "a_renamed", "cast(c as string)", "d", "b", "tags", "_op",
+                        "_commit_lsn", "_seq").orderBy("_commit_lsn", "_seq").collect()
+    assert [tuple(r) for r in got] == [
+        (r["id"], r["a_renamed"], r["c"], r["d"], r["b"], r["tags"], r["_op"],
+         int(str(r["_commit_lsn"])), int(str(r["_seq"]))) for r in want]
 
 
 def test_arrow_output(capture: Path, workload: Workload, tmp_path: Path) -> None:

@@ -3,17 +3,19 @@
 ``pgoutput-dump --format parquet|arrow`` writes ``DIR/schema.table/FIRST-LAST.parquet`` over
 time, and a table's definition changes in between (ADD, DROP, RENAME COLUMN, ALTER TYPE).
 Readers take a directory's schema from one file (``pyarrow.parquet.read_table(dir)`` and
-``pyarrow.dataset`` from the first, Spark from a summary or any file) and silently drop the
-columns the others add. So every file of a table directory always has the same schema: the
-unified schema of every version written there (``pgoutput_arrow.unify_schemas``, the rules of
-``Changes.tables``). When a new version changes it, the directory's earlier files are
-rewritten to it (same rows, new columns null; each file atomically), before the new rows are
+``pyarrow.dataset`` from the first, Spark from any) and silently drop the columns the others
+add, or fail (polars). So every file of a table directory always has the same schema: the
+unified schema of every version written there (``pgoutput_arrow.unify_schemas``, the rules
+of ``Changes.tables``). When a new version changes its columns, the directory's files are
+rewritten to it (same rows, new columns null; each file atomically) before the new rows are
 written; a directory left half rewritten by a crash is finished the next time it is opened.
-The cost: a schema change rewrites that table's earlier files once.
+The cost: each schema change that changes the columns rewrites the table's files once.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from pathlib import Path
 
@@ -104,21 +106,45 @@ def storable(table: pa.Table, fmt: str) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
-def _is_interval_struct(f: pa.Field) -> bool:
-    return f.type == _INTERVAL_STRUCT and (f.metadata or {}).get(b"pg.type_name") == b"interval"
+def _interval_field(f: pa.Field) -> bool:
+    return (f.metadata or {}).get(b"pg.type_name") in (b"interval", b"_interval")
+
+
+def _restored(arr: pa.Array, t: pa.DataType, interval: bool) -> pa.Array:
+    """``arr`` as read from a file, with the intervals :func:`storable` stored as structs
+    made intervals again (``interval``: the column is an interval or interval[] one)."""
+    mask = arr.is_null() if arr.null_count else None
+    if interval and t == _INTERVAL_STRUCT:
+        return pa.array([None if v is None else (v["months"], v["days"], v["nanoseconds"])
+                         for v in arr.to_pylist()], pa.month_day_nano_interval())
+    if interval and (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        values = _restored(arr.values, t.value_type, True)
+        if values.type == t.value_type:
+            return arr
+        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
+        return cls.from_arrays(arr.offsets, values, mask=mask)
+    if pa.types.is_struct(t) and not interval:  # _before: the columns again
+        fields = [t.field(i) for i in range(t.num_fields)]
+        children = [_restored(c, f.type, _interval_field(f)) for c, f in zip(arr.flatten(), fields)]
+        if all(c.type == f.type for c, f in zip(children, fields)):
+            return arr
+        return pa.StructArray.from_arrays(children, fields=[f.with_type(c.type) for c, f in zip(children, fields)],
+                                          mask=mask)
+    return arr
 
 
 def decoded(table: pa.Table) -> pa.Table:
     """A file's table back in the decoder's types where :func:`storable` changed them in a
-    way the unifying rules do not cover (intervals stored as structs)."""
-    if not any(_is_interval_struct(f) for f in table.schema):
-        return table
+    way the unifying rules do not cover: intervals stored as structs (in interval and
+    interval[] columns, and in ``_before``)."""
     cols, fields = [], []
     for f, col in zip(table.schema, table.columns):
-        if _is_interval_struct(f):
-            values = [None if v is None else (v["months"], v["days"], v["nanoseconds"]) for v in col.to_pylist()]
-            col = pa.chunked_array([pa.array(values, pa.month_day_nano_interval())])
-            f = f.with_type(pa.month_day_nano_interval())
+        if _interval_field(f) or f.name == "_before":
+            chunks = [_restored(c, f.type, _interval_field(f))
+                      for c in col.chunks or [pa.array([], f.type)]]
+            if chunks[0].type != f.type:
+                col = pa.chunked_array(chunks, chunks[0].type)
+                f = f.with_type(col.type)
         cols.append(col)
         fields.append(f)
     return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
@@ -162,21 +188,11 @@ def write_atomically(table: pa.Table, path: Path, fmt: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#: Schema metadata naming the run that wrote a file: column ids (``pg.column_id``) are one
-#: decoder's own, so those of an earlier run's files are dropped and their columns matched
-#: by name.
-RUN_KEY = b"pgoutput.run"
+    _fsync_dir(path.parent)
 
 
 def _without_ids(schema: pa.Schema) -> pa.Schema:
-    """``schema`` without column ids."""
+    """``schema`` without column ids (``pg.column_id``, one decoder's own numbering)."""
     def strip(f: pa.Field) -> pa.Field:
         md = {k: v for k, v in (f.metadata or {}).items() if k != b"pg.column_id"}
         t = f.type
@@ -186,24 +202,83 @@ def _without_ids(schema: pa.Schema) -> pa.Schema:
     return pa.schema([strip(f) for f in schema], metadata=schema.metadata)
 
 
-class TableDirectory:
-    """One table's directory of change files, every file under the same schema."""
+def _version(schema: pa.Schema) -> int:
+    return int((schema.metadata or {}).get(b"pg.version", b"0") or 0)
 
-    def __init__(self, directory: Path, fmt: str) -> None:
+
+class TableDirectory:
+    """One table's directory of change files, every file under the same schema: the unified
+    schema (:func:`~pgoutput_arrow.unify_schemas`) of the schema the files already had and
+    of every version written since.
+
+    Files are compared by the columns they read back with (what a Parquet round trip
+    renames, such as list item fields, never looks like a change), without metadata: a
+    version that only changes metadata (``pg.version``, a key flag) rewrites nothing, nor
+    does a new run. Column ids (``pg.column_id``) are one decoder's numbering, so a file's
+    own are never used: its columns are matched by name to the schema the files are known
+    to hold, whose ids are the current decoder's (that is how a renamed column stays one).
+    A rewrite keeps both schemas in a journal until it is done, and opening the directory
+    finishes one that a crash interrupted. A live sink journals the rewrite before writing
+    a group (:meth:`prepare`) and does it once the group counts (:meth:`finish`), so that
+    the files never hold a schema ahead of the checkpoint; a capture's sink does it before
+    writing (:meth:`table`).
+    """
+
+    def __init__(self, directory: Path, fmt: str, counted: int | None = None) -> None:
+        """Opens ``directory`` (it may not exist yet). ``counted``: the checkpoint of a live
+        output; a rewrite a crash interrupted is finished if the group that started it is
+        counted (its end LSN at most ``counted``), and else forgotten (its files were not
+        touched yet). Without it (a capture's output) it is always finished."""
         self.directory = directory
         self.fmt = fmt
-        self.run = os.urandom(8).hex().encode()
-        # Each version's schema (decoder types), in the order last written.
-        self.versions: dict[bytes, pa.Schema] = {}
+        #: The schemas the files' schema is unified from, oldest first: the schema the
+        #: files had when opened (without ids), then the versions written since.
+        self.versions: list[pa.Schema] = []
+        #: What every file holds (decoder types), and the columns it reads back with.
         self.unified: pa.Schema | None = None
+        self._on_disk: list[tuple[str, pa.DataType, bool]] | None = None
+        self._grown = False
+        #: Whether the next version is a new decoder's first (see :meth:`_see`).
+        self._by_name = False
+        #: The rewrite :meth:`prepare` started and :meth:`finish` does: (held, unified).
+        self._pending: tuple[pa.Schema | None, pa.Schema] | None = None
+        #: Files rewritten so far.
         self.rewritten = 0
-        for n, path in enumerate(self.files()):
-            s = _without_ids(_decoded_schema(read_schema(path)))
-            if all(not s.equals(v) for v in self.versions.values()):
-                self.versions[b"earlier-%d" % n] = s
-        if self.versions:
-            # Also finishes a rewrite that a crash interrupted.
-            self._set_unified(unify_schemas(list(self.versions.values())))
+        for tmp in self.directory.glob(".*.tmp") if self.directory.is_dir() else []:
+            tmp.unlink()  # a write a crash interrupted: its file is whole or absent
+        journal = self.directory / JOURNAL
+        unified: pa.Schema | None = None
+        if journal.exists():  # a rewrite a crash interrupted
+            held, to, lsn = _read_journal(journal)
+            if counted is None or lsn is None or lsn <= counted:
+                self._pending = (held, to)
+                self.finish()
+                unified = to
+            else:  # begun for a group that does not count: no file was rewritten yet
+                journal.unlink()
+                _fsync_dir(self.directory)
+                unified = held
+        else:
+            distinct: list[pa.Schema] = []
+            for path in self.files():
+                s = read_schema(path)
+                if all(_columns(s) != _columns(d) for d in distinct):
+                    distinct.append(s)
+            # More than one only in a directory written otherwise (by an earlier version
+            # of pgoutput-dump): its files in name order, columns matched by name.
+            schemas = [_without_ids(decoded(_empty(s)).schema) for s in distinct]
+            if len(schemas) > 1:
+                unified = unify_schemas(schemas)
+                self._pending = (None, unified)
+                self.finish()
+            elif schemas:
+                unified = schemas[0]
+        if unified is not None:
+            # The versions to come are a decoder of this run's: its own column ids.
+            unified = _without_ids(unified)
+            self.versions = [unified]
+            self.unified, self._on_disk = unified, self._read_back(unified)
+            self._by_name = True
 
     def files(self) -> list[Path]:
         if not self.directory.is_dir():
@@ -211,37 +286,139 @@ class TableDirectory:
         return sorted(p for p in self.directory.iterdir()
                       if p.suffix in DATA_SUFFIXES and not p.name.startswith("."))
 
-    def conform(self, table: pa.Table) -> pa.Table:
-        """``table`` (the rows of one version) under the directory's schema, which grows
-        with this version if need be (rewriting the files already there)."""
-        md = table.schema.metadata or {}
-        key = md.get(b"pg.version", b"") + b"@" + md.get(b"pg.relation_id", b"")
-        if not self.versions or next(reversed(self.versions)) != key:
-            self.versions.pop(key, None)
-            self.versions[key] = table.schema
-            self._set_unified(unify_schemas(list(self.versions.values())))
+    def prepare(self, batches: list[pa.RecordBatch], lsn: int | None = None) -> pa.Table:
+        """``batches`` (rows of this table, of any of its versions) as one table under the
+        directory's schema, as it is stored. The schema first grows with their versions; if
+        the files' columns change, the rewrite of every file already there is journaled
+        (with ``lsn``, the end of the group the batches belong to) for :meth:`finish`."""
+        for b in batches:
+            self._see(b.schema)
+        if self._grown:
+            unified = unify_schemas(self.versions)
+            on_disk = self._read_back(unified)
+            if self.unified is not None and on_disk != self._on_disk and self.files():
+                _write_journal(self.directory / JOURNAL, self.unified, unified, lsn)
+                self._pending = (self.unified, unified)
+            self.unified, self._on_disk, self._grown = unified, on_disk, False
         assert self.unified is not None
-        return self._stamped(conform(table, self.unified))
+        target = self.unified
+        return storable(pa.concat_tables([conform(b, target) for b in batches]), self.fmt)
 
-    def _stamped(self, table: pa.Table) -> pa.Table:
-        return table.replace_schema_metadata({**(table.schema.metadata or {}), RUN_KEY: self.run})
+    def table(self, batches: list[pa.RecordBatch]) -> pa.Table:
+        """:meth:`prepare`, then :meth:`finish`: the files already there are rewritten
+        before the caller writes the table."""
+        table = self.prepare(batches)
+        self.finish()
+        return table
 
-    def _set_unified(self, schema: pa.Schema) -> None:
-        if self.unified is not None and schema.equals(self.unified, check_metadata=True):
+    def finish(self) -> None:
+        """Rewrites every file to the grown schema, if :meth:`prepare` found it changed,
+        each atomically, newest first; then drops the journal."""
+        if self._pending is None:
             return
-        self.unified = schema
-        target = storable_schema(schema.with_metadata({**(schema.metadata or {}), RUN_KEY: self.run}), self.fmt)
-        for path in self.files():
-            if read_schema(path).equals(target, check_metadata=True):
-                continue
-            current = decoded(read_file(path))
-            if (current.schema.metadata or {}).get(RUN_KEY) != self.run:
-                current = current.cast(_without_ids(current.schema))
-            table = storable(self._stamped(conform(current, schema)), self.fmt)
-            write_atomically(table, path, self.fmt)
+        held, unified = self._pending
+        target = self._read_back(unified)
+        for path in reversed(self.files()):
+            if _columns(read_schema(path)) == target:
+                continue  # written under it, or rewritten before a crash
+            current = _maps_as(decoded(read_file(path)), held or unified)
+            current = current.cast(_without_ids(current.schema))
+            if held is not None:
+                # By name to what the files hold, whose column ids pair its columns with
+                # the grown schema's (a renamed column).
+                current = conform(current, held)
+            write_atomically(storable(conform(current, unified), self.fmt), path, self.fmt)
             self.rewritten += 1
+        journal = self.directory / JOURNAL
+        if journal.exists():
+            journal.unlink()
+            _fsync_dir(self.directory)
+        self._pending = None
+
+    def _see(self, schema: pa.Schema) -> None:
+        if any(schema.equals(v, check_metadata=True) for v in self.versions):
+            return
+        if self.unified is not None and (self._by_name or _version(schema) <= _version(self.versions[-1])):
+            # The first version of a decoder (of this run; or of a reconnected stream: a
+            # decoder numbers a table's versions upwards), whose column ids are its own:
+            # the columns so far are matched to it by name, once, so that its ids pair the
+            # next versions with them (a column renamed later stays one column).
+            self.versions = [unify_schemas([_without_ids(self.unified), schema]), schema]
+            self._by_name = False
+        else:
+            self.versions.append(schema)
+        self._grown = True
+
+    def _read_back(self, schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
+        """The columns a file written under ``schema`` reads back with (an empty one,
+        written and read in memory)."""
+        table = storable(_empty(schema), self.fmt)
+        sink = pa.BufferOutputStream()
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, sink)
+            back = pq.read_schema(pa.BufferReader(sink.getvalue()))
+        else:
+            with pa.ipc.new_file(sink, table.schema) as w:
+                w.write_table(table)
+            back = pa.ipc.open_file(sink.getvalue()).schema
+        return _columns(back)
 
 
-def _decoded_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([f.with_type(pa.month_day_nano_interval()) if _is_interval_struct(f) else f
-                      for f in schema], metadata=schema.metadata)
+#: The rewrite under way in a table directory: the schema its files hold, the one they are
+#: being rewritten to, and the end LSN of the live group that grew it (hidden: readers
+#: skip names starting with a dot).
+JOURNAL = ".schema-rewrite.json"
+
+
+def _write_journal(path: Path, held: pa.Schema, unified: pa.Schema, lsn: int | None) -> None:
+    data: dict[str, object] = {k: base64.b64encode(v.serialize().to_pybytes()).decode()
+                               for k, v in (("held", held), ("unified", unified))}
+    data["lsn"] = lsn
+    text = json.dumps(data)
+    tmp = path.with_name(f"{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _read_journal(path: Path) -> tuple[pa.Schema, pa.Schema, int | None]:
+    data = json.loads(path.read_text())
+    held, unified = (pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data[k])))
+                     for k in ("held", "unified"))
+    return held, unified, data["lsn"]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _maps_as(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with its map columns (``_special``) typed as ``schema`` has them: a Parquet
+    round trip names a map's entries after the column, and conform does not rename them."""
+    names = set(schema.names)
+    fields = [f.with_type(schema.field(f.name).type)
+              if f.name in names and pa.types.is_map(f.type) and pa.types.is_map(schema.field(f.name).type)
+              else f for f in table.schema]
+    if all(str(a.type) == str(b.type) for a, b in zip(fields, table.schema)):
+        return table  # (pyarrow's type equality ignores the entries' name)
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    """A table of no rows (``Schema.empty_table`` cannot make extension columns)."""
+    return pa.Table.from_batches([pa.RecordBatch.from_arrays(
+        [pa.nulls(0, f.type) for f in schema], schema=schema)])
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
+    """What a reader of the files sees of a schema: names, types and nullability."""
+    return [(f.name, f.type, f.nullable) for f in schema]

@@ -682,68 +682,68 @@ def _value_counts(arr: pa.Array) -> tuple[list[str], list[int]]:
 
 class FileSink:
     """Parquet or Arrow IPC files per table, each holding whole transactions, about
-    ``rows_per_file`` rows, and named by the commit LSNs of its first and last rows. (Two
-    files can share a range only when a table's schema changed inside a transaction: the
-    later one gets a ``-N`` suffix.) Every file of a table's directory has the same schema
-    (:class:`~pgoutput_arrow._files.TableDirectory`)."""
+    ``rows_per_file`` rows, and named by the commit LSNs of its first and last rows. Every
+    file of a table's directory has the same schema, which grows with the table's versions
+    (:class:`~pgoutput_arrow._files.TableDirectory`): a file holds rows of any versions."""
 
     def __init__(self, root: Path, fmt: str, rows_per_file: int) -> None:
         self.root = root
         self.fmt = fmt
         self.rows_per_file = rows_per_file
-        self.pending: dict[str, tuple[int, list[pa.RecordBatch]]] = {}
+        self.pending: dict[str, list[pa.RecordBatch]] = {}
         self.files: list[Path] = []
-        self.dirs: dict[str, TableDirectory] = {}
+        # The table directories already there: opening one finishes a rewrite that a
+        # killed run left half done.
+        self.dirs: dict[str, TableDirectory] = {
+            d.name: TableDirectory(d, fmt) for d in sorted(root.iterdir())
+            if d.is_dir() and not d.name.startswith(("_", "."))} if root.is_dir() else {}
 
-    def _add(self, key: str, version: int, batch: pa.RecordBatch) -> None:
+    def _add(self, key: str, batch: pa.RecordBatch) -> None:
         held = self.pending.get(key)
-        if held is not None and held[0] != version:
-            self._write(key)
-            held = None
-        if not key.startswith("_"):
-            # Into the directory's schema (may rewrite the files written so far).
-            directory = self.dirs.get(key)
-            if directory is None:
-                directory = self.dirs[key] = TableDirectory(self.root / key, self.fmt)
-            batch = directory.conform(pa.Table.from_batches([batch])).combine_chunks().to_batches()[0]
-        if held is not None and held[1][0].schema != batch.schema:
+        if held and key.startswith("_") and held[0].schema != batch.schema:
             self._write(key)
             held = None
         if held is None:
-            held = self.pending[key] = (version, [])
-        held[1].append(batch)
+            held = self.pending[key] = []
+        held.append(batch)
 
     def write(self, chunk: Chunk) -> None:
-        for name, version, b in chunk.tables:
+        for name, _, b in chunk.tables:
             if b.num_rows:
-                self._add(name, version, b)
+                self._add(name, b)
         for kind in ("truncates", "messages", "transactions"):
             for b in getattr(chunk, kind):
-                self._add(f"_{kind}", 0, b)
+                self._add(f"_{kind}", b)
         # Only here, between groups of whole transactions: a transaction is never split
         # across files, so the files' LSN ranges do not overlap and their names sort in
         # commit order (rows_per_file is a soft limit).
-        for key, (_, batches) in list(self.pending.items()):
+        for key, batches in list(self.pending.items()):
             if sum(b.num_rows for b in batches) >= self.rows_per_file:
                 self._write(key)
 
     def _write(self, key: str) -> None:
-        _, batches = self.pending.pop(key)
-        table = storable(pa.Table.from_batches(batches), self.fmt)
+        batches = self.pending.pop(key)
+        if key.startswith("_"):
+            table = storable(pa.Table.from_batches(batches), self.fmt)
+        else:
+            directory = self.dirs.get(key)
+            if directory is None:
+                directory = self.dirs[key] = TableDirectory(self.root / key, self.fmt)
+            table = directory.table(batches)
         lsn_col = "_commit_lsn" if "_commit_lsn" in table.schema.names else None
         if key == "_transactions":
             lsn_col = next((c for c in ("commit_lsn", "_commit_lsn") if c in table.schema.names),
                            None)
         lsns = [v for v in (table.column(lsn_col).to_pylist() if lsn_col else []) if v is not None]
         first, last = (min(lsns), max(lsns)) if lsns else (0, 0)
-        directory = self.root / key
-        directory.mkdir(parents=True, exist_ok=True)
+        directory_path = self.root / key
+        directory_path.mkdir(parents=True, exist_ok=True)
         ext = "parquet" if self.fmt == "parquet" else "arrow"
         base = f"{first:016X}-{last:016X}"
-        path = directory / f"{base}.{ext}"
+        path = directory_path / f"{base}.{ext}"
         n = 1
         while path in self.files:
-            path = directory / f"{base}-{n}.{ext}"
+            path = directory_path / f"{base}-{n}.{ext}"
             n += 1
         write_atomically(table, path, self.fmt)
         self.files.append(path)

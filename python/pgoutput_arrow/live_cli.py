@@ -8,7 +8,11 @@ Every output format works live. What is acknowledged to the server, and when:
   LSN, and only then is that LSN acknowledged. On start the checkpoint says where the output
   ends: ``.tmp`` leftovers are deleted, so are data files of a group that was cut short
   (their first commit LSN is at or after the checkpoint), and streaming resumes right after
-  the checkpoint, so no change is lost or written twice.
+  the checkpoint, so no change is lost or written twice. Every file of a table directory
+  has the same schema (``_files.TableDirectory``): when a group's rows grow it, the rewrite
+  of the files already there is journaled before the group is written and done after its
+  checkpoint; on start, a journaled rewrite is finished if its group counts, else dropped
+  (no file was touched), so the files never hold a schema ahead of the checkpoint.
 * ``pretty`` / ``jsonl`` on stdout, ``--stats``: acknowledged once written and flushed, and,
   when stdout is a regular file (``> changes.jsonl``), fsynced: the acknowledged position is
   then on disk, as a walreceiver's flushed position is. A pipe cannot be exactly-once: what
@@ -37,6 +41,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._files import TableDirectory, storable, write_atomically
 from .live import LiveStream, lsn_to_str, parse_lsn
 
 __all__ = ["add_arguments", "run_live", "LiveFileSink", "read_checkpoint"]
@@ -127,7 +132,6 @@ class LiveFileSink:
         self.fmt = fmt
         self.ext = "parquet" if fmt == "parquet" else "arrow"
         self.files: list[Path] = []
-        self.dirs: dict[str, Any] = {}
         root.mkdir(parents=True, exist_ok=True)
         # One writer per directory: a second one would interleave groups.
         self._lock = open(root / ".lock", "w")
@@ -136,6 +140,11 @@ class LiveFileSink:
         except BlockingIOError:
             raise OSError(f"{root} is being written by another pgoutput-dump") from None
         self.checkpoint = self._recover()
+        # Every table directory under one schema: a rewrite a kill interrupted is finished
+        # if its group counts, else forgotten (the group is streamed again).
+        self.dirs = {d.name: TableDirectory(d, fmt, self.checkpoint)
+                     for d in sorted(root.iterdir())
+                     if d.is_dir() and not d.name.startswith(("_", "."))}
 
     def _data_files(self) -> list[Path]:
         return [f for d in self.root.iterdir() if d.is_dir() for f in d.iterdir()
@@ -179,72 +188,53 @@ class LiveFileSink:
 
     def write_group(self, chunk: Any, end_lsn: int) -> None:
         """Writes every table of the group, then moves the checkpoint to ``end_lsn``."""
-        from ._files import TableDirectory, storable, write_atomically
-
         parts: dict[str, list[pa.RecordBatch]] = {}
         for name, _version, b in chunk.tables:
-            if not b.num_rows:
-                continue
-            # Into the directory's schema (may rewrite the files written so far).
-            directory = self.dirs.get(name)
-            if directory is None:
-                directory = self.dirs[name] = TableDirectory(self.root / name, self.fmt)
-            b = directory.conform(pa.Table.from_batches([b])).combine_chunks().to_batches()[0]
-            parts.setdefault(name, []).append(b)
+            if b.num_rows:
+                parts.setdefault(name, []).append(b)
         for kind in ("truncates", "messages", "transactions"):
             for b in getattr(chunk, kind):
                 parts.setdefault(f"_{kind}", []).append(b)
         for key, batches in parts.items():
-            by_schema: list[list[pa.RecordBatch]] = []
-            for b in batches:  # a schema change inside the group: one file per schema
-                for same in by_schema:
-                    if same[0].schema.equals(b.schema):
-                        same.append(b)
-                        break
-                else:
-                    by_schema.append([b])
-            for n, same in enumerate(by_schema):
-                table = pa.Table.from_batches(same)
-                if self.fmt == "parquet":
-                    table = _without_views(table)
-                table = storable(table, self.fmt)
+            if key.startswith("_"):
+                tables = [storable(pa.Table.from_batches(same), self.fmt)
+                          for same in _by_schema(batches)]
+            else:
+                # One file under the directory's schema, which may grow: the rewrite of
+                # the files already there is journaled now and done once the group counts.
+                directory = self.dirs.get(key)
+                if directory is None:
+                    directory = self.dirs[key] = TableDirectory(self.root / key, self.fmt)
+                tables = [directory.prepare(batches, end_lsn)]
+            for n, table in enumerate(tables):
                 first, last = _lsn_range(table)
-                directory = self.root / key
-                directory.mkdir(exist_ok=True)
+                directory_path = self.root / key
+                directory_path.mkdir(exist_ok=True)
                 suffix = f"-{n}" if n else ""
-                path = directory / f"{first:016X}-{last:016X}{suffix}.{self.ext}"
+                path = directory_path / f"{first:016X}-{last:016X}{suffix}.{self.ext}"
                 write_atomically(table, path, self.fmt)
                 self.files.append(path)
         if end_lsn > self.checkpoint:
             self._write_checkpoint(end_lsn)
             self.checkpoint = end_lsn
+        for directory in self.dirs.values():
+            directory.finish()
 
     def close(self) -> None:
         self._lock.close()
 
 
-def _plain(t: pa.DataType) -> pa.DataType:
-    """The type with view types replaced by their plain counterparts."""
-    if t == pa.string_view():
-        return pa.large_string()
-    if t == pa.binary_view():
-        return pa.large_binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        inner = _plain(t.value_type)
-        return t if inner == t.value_type else pa.list_(t.value_field.with_type(inner))
-    if pa.types.is_struct(t):
-        fields = [t.field(i) for i in range(t.num_fields)]
-        plain = [f.with_type(_plain(f.type)) for f in fields]
-        return t if plain == fields else pa.struct(plain)
-    return t
-
-
-def _without_views(table: pa.Table) -> pa.Table:
-    """pyarrow's Parquet writer cannot slice view arrays (it does for pages and row
-    groups): cast string_view / binary_view to large_string / large_binary first."""
-    schema = pa.schema([f.with_type(_plain(f.type)) for f in table.schema],
-                       metadata=table.schema.metadata)
-    return table if schema.equals(table.schema) else table.cast(schema)
+def _by_schema(batches: list[pa.RecordBatch]) -> list[list[pa.RecordBatch]]:
+    """The batches grouped by schema, in order of first appearance."""
+    groups: list[list[pa.RecordBatch]] = []
+    for b in batches:
+        for same in groups:
+            if same[0].schema.equals(b.schema):
+                same.append(b)
+                break
+        else:
+            groups.append([b])
+    return groups
 
 
 def _lsn_range(table: pa.Table) -> tuple[int, int]:
