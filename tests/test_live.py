@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,6 +37,26 @@ DUMP = [sys.executable, "-m", "pgoutput_arrow.cli"]
 # --------------------------------------------------------------------------- helpers
 
 
+def wait_until(condition: Callable[[], object], timeout: float,
+               what: str | Callable[[], str], interval: float = 0.05) -> None:
+    """Polls ``condition`` until it holds. After ``timeout`` seconds, fails saying what was
+    awaited (``what``, or what it returns then: the state worth seeing). ``condition`` may
+    fail by itself, as when the process it waits on died."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for "
+                        f"{what() if callable(what) else what}")
+        time.sleep(interval)
+
+
+def alive(proc: subprocess.Popen[str]) -> bool:
+    """True, or fails with the process's stderr if it exited."""
+    assert proc.poll() is None, f"exited {proc.returncode}: " + (
+        proc.stderr.read() if proc.stderr else "")
+    return True
+
+
 def slot_state(pg: PgServer, slot: str) -> tuple[int | None, int | None]:
     """(confirmed_flush_lsn, active_pid) of a slot."""
     rows = pg.query("SELECT confirmed_flush_lsn::text, active_pid FROM pg_replication_slots "
@@ -47,10 +68,21 @@ def slot_state(pg: PgServer, slot: str) -> tuple[int | None, int | None]:
 
 
 def wait_slot_inactive(pg: PgServer, slot: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while slot_state(pg, slot)[1] is not None:
-        assert time.monotonic() < deadline, f"slot {slot} still active after {timeout}s"
-        time.sleep(0.05)
+    wait_until(lambda: slot_state(pg, slot)[1] is None, timeout, f"slot {slot} to be released")
+
+
+def reported_write_lsn(pg: PgServer, slot: str) -> int:
+    """The write position the consumer of ``slot`` last reported (0: none yet)."""
+    rows = pg.query("SELECT r.write_lsn::text FROM pg_stat_replication r JOIN pg_replication_slots s "
+                    "ON s.active_pid = r.pid WHERE s.slot_name = %s", (slot,))
+    return lsn_to_int(rows[0][0]) if rows and rows[0][0] else 0
+
+
+def wait_slot_active(pg: PgServer, slot: str, proc: subprocess.Popen[str],
+                     timeout: float = 60.0) -> None:
+    """Until ``proc`` streams from ``slot`` (it may have to create it first)."""
+    wait_until(lambda: alive(proc) and slot_state(pg, slot)[1] is not None, timeout,
+               f"{proc.args!r} to stream from slot {slot}")
 
 
 def caught_up_lsn(pg: PgServer) -> int:
@@ -213,11 +245,7 @@ def test_cli_killed_with_sigkill_resumes_exactly_once(pg: PgServer, unique_name:
 
     # Start once so that the slot exists before the workload: every change is in it.
     first = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while slot_state(pg, slot)[1] is None:
-        assert first.poll() is None, first.stderr.read() if first.stderr else ""
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_slot_active(pg, slot, first)
     worker = threading.Thread(target=workload)
     worker.start()
     # New kill points every run; the seed is printed (shown when the test fails) and
@@ -238,13 +266,10 @@ def test_cli_killed_with_sigkill_resumes_exactly_once(pg: PgServer, unique_name:
     assert not worker.is_alive() and not errors, errors
     end = caught_up_lsn(pg)
     # Let the last run catch up, then stop it cleanly with SIGTERM.
-    deadline = time.monotonic() + 90
-    while (slot_state(pg, slot)[0] or 0) < end:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline, (
-            f"the consumer did not catch up: slot at {slot_state(pg, slot)}, server at "
-            f"{lsn_to_str(end)}, output: {sorted(p.name for p in out.rglob('*'))[-5:]}")
-        time.sleep(0.2)
+    wait_until(lambda: alive(proc) and (slot_state(pg, slot)[0] or 0) >= end, 90,
+               lambda: f"the consumer to catch up: slot at {slot_state(pg, slot)}, server at "
+               f"{lsn_to_str(end)}, output: {sorted(p.name for p in out.rglob('*'))[-5:]}",
+               interval=0.2)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
 
@@ -261,6 +286,154 @@ def test_cli_killed_with_sigkill_resumes_exactly_once(pg: PgServer, unique_name:
     assert replay(rows_b) == want_b
     checkpoint = parse_lsn(json.loads((out / "_checkpoint.json").read_text())["lsn"])
     assert checkpoint <= (slot_state(pg, slot)[0] or 0)
+
+
+def file_schemas(directory: Path) -> list[pa.Schema]:
+    """The distinct schemas of a table directory's files (one, for the output to read back
+    whole with any reader)."""
+    distinct: list[pa.Schema] = []
+    for f in sorted(directory.glob("*.parquet")):
+        s = pq.read_schema(f)
+        if not any(s.equals(d) for d in distinct):
+            distinct.append(s)
+    return distinct
+
+
+@pytest.mark.timeout(180)
+def test_cli_parquet_schema_changes_in_a_group_and_across_runs(pg18: PgServer, unique_name: str,
+                                                               tmp_path: Path) -> None:
+    """Live Parquet output of a table whose columns are added, renamed, retyped and dropped,
+    within one group and between runs: every file of its directory has the same schema,
+    pq.read_table(dir) and polars get every row and column, the rename is one column; a
+    run without a schema change rewrites no file."""
+    import polars as pl
+
+    pg = pg18
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n int)")
+    out = tmp_path / "out"
+    cmd = [*DUMP, "--dsn", pg.dsn, "--slot", unique_name, "--create-slot",
+           "--create-publication", t, "--format", "parquet", "--output", str(out),
+           "--commit-interval", "5", "--idle-timeout", "1.5"]
+    directory = out / f"public.{t}"
+
+    def run(*sql: str) -> None:
+        for statement in sql:
+            pg.execute(statement)
+        proc = dump(*cmd[len(DUMP):])
+        assert proc.returncode == 0, proc.stderr
+        assert len(file_schemas(directory)) == (1 if sql else 0), \
+            [s.names for s in file_schemas(directory)]
+
+    run()  # creates the slot and the publication
+    run(f"INSERT INTO {t} VALUES (1, 'x1', 1)")
+    # Already in the slot when the run starts: gathered into one group of 5 s.
+    run(f"INSERT INTO {t} VALUES (2, 'x2', 2)",
+        f"ALTER TABLE {t} ADD COLUMN extra text",
+        f"INSERT INTO {t} VALUES (3, 'x3', 3, 'e3')",
+        f"ALTER TABLE {t} RENAME COLUMN v TO v2",
+        f"INSERT INTO {t} VALUES (4, 'x4', 4, 'e4')")
+    run(f"ALTER TABLE {t} ALTER COLUMN n TYPE bigint",
+        f"INSERT INTO {t} VALUES (5, 'x5', 5000000000, 'e5')",
+        f"ALTER TABLE {t} DROP COLUMN extra",
+        f"INSERT INTO {t} VALUES (6, 'x6', 6)")
+    before = {f.name: f.stat().st_mtime_ns for f in directory.glob("*.parquet")}
+    run(f"INSERT INTO {t} VALUES (7, 'x7', 7)")
+    after = {f.name: f.stat().st_mtime_ns for f in directory.glob("*.parquet")}
+    assert len(after) == len(before) + 1 and all(after[n] == m for n, m in before.items())
+
+    whole = pq.read_table(directory)
+    rows = sorted(whole.to_pylist(), key=lambda r: r["id"])
+    assert [c for c in whole.column_names if not c.startswith("_")] == ["id", "v2", "n", "extra"]
+    assert [(r["id"], r["v2"], r["n"], r["extra"]) for r in rows] == [
+        (1, "x1", 1, None), (2, "x2", 2, None), (3, "x3", 3, "e3"), (4, "x4", 4, "e4"),
+        (5, "x5", 5000000000, "e5"), (6, "x6", 6, None), (7, "x7", 7, None)]
+    frame = pl.scan_parquet(f"{directory}/*.parquet").collect()
+    assert frame.columns == whole.column_names
+    assert sorted(frame.select("id", "v2", "n", "extra").rows()) == \
+        [(r["id"], r["v2"], r["n"], r["extra"]) for r in rows]
+
+
+@pytest.mark.timeout(300)
+def test_cli_killed_during_schema_changes_loses_nothing(pg18: PgServer, unique_name: str,
+                                                        tmp_path: Path) -> None:
+    """kill -9 at random points of a workload that adds, renames, retypes and drops columns
+    (each schema change rewrites the table's files): every run's output has one schema per
+    table directory, and the last reads back every change once, every value in its column.
+    (A rename that falls between two runs, when the new run's first message for the table
+    already has the new name, is two columns: the rows' values are then in one of them.)"""
+    pg = pg18
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n int)")
+    slot = f"{unique_name}_s"
+    out = tmp_path / "out"
+    directory = out / f"public.{t}"
+    cmd = [*DUMP, "--dsn", pg.dsn, "--slot", slot, "--create-slot", "--create-publication", t,
+           "--format", "parquet", "--output", str(out), "--commit-interval", "0.2",
+           "--status-interval", "1"]
+    changes = [f"ALTER TABLE {t} ADD COLUMN extra text",
+               f"ALTER TABLE {t} RENAME COLUMN v TO v2",
+               f"ALTER TABLE {t} ALTER COLUMN n TYPE bigint",
+               f"ALTER TABLE {t} DROP COLUMN extra",
+               f"ALTER TABLE {t} ADD COLUMN later int"]
+    iterations = 1500
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def workload() -> None:
+        try:
+            conn = pg.connect()
+            value = "v"
+            with conn.cursor() as cur:
+                for i in range(iterations):
+                    if i and i % (iterations // (len(changes) + 1)) == 0 and changes:
+                        cur.execute(changes[0])
+                        value = "v2" if "RENAME" in changes.pop(0) else value
+                    cur.execute(f"INSERT INTO {t} (id, {value}, n) VALUES (%s, %s, %s)",
+                                (i, f"x{i}", i))
+                    time.sleep(0.002)
+            conn.close()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            done.set()
+
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    wait_slot_active(pg, slot, proc)
+    worker = threading.Thread(target=workload)
+    worker.start()
+    seed = int(os.environ.get("PGOUTPUT_KILL_SEED", time.time_ns() % 2**32))
+    print(f"kill points: PGOUTPUT_KILL_SEED={seed}")
+    rng = random.Random(seed)
+    for _ in range(4):
+        time.sleep(rng.uniform(0.3, 1.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        if directory.exists():
+            assert len(file_schemas(directory)) <= 2  # a rewrite may be half done ...
+        wait_slot_inactive(pg, slot)
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        wait_slot_active(pg, slot, proc)
+        assert len(file_schemas(directory)) <= 1  # ... and is finished (or dropped) on start
+    worker.join(timeout=200)
+    assert not worker.is_alive() and not errors, errors
+    end = caught_up_lsn(pg)
+    wait_until(lambda: alive(proc) and (slot_state(pg, slot)[0] or 0) >= end, 90,
+               lambda: f"the consumer to catch up: slot at {slot_state(pg, slot)}, server at "
+               f"{lsn_to_str(end)}", interval=0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+
+    assert len(file_schemas(directory)) == 1 and not list(out.rglob(".*.tmp"))
+    assert not list(out.rglob(".schema-rewrite.json"))
+    whole = pq.read_table(directory)
+    names = [c for c in whole.column_names if not c.startswith("_")]
+    assert {"id", "v2", "n", "later"} <= set(names), names
+    rows = whole.to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(iterations)), "a change lost or doubled"
+    for r in rows:
+        values = [r[c] for c in ("v", "v2") if c in r and r[c] is not None]
+        assert values == [f"x{r['id']}"] and r["n"] == r["id"], r
 
 
 # --------------------------------------------------------------------------- (c) restart
@@ -458,12 +631,9 @@ def test_idle_slot_advances_while_only_unpublished_tables_change(pg: PgServer,
             pg.execute(f"INSERT INTO {other} SELECT g, repeat('x', 100) "
                        f"FROM generate_series({i * 100}, {i * 100 + 99}) g")
         target = caught_up_lsn(pg)
-        deadline = time.monotonic() + 30
-        while (slot_state(pg, unique_name)[0] or 0) < target:
-            assert time.monotonic() < deadline, (
-                f"confirmed_flush_lsn stayed at {lsn_to_str(slot_state(pg, unique_name)[0] or 0)}"
-                f" while the server is at {lsn_to_str(target)}")
-            time.sleep(0.1)
+        wait_until(lambda: (slot_state(pg, unique_name)[0] or 0) >= target, 30,
+                   lambda: f"confirmed_flush_lsn to pass {lsn_to_str(target)}: it is at "
+                   f"{lsn_to_str(slot_state(pg, unique_name)[0] or 0)}", interval=0.1)
     finally:
         s.stop()
         runner.join(timeout=30)
@@ -639,16 +809,11 @@ def test_cli_sigterm_stops_cleanly_after_acknowledging(pg: PgServer, unique_name
                              str(out), "--commit-interval", "0.1"],
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while slot_state(pg, slot)[1] is None:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_slot_active(pg, slot, proc)
         pg.execute(f"INSERT INTO {t} SELECT generate_series(1, 100)")
         end = caught_up_lsn(pg)
-        deadline = time.monotonic() + 30
-        while not list(out.glob(f"public.{t}/*.arrow")):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until(lambda: alive(proc) and list(out.glob(f"public.{t}/*.arrow")), 30,
+                   "the insert's file")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
     finally:
@@ -690,16 +855,11 @@ def test_cli_ctrl_c_stops_cleanly_after_acknowledging(pg18: PgServer, unique_nam
                 for r in pq.read_table(f).to_pylist()]
 
     try:
-        deadline = time.monotonic() + 60
-        while slot_state(pg, slot)[1] is None:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_slot_active(pg, slot, proc)
         for lo in (1, 51):  # two transactions
             pg.execute(f"INSERT INTO {t} SELECT generate_series({lo}, {lo + 49})")
-        deadline = time.monotonic() + 30
-        while len(written()) < 100:
-            assert proc.poll() is None and time.monotonic() < deadline, written()
-            time.sleep(0.05)
+        wait_until(lambda: alive(proc) and len(written()) >= 100, 30,
+                   lambda: f"100 rows written: {written()}")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
         assert proc.stderr is not None and "interrupted" not in proc.stderr.read()
@@ -782,10 +942,8 @@ def test_temporary_slot_and_stats(pg: PgServer, unique_name: str) -> None:
         st = s.stats()
     assert rows == 10
     assert st.messages >= 12 and st.bytes > 0 and st.server_wal_end >= end
-    deadline = time.monotonic() + 20
-    while slot_state(pg, unique_name) != (None, None):  # gone with its connection
-        assert time.monotonic() < deadline, slot_state(pg, unique_name)
-        time.sleep(0.05)
+    wait_until(lambda: slot_state(pg, unique_name) == (None, None), 20,  # gone with its connection
+               lambda: f"the temporary slot to go: {slot_state(pg, unique_name)}")
 
 
 @pytest.mark.timeout(120)
@@ -814,8 +972,13 @@ def test_two_phase_prepared_transaction_survives_a_consumer_restart(
     for i in range(10):  # only unpublished changes: keepalives keep coming
         pg.execute(f"INSERT INTO {other} VALUES ({i})")
         time.sleep(0.1)
-    caught_up_lsn(pg)
-    time.sleep(1.5)
+    caught = caught_up_lsn(pg)
+    # Until the walsender has had a status update from the consumer saying it received
+    # everything (write position): the flush position in that same update is what the
+    # slot is confirmed to.
+    wait_until(lambda: reported_write_lsn(pg, unique_name) >= caught, 30,
+               lambda: f"the consumer to report {lsn_to_str(caught)} received: it reported "
+               f"{lsn_to_str(reported_write_lsn(pg, unique_name))}")
     confirmed = slot_state(pg, unique_name)[0] or 0
     assert confirmed < after_prepare, "confirmed past an unresolved prepared transaction"
     s.stop()
@@ -831,10 +994,9 @@ def test_two_phase_prepared_transaction_survives_a_consumer_restart(
     try:
         pg.execute(f"COMMIT PREPARED '{unique_name}'")
         end = caught_up_lsn(pg)
-        deadline = time.monotonic() + 30
-        while items != [1] or (slot_state(pg, unique_name)[0] or 0) < end:
-            assert time.monotonic() < deadline, (items, slot_state(pg, unique_name))
-            time.sleep(0.1)
+        wait_until(lambda: items == [1] and (slot_state(pg, unique_name)[0] or 0) >= end, 30,
+                   lambda: f"the commit and the slot past it: {items}, "
+                   f"{slot_state(pg, unique_name)}", interval=0.1)
     finally:
         s.stop()
         runner.join(timeout=30)

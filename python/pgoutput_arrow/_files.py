@@ -240,6 +240,9 @@ class TableDirectory:
         self._grown = False
         #: Whether the next version is a new decoder's first (see :meth:`_see`).
         self._by_name = False
+        #: The files' schema with the current decoder's column ids, when it is not
+        #: ``unified`` (after a new decoder's first version).
+        self._files_as: pa.Schema | None = None
         #: The rewrite :meth:`prepare` started and :meth:`finish` does: (held, unified).
         self._pending: tuple[pa.Schema | None, pa.Schema] | None = None
         #: Files rewritten so far.
@@ -296,10 +299,12 @@ class TableDirectory:
         if self._grown:
             unified = unify_schemas(self.versions)
             on_disk = self._read_back(unified)
-            if self.unified is not None and on_disk != self._on_disk and self.files():
-                _write_journal(self.directory / JOURNAL, self.unified, unified, lsn)
-                self._pending = (self.unified, unified)
+            held = self._files_as or self.unified
+            if held is not None and on_disk != self._on_disk and self.files():
+                _write_journal(self.directory / JOURNAL, held, unified, lsn)
+                self._pending = (held, unified)
             self.unified, self._on_disk, self._grown = unified, on_disk, False
+            self._files_as = None
         assert self.unified is not None
         target = self.unified
         return storable(pa.concat_tables([conform(b, target) for b in batches]), self.fmt)
@@ -345,6 +350,9 @@ class TableDirectory:
             # next versions with them (a column renamed later stays one column).
             self.versions = [unify_schemas([_without_ids(self.unified), schema]), schema]
             self._by_name = False
+            # The files' columns by name, under this decoder's ids: what a rewrite reads
+            # them as.
+            self._files_as = self.versions[0]
         else:
             self.versions.append(schema)
         self._grown = True
