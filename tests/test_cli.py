@@ -448,6 +448,69 @@ def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path) -> 
     assert [o["new"]["t"] for o in objs] == ["10:00:00", None]
 
 
+SPECIAL_TEXTS = {"t": "24:00:00", "n": "NaN", "ts": "294276-01-01 00:00:00", "arr": "[0:1]={1,2}"}
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_special_values_print_as_postgresql_text(pg18: PgServer, tmp_path: Path,
+                                                 binary: bool) -> None:
+    """Values PostgreSQL accepted that no Arrow value of their column's type holds (time
+    24:00:00, NaN in numeric(5,2), a timestamp after 294247 AD, an array whose lower bound
+    is not 1), with the default options: exit 0, PostgreSQL's exact text in the value's
+    place in jsonl and pretty, in the new row and in the old one (REPLICA IDENTITY FULL);
+    Parquet keeps them in the _special column, the typed column null."""
+    name = f"cli_special_{'b' if binary else 't'}"
+    pg18.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, t time, n numeric(5,2), "
+                 f"ts timestamp, arr int[], ok text)")
+    pg18.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    pg18.execute(f"CREATE PUBLICATION {name} FOR TABLE {name}")
+    pg18.create_slot(name)
+    pg18.execute(f"INSERT INTO {name} VALUES (1, '24:00:00', 'NaN', '294276-01-01 00:00:00', "
+                 f"'[0:1]={{1,2}}', 'a'), (2, '12:00', 1.5, '2024-01-01', '{{3}}', 'b')")
+    pg18.execute(f"UPDATE {name} SET ok = 'a2' WHERE id = 1")
+    pg18.execute(f"DELETE FROM {name} WHERE id = 1")
+    options = {"proto_version": "1", "publication_names": name, "binary": str(binary).lower()}
+    rows = pg18.get_binary_changes(name, options)
+    pg18.drop_slot(name)
+    capture = tmp_path / "capture.parquet"
+    pq.write_table(pa.table({"lsn": [r[0] for r in rows], "data": [r[2] for r in rows]}), capture)
+
+    objs = [json.loads(line) for line in dump(capture, "--format", "jsonl").stdout.splitlines()]
+    assert [o["op"] for o in objs] == ["insert", "insert", "update", "delete"]
+    special = {"id": 1, **SPECIAL_TEXTS}
+    assert objs[0]["new"] == {**special, "ok": "a"}
+    assert objs[1]["new"] == {"id": 2, "t": "12:00:00", "n": "1.50", "ts": "2024-01-01T00:00:00",
+                              "arr": [3], "ok": "b"}
+    assert objs[2]["new"] == {**special, "ok": "a2"} and objs[2]["old"] == {**special, "ok": "a"}
+    assert objs[3]["new"] is None and objs[3]["old"] == {**special, "ok": "a2"}
+    # The texts are in place: no separate key repeats them.
+    assert all(set(o) == set(objs[1]) for o in objs)
+
+    pretty = dump(capture, "--format", "pretty").stdout.splitlines()
+    first = next(line for line in pretty if "insert" in line)
+    for column, text in SPECIAL_TEXTS.items():
+        assert f"{column}='{text}'" in first, first  # quoted: PostgreSQL's text, not a typed value
+
+    out = tmp_path / "out"
+    dump(capture, "--format", "parquet", "--output", out)
+    table = pq.read_table(out / f"public.{name}")
+    assert table.schema.names.index("_special") == table.schema.names.index("_unchanged") + 1
+    inserted = table.to_pylist()[0]
+    assert dict(inserted["_special"]) == SPECIAL_TEXTS
+    assert all(inserted[c] is None for c in SPECIAL_TEXTS)
+    deleted = dict(table.to_pylist()[3]["_special"])
+    assert {k: v for k, v in deleted.items() if k.startswith("_before.")} == \
+        {f"_before.{c}": text for c, text in SPECIAL_TEXTS.items()}
+
+    # Opt-in policies: fail, or lose the value.
+    line = _one_error_line(dump(capture, "--format", "jsonl", "--special-values", "error",
+                                check=False))
+    assert f"public.{name}" in line
+    nulls = [json.loads(x) for x in dump(capture, "--format", "jsonl", "--special-values",
+                                         "null").stdout.splitlines()]
+    assert nulls[0]["new"]["t"] is None and nulls[0]["new"]["n"] is None
+
+
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()
