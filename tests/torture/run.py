@@ -92,11 +92,13 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
     """Runs ``workload`` in a fresh database of ``pg`` and checks every path."""
     result = Result(workload.seed, pg.version, workload.statements())
     db = f"torture_{workload.seed}_{os.getpid()}"
-    pg.execute(f"DROP DATABASE IF EXISTS {db}")
+    _drop(pg)  # whatever an interrupted run left (a prepared transaction blocks slot creation)
     pg.execute(f"CREATE DATABASE {db}")
     conns = [pg.connect(pg.dsn_for(db)) for _ in range(2)]
     try:
         with conns[0].cursor() as cur:
+            # A wait for a lock (a slot waits for running transactions) is an error, not a hang.
+            cur.execute("SET lock_timeout = '120s'")
             for sql in PRELUDE:
                 cur.execute(sql)
             cur.execute("CREATE PUBLICATION torture FOR ALL TABLES")
@@ -142,13 +144,27 @@ def _slot(db: str, name: str) -> str:
     return f"{db}_{name.replace('-', '_')}"
 
 
-def _drop(pg: PgServer, db: str) -> None:
-    for (slot,) in pg.query("SELECT slot_name FROM pg_replication_slots WHERE database = %s", (db,)):
-        pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    for (gid,) in pg.query("SELECT gid FROM pg_prepared_xacts WHERE database = %s", (db,)):
-        with pg.connect(pg.dsn_for(db)) as c, c.cursor() as cur:
-            cur.execute(f"ROLLBACK PREPARED '{gid}'")
-    pg.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+def _drop(pg: PgServer, db: str | None = None) -> None:
+    """Removes a seed's database with its prepared transactions and slots (``db`` None: every
+    torture database). A prepared transaction left behind would make every later slot
+    creation on the server wait for it."""
+    like = db if db is not None else "torture\\_%"
+    for gid, name in pg.query("SELECT gid, database FROM pg_prepared_xacts WHERE database LIKE %s", (like,)):
+        try:
+            with pg.connect(pg.dsn_for(name)) as c, c.cursor() as cur:
+                cur.execute(f"ROLLBACK PREPARED '{gid}'")
+        except Exception as e:  # noqa: BLE001  (reported, the rest still cleaned)
+            print(f"torture: could not roll back prepared {gid} in {name}: {e}", file=sys.stderr)
+    for slot, active in pg.query("SELECT slot_name, active_pid FROM pg_replication_slots WHERE database LIKE %s",
+                                 (like,)):
+        try:
+            if active:
+                pg.execute("SELECT pg_terminate_backend(%s)", (active,))
+            pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        except Exception as e:  # noqa: BLE001
+            print(f"torture: could not drop slot {slot}: {e}", file=sys.stderr)
+    for (name,) in pg.query("SELECT datname FROM pg_database WHERE datname LIKE %s", (like,)):
+        pg.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     if pg.query("SELECT 1 FROM pg_replication_origin WHERE roname = 'torture_origin'"):
         pg.execute("SELECT pg_replication_origin_drop('torture_origin')")
 
