@@ -343,6 +343,46 @@ def test_parquet_rewrite_killed_midway_is_finished_by_the_next_run(pg18: PgServe
     assert _by_commit(pq.read_table(directory)) == _by_commit(written.select(schema.names))
 
 
+def test_live_rewrite_waits_for_its_group_to_count(history: Path, tmp_path: Path) -> None:
+    """The live sink's order, on the history's first two versions: the rewrite a group needs
+    is journaled before the group is written (prepare) and done after its checkpoint
+    (finish). Killed in between, the next start drops it if the checkpoint is still the
+    previous group's (the files untouched, under their schema), and finishes it if the
+    group was counted."""
+    from pgoutput_arrow._files import TableDirectory, write_atomically
+
+    versions = pgoutput_arrow.decode(history).table_versions[HIST]
+    directory = tmp_path / HIST
+    journal = directory / ".schema-rewrite.json"
+
+    def files() -> dict[str, tuple[int, list[str]]]:
+        return {f.name: (f.stat().st_mtime_ns, pq.read_schema(f).names)
+                for f in sorted(directory.glob("*.parquet"))}
+
+    sink = TableDirectory(directory, "parquet")
+    table = sink.prepare(versions[0].to_batches(), 10)
+    sink.finish()
+    directory.mkdir()
+    write_atomically(table, directory / "000000000000000A-000000000000000A.parquet", "parquet")
+    written = files()
+    sink.prepare(versions[1].to_batches(), 20)  # a group that adds column d: killed now
+    assert journal.exists() and files() == written
+
+    uncounted = TableDirectory(directory, "parquet", counted=10)
+    assert not journal.exists() and files() == written
+    assert uncounted.unified is not None and "d" not in uncounted.unified.names
+
+    uncounted.prepare(versions[1].to_batches(), 20)  # again, and this time it counts
+    assert journal.exists() and files() == written
+    TableDirectory(directory, "parquet", counted=20)
+    assert not journal.exists()
+    ((_, names),) = files().values()
+    assert "d" in names
+    want = pgoutput_arrow.conform(versions[0], pgoutput_arrow.unify_schemas(
+        [versions[0].schema, versions[1].schema]))
+    assert _by_commit(pq.read_table(directory)) == _by_commit(want)
+
+
 @pytest.mark.slow
 def test_parquet_directory_of_a_changing_table_in_spark(history: Path, tmp_path: Path,
                                                         spark: Any) -> None:

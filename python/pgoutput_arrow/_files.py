@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from . import conform, unify_schemas
 
-__all__ = ["TableDirectory", "storable", "write_atomically", "read_file", "DATA_SUFFIXES"]
+__all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "DATA_SUFFIXES"]
 
 DATA_SUFFIXES = (".parquet", ".arrow")
 
@@ -83,13 +83,6 @@ def _to_type(arr: pa.Array, t: pa.DataType) -> pa.Array:
         values = _to_type(arr.values, t.value_type)
         return cls.from_arrays(arr.offsets, values, type=t, mask=mask)
     return arr.cast(t)
-
-
-def storable_schema(schema: pa.Schema, fmt: str) -> pa.Schema:
-    """The schema :func:`storable` gives a table of ``schema``."""
-    if fmt != "parquet":
-        return schema
-    return pa.schema([_parquet_field(f) for f in schema], metadata=schema.metadata)
 
 
 def storable(table: pa.Table, fmt: str) -> pa.Table:
@@ -260,8 +253,7 @@ class TableDirectory:
             else:  # begun for a group that does not count: no file was rewritten yet
                 journal.unlink()
                 _fsync_dir(self.directory)
-                unified = held
-        else:
+        if unified is None:
             distinct: list[pa.Schema] = []
             for path in self.files():
                 s = read_schema(path)
