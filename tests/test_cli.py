@@ -551,6 +551,22 @@ def test_special_values_print_as_postgresql_text(pg18: PgServer, tmp_path: Path,
     assert nulls[0]["new"]["t"] is None and nulls[0]["new"]["n"] is None
 
 
+def test_columns_named_like_metadata_columns_are_printed(pg18: PgServer, tmp_path: Path) -> None:
+    """A table's own _status and _subxid columns (metadata names only in arrived mode) are
+    the table's values: printed in jsonl, not taken for the decoder's columns."""
+    pg18.execute("CREATE TABLE cli_meta_names (id int PRIMARY KEY, _status text, _subxid int)")
+    pg18.execute("CREATE PUBLICATION cli_meta_names FOR TABLE cli_meta_names")
+    pg18.create_slot("cli_meta_names")
+    pg18.execute("INSERT INTO cli_meta_names VALUES (1, 'shipped', 7)")
+    rows = pg18.get_binary_changes("cli_meta_names", {"proto_version": "1",
+                                                      "publication_names": "cli_meta_names"})
+    pg18.drop_slot("cli_meta_names")
+    capture = tmp_path / "capture.parquet"
+    pq.write_table(pa.table({"lsn": [r[0] for r in rows], "data": [r[2] for r in rows]}), capture)
+    (obj,) = [json.loads(x) for x in dump(capture, "--format", "jsonl").stdout.splitlines()]
+    assert obj["new"] == {"id": 1, "_status": "shipped", "_subxid": 7}
+
+
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()

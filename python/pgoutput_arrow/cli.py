@@ -437,8 +437,12 @@ def _message_keys(batch: pa.RecordBatch) -> list[int]:
 
 # --- changes as rows -----------------------------------------------------------------
 
-_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged",
-         "_special", "_status", "_subxid")
+def _is_data_field(f: pa.Field) -> bool:
+    """A published column, not one of the decoder's metadata columns (_op, _lsn, ...,
+    _special): the decoder gives every published column its PostgreSQL type in the field
+    metadata (the rule its unify_schemas uses), so a table's own column named _status or
+    _seq is still printed, and a metadata column added later is not."""
+    return b"pg.type_oid" in (f.metadata or {})
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -477,7 +481,7 @@ def events(chunk: Chunk, pretty: bool) -> list[Event]:
     """Every change of the chunk in commit order."""
     out: list[Event] = []
     for name, _, b in chunk.tables:
-        data_fields = [f for f in b.schema if f.name not in _META]
+        data_fields = [f for f in b.schema if _is_data_field(f)]
         cols = {f.name: column_values(b.column(f.name), pretty, f) for f in data_fields}
         before = column_values(b.column("_before"), pretty) if "_before" in b.schema.names \
             else [None] * b.num_rows
