@@ -316,3 +316,57 @@ def test_cli_parquet_directories_read_back_whole(captures: tuple[PgServer, dict[
             assert "b" in tables["hist.h1"].column_names  # dropped, kept: null from the drop on
             empty = pgoutput_arrow.decode([]).truncates
             _check_against_server(pg, tables, empty)
+
+
+@pytest.mark.timeout(120)
+def test_live_stream_unifies_across_a_reconnect(pg18: PgServer) -> None:
+    """Column ids are one decoder's own: after the walsender is killed and the stream
+    reconnects with a new decoder, its batches still land in the columns they belong to (a
+    value of a column added before the reconnect was lost, its column split in two)."""
+    import threading
+    import time
+
+    pg18.execute("CREATE TABLE reconn (id int PRIMARY KEY, a int, b int)")
+    pg18.execute("CREATE PUBLICATION reconn FOR TABLE reconn")
+    pg18.create_slot("reconn")
+    got: list[pa.RecordBatch] = []
+    s = pgoutput_arrow.stream(pg18.dsn, slot="reconn", publication="reconn", stop_after=60,
+                              reconnect_initial_delay=0.2)
+
+    def consume() -> None:
+        for item in s:
+            if item.kind == "table":
+                got.append(item.batch)
+            s.ack(item.ack_lsn)
+
+    def wait(what: str, cond: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not cond():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    s.open()
+    runner = threading.Thread(target=consume)
+    runner.start()
+    try:
+        pg18.execute("INSERT INTO reconn VALUES (1, 10, 100)")
+        pg18.execute("ALTER TABLE reconn DROP COLUMN a")
+        pg18.execute("ALTER TABLE reconn ADD COLUMN c int")
+        pg18.execute("INSERT INTO reconn VALUES (2, 200, 2000)")
+        wait("the first rows", lambda: sum(b.num_rows for b in got) >= 2)
+        pid = pg18.scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'reconn'")
+        pg18.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait("a reconnect", lambda: s.stats().reconnects >= 1)
+        pg18.execute("INSERT INTO reconn VALUES (3, 300, 3000)")
+        wait("the row after the reconnect", lambda: sum(b.num_rows for b in got) >= 3)
+    finally:
+        s.stop()
+        runner.join(timeout=30)
+        s.close()
+    last = got[-1].schema
+    assert [n for n in last.names if not n.startswith("_")] == ["id", "b", "c", "a"]
+    # Ids restart with the new decoder: batches from before the reconnect are read by name.
+    rows = [{c: (r[c] if c in r else None) for c in ("id", "a", "b", "c")}
+            for b in got for r in b.to_pylist()]
+    assert rows == [{"id": 1, "a": 10, "b": 100, "c": None}, {"id": 2, "a": None, "b": 200, "c": 2000},
+                    {"id": 3, "a": None, "b": 300, "c": 3000}]

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 
+from . import _internal
 from ._internal import TxnTracker
 from .exceptions import (
     AuthenticationFailed,
@@ -150,6 +151,14 @@ class StreamStats:
     def lag_bytes(self) -> int:
         """Server WAL end minus the position confirmed to the server."""
         return max(0, self.server_wal_end - self.confirmed_lsn)
+
+
+def _without_column_ids(schema: pa.Schema) -> pa.Schema:
+    def strip(f: pa.Field) -> pa.Field:
+        md = {k: v for k, v in (f.metadata or {}).items() if k != b"pg.column_id"}
+        t = pa.struct([strip(c) for c in f.type]) if pa.types.is_struct(f.type) else f.type
+        return pa.field(f.name, t, f.nullable, md or None)
+    return pa.schema([strip(f) for f in schema], metadata=schema.metadata)
 
 
 def _commit_column(batch: pa.RecordBatch) -> str | None:
@@ -681,6 +690,12 @@ class LiveStream:
         self._feed_batch = getattr(dec, "feed_batch", None)
         self._batch_lsns, self._batch_data = [], []
         self._decoder = dec
+        # Column ids (pg.column_id) are one decoder's own: what earlier decoders' batches
+        # had becomes one version without ids, matched by name to the new decoder's.
+        for table, versions in self._versions.items():
+            if versions:
+                earlier = pa.table(_internal.unify_schemas(list(versions.values()))).schema
+                self._versions[table] = {b"earlier": _without_column_ids(earlier)}
         self._txns = TxnTracker()
         self._fed_since_flush = 0
 
@@ -936,7 +951,6 @@ class LiveStream:
         """``batch`` under the unified schema of every version of ``table`` this stream has
         seen: a table's schema only grows (columns added, dropped ones kept, a renamed one
         under its newest name, retyped ones widened), as in :attr:`Changes.tables`."""
-        from . import _internal
 
         key = (batch.schema.metadata or {}).get(b"pg.version", b"")
         versions = self._versions.setdefault(table, {})

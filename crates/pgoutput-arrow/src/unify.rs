@@ -272,10 +272,43 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, D
                 columns.push(Arc::new(array));
             }
             _ if f.name() == "_special" => columns.push(renamed_special(column, schema.fields(), &data, &table)?),
+            _ if f.name() == "_unchanged" => columns.push(renamed_unchanged(column, schema.fields(), &data, &table)?),
             _ => columns.push(cast_column(column, f.data_type(), &table, f.name())?),
         }
     }
     RecordBatch::try_new(target.clone(), columns).map_err(|e| DecodeError::arrow(format!("a unified batch of {table}"), e))
+}
+
+/// Old column name → newest name, for the columns of `source` that `target` renamed.
+fn renames<'a>(source: &'a Fields, target: &'a Fields) -> HashMap<&'a str, &'a str> {
+    let source_data: Vec<&Field> = source.iter().map(|f| f.as_ref()).filter(|f| is_data_field(f)).collect();
+    let target_refs: Vec<&Field> = target.iter().map(|f| f.as_ref()).collect();
+    pair(&source_data, &target_refs)
+        .into_iter()
+        .zip(target.iter())
+        .filter_map(|(p, t)| p.map(|i| (source_data[i].name().as_str(), t.name().as_str())))
+        .filter(|(from, to)| from != to)
+        .collect()
+}
+
+/// `_unchanged` (names of columns whose TOAST value was not sent) with the names renamed as
+/// the columns were.
+fn renamed_unchanged(unchanged: &ArrayRef, source: &Fields, target: &Fields, table: &str) -> Result<ArrayRef, DecodeError> {
+    let renames = renames(source, target);
+    let Some(list) = unchanged.as_any().downcast_ref::<ListArray>() else { return Ok(unchanged.clone()) };
+    if renames.is_empty() || list.values().is_empty() {
+        return Ok(unchanged.clone());
+    }
+    let names: StringArray = list
+        .values()
+        .as_string::<i32>()
+        .iter()
+        .map(|n| n.map(|n| renames.get(n).copied().unwrap_or(n).to_string()))
+        .collect();
+    let DataType::List(field) = list.data_type() else { return Ok(unchanged.clone()) };
+    let out = ListArray::try_new(field.clone(), list.offsets().clone(), Arc::new(names), list.nulls().cloned())
+        .map_err(|e| DecodeError::arrow(format!("_unchanged of {table}"), e))?;
+    Ok(Arc::new(out))
 }
 
 /// `_special` with its keys (column names, `_before.<name>`) renamed as the columns were: a
@@ -284,14 +317,7 @@ fn renamed_special(special: &ArrayRef, source: &Fields, target: &Fields, table: 
     if special.null_count() == special.len() {
         return Ok(special.clone());
     }
-    let source_data: Vec<&Field> = source.iter().map(|f| f.as_ref()).filter(|f| is_data_field(f)).collect();
-    let target_refs: Vec<&Field> = target.iter().map(|f| f.as_ref()).collect();
-    let renames: HashMap<&str, &str> = pair(&source_data, &target_refs)
-        .into_iter()
-        .zip(target.iter())
-        .filter_map(|(p, t)| p.map(|i| (source_data[i].name().as_str(), t.name().as_str())))
-        .filter(|(from, to)| from != to)
-        .collect();
+    let renames = renames(source, target);
     let Some(map) = special.as_any().downcast_ref::<MapArray>() else { return Ok(special.clone()) };
     if renames.is_empty() {
         return Ok(special.clone());
