@@ -271,8 +271,16 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch, D
                     .map_err(|e| DecodeError::arrow(format!("_before of {table}"), e))?;
                 columns.push(Arc::new(array));
             }
-            _ if f.name() == "_special" => columns.push(renamed_special(column, schema.fields(), &data, &table)?),
-            _ if f.name() == "_unchanged" => columns.push(renamed_unchanged(column, schema.fields(), &data, &table)?),
+            // Renamed like the columns, then cast (a file's round trip may rename a list's
+            // or map's inner fields).
+            _ if f.name() == "_special" => {
+                let renamed = renamed_special(column, schema.fields(), &data, &table)?;
+                columns.push(cast_column(&renamed, f.data_type(), &table, f.name())?)
+            }
+            _ if f.name() == "_unchanged" => {
+                let renamed = renamed_unchanged(column, schema.fields(), &data, &table)?;
+                columns.push(cast_column(&renamed, f.data_type(), &table, f.name())?)
+            }
             _ => columns.push(cast_column(column, f.data_type(), &table, f.name())?),
         }
     }
