@@ -151,8 +151,14 @@ def _drop(pg: PgServer, db: str | None = None) -> None:
     like = db if db is not None else "torture\\_%"
     for gid, name in pg.query("SELECT gid, database FROM pg_prepared_xacts WHERE database LIKE %s", (like,)):
         try:
-            with pg.connect(pg.dsn_for(name)) as c, c.cursor() as cur:
-                cur.execute(f"ROLLBACK PREPARED '{gid}'")
+            # Not `with conn`: psycopg2 runs its block in a transaction, which ROLLBACK
+            # PREPARED refuses.
+            c = pg.connect(pg.dsn_for(name))
+            try:
+                c.autocommit = True
+                c.cursor().execute(f"ROLLBACK PREPARED '{gid}'")
+            finally:
+                c.close()
         except Exception as e:  # noqa: BLE001  (reported, the rest still cleaned)
             print(f"torture: could not roll back prepared {gid} in {name}: {e}", file=sys.stderr)
     for slot, active in pg.query("SELECT slot_name, active_pid FROM pg_replication_slots WHERE database LIKE %s",
