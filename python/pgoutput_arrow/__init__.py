@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from . import _internal
 from . import exceptions as _exceptions
-from .capture import Capture, capture_from, lsn_to_int, lsn_to_str, open_capture
+from ._internal import lsn_to_int, lsn_to_str
+from .capture import Capture, capture_from, open_capture
 from .exceptions import *  # noqa: F403  (the whole hierarchy is public)
 
 from .live import LiveBatch, LiveStream, stream  # noqa: E402  (the live source)

@@ -5,6 +5,7 @@ from typing import Any, final
 
 __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
+    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS",
 ]
 
 __version__: str
@@ -75,3 +76,8 @@ class WalReceiver:
 def unify_schemas(schemas: list[Any]) -> ArrowTable: ...
 def conform(data: Any, schema: Any) -> ArrowTable: ...
 def pg_text(data: Any) -> ArrowTable: ...
+def lsn_to_int(lsn: str) -> int: ...
+def lsn_to_str(lsn: int) -> str: ...
+
+META_COLUMNS: list[str]
+ARRIVED_COLUMNS: list[str]

@@ -16,9 +16,10 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from ._internal import lsn_to_int
 from .exceptions import CaptureError
 
-__all__ = ["Capture", "open_capture", "capture_from", "lsn_to_int", "lsn_to_str", "CHUNK_ROWS"]
+__all__ = ["Capture", "open_capture", "capture_from", "CHUNK_ROWS"]
 
 #: Rows per batch when a capture is read from Parquet, CSV or a Python iterable.
 CHUNK_ROWS = 65536
@@ -26,24 +27,6 @@ CHUNK_ROWS = 65536
 _PARQUET_MAGIC = b"PAR1"
 _ARROW_FILE_MAGIC = b"ARROW1"
 _ARROW_STREAM_CONTINUATION = b"\xff\xff\xff\xff"
-
-
-def lsn_to_int(lsn: str) -> int:
-    """``'16/B374D848'`` → ``0x16B374D848``: PostgreSQL's text form of an LSN to an int."""
-    high, sep, low = lsn.partition("/")
-    try:
-        if not sep or not high or not low or len(high) > 8 or len(low) > 8:
-            raise ValueError
-        return (int(high, 16) << 32) | int(low, 16)
-    except ValueError:
-        raise ValueError(f"not an LSN: {lsn!r} (expected X/Y with hexadecimal X and Y)") from None
-
-
-def lsn_to_str(lsn: int) -> str:
-    """``0x16B374D848`` → ``'16/B374D848'``."""
-    if not 0 <= lsn < 1 << 64:
-        raise ValueError(f"not an LSN: {lsn} (expected an integer in [0, 2**64))")
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
 @dataclass

@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 from . import Changes, Decoder, Output, OutputKind, __version__
 from ._files import TableDirectory, storable, write_atomically
 from ._render import column_values, format_pretty, iso_timestamp
-from .capture import Capture, lsn_to_int, lsn_to_str, open_capture, open_stream
+from ._internal import lsn_to_int, lsn_to_str
+from .capture import Capture, open_capture, open_stream
 from .exceptions import PgoutputError
 
 PROG = "pgoutput-dump"

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Sequence
 import pyarrow as pa
 
 from . import _internal
-from ._internal import TxnTracker
+from ._internal import TxnTracker, lsn_to_int, lsn_to_str
 from .exceptions import (
     AuthenticationFailed,
     ConnectionFailed,
@@ -66,20 +66,7 @@ def parse_lsn(value: int | str) -> int:
         if not 0 <= value < 1 << 64:
             raise ValueError(f"LSN out of range: {value}")
         return value
-    hi, sep, lo = str(value).strip().partition("/")
-    try:
-        if not sep:
-            raise ValueError
-        high, low = int(hi, 16), int(lo, 16)
-    except ValueError:
-        raise ValueError(f"not an LSN (expected X/Y in hex): {value!r}") from None
-    if high >> 32 or low >> 32:
-        raise ValueError(f"not an LSN (each half is 32 bits): {value!r}")
-    return high << 32 | low
-
-
-def lsn_to_str(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+    return lsn_to_int(str(value))
 
 
 def default_proto_version(server_version_num: int) -> int:

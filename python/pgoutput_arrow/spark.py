@@ -40,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._internal import lsn_to_int, lsn_to_str
+
 __all__ = [
     "to_spark_arrow_schema",
     "spark_arrow_type",
@@ -239,17 +241,8 @@ def cast_for_spark(data: pa.RecordBatch | pa.Table, schema: pa.Schema | None = N
 
 # --------------------------------------------------------------------------- LSN and wire helpers
 
-def lsn_to_int(text: str) -> int:
-    """``'16/B374D848'`` → ``0x16B374D848``."""
-    hi, sep, lo = text.partition("/")
-    if not sep:
-        raise ValueError(f"not an LSN (expected 'X/Y' in hex): {text!r}")
-    return (int(hi, 16) << 32) | int(lo, 16)
-
-
-def lsn_to_text(value: int) -> str:
-    """``0x16B374D848`` → ``'16/B374D848'``."""
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+#: PostgreSQL's LSN text ↔ int (pgoutput_proto::Lsn).
+lsn_to_text = lsn_to_str
 
 
 KIND_NAMES = {

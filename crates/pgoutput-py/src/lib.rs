@@ -7,6 +7,7 @@ mod changes;
 mod decoder;
 mod errors;
 mod input;
+mod lsn;
 mod schema;
 mod tables;
 mod walreceiver;
@@ -24,5 +25,9 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schema::unify_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(schema::conform, m)?)?;
     m.add_function(wrap_pyfunction!(schema::pg_text, m)?)?;
+    m.add_function(wrap_pyfunction!(lsn::lsn_to_int, m)?)?;
+    m.add_function(wrap_pyfunction!(lsn::lsn_to_str, m)?)?;
+    m.add("META_COLUMNS", pgoutput_arrow::META_COLUMNS.to_vec())?;
+    m.add("ARRIVED_COLUMNS", pgoutput_arrow::ARRIVED_COLUMNS.to_vec())?;
     Ok(())
 }
