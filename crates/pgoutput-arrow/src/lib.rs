@@ -39,24 +39,25 @@
 //! temporary file.
 #![forbid(unsafe_code)]
 
+mod assemble;
 mod catalog;
-mod changes;
 mod decoder;
 mod error;
 mod idmap;
 mod meta;
 mod options;
+mod output;
 mod spill;
 mod table;
 mod txn;
 pub mod types;
 mod unify;
 
-pub use changes::{Changes, Table, TableVersion};
-pub use decoder::{Decoder, Output};
+pub use decoder::Decoder;
 pub use error::DecodeError;
 pub use meta::{messages_schema, transactions_schema, truncates_schema};
 pub use options::{DecoderOptions, EmitMode};
+pub use output::{Changes, Output, Table, TableVersion};
 pub use table::{meta_fields, ARRIVED_COLUMNS, META_COLUMNS};
 pub use types::{
     builtin_type_name, to_pg_text, ColumnBuilder, PgColumnType, Source, SpecialValues, TypeOptions, ValueError,

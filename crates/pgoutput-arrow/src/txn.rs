@@ -58,8 +58,6 @@ pub(crate) struct Txn {
     pub commit_ts: Option<i64>,
     pub origin: Option<(String, u64)>,
     pub gid: Option<String>,
-    /// From Begin Prepare / Prepare / Stream Prepare.
-    pub prepare_lsn: Option<u64>,
     pub streamed: bool,
     /// Messages in memory, after those in `spill`.
     pub entries: Vec<Entry>,
@@ -92,7 +90,6 @@ impl Txn {
             commit_ts: None,
             origin: None,
             gid: None,
-            prepare_lsn: None,
             streamed,
             entries: Vec::new(),
             memory: 0,

@@ -29,7 +29,7 @@ use arrow_array::{
 use arrow_cast::{cast_with_options, CastOptions};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-use crate::changes::TableVersion;
+use crate::output::TableVersion;
 use crate::error::DecodeError;
 use crate::types::to_pg_text;
 

@@ -1,15 +1,18 @@
 //! The pgoutput wire protocol alone: borrowed, zero-copy decoding of every
 //! logical replication message (protocol versions 1 to 4) and of the
-//! walsender's CopyData frames. No Arrow, no I/O.
+//! walsender's CopyData frames, and the framing of transactions ([`TxnFraming`]).
+//! No Arrow, no I/O.
 #![forbid(unsafe_code)]
 
 mod cursor;
 mod error;
+mod framing;
 mod parser;
 mod types;
 mod walsender;
 
 pub use error::ParseError;
+pub use framing::{Framed, FramingError, Outcome, StreamAborted, TxnFraming};
 pub use parser::{parse_message, parse_row_change, Parser};
 pub use types::*;
 pub use walsender::{parse_copy_data, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData};

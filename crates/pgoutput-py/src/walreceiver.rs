@@ -14,14 +14,13 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use pgoutput_proto::{parse_copy_data, parse_message, Message, ReplicationMessage};
+use pgoutput_proto::{parse_copy_data, parse_message, ReplicationMessage, TxnFraming};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -40,53 +39,24 @@ const ENDED: i32 = -1;
 /// PQgetCopyData returned -2 or PQconsumeInput failed: PQerrorMessage says why.
 const FAILED: i32 = -2;
 
-/// Transaction boundaries seen in the stream (formats: the PostgreSQL 18 message-formats page).
+/// Transaction boundaries seen in the stream, kept by [`TxnFraming`] (the decoder's rules).
 #[pyclass(name = "TxnTracker", module = "pgoutput_arrow._internal")]
 #[derive(Default)]
 pub struct TxnTracker {
-    in_txn: bool,
-    streams: HashSet<u32>,
-    /// gid → prepare LSN.
-    prepared: HashMap<String, u64>,
+    framing: TxnFraming<()>,
 }
 
 impl TxnTracker {
     fn see_message(&mut self, data: &[u8]) {
         // Row changes, Relation, Type, Truncate, Message and Origin never move a boundary,
         // and are the bulk of the stream: decided by their first byte.
-        if !matches!(data.first(), Some(b'B' | b'b' | b'C' | b'P' | b'K' | b'r' | b'S' | b'c' | b'A' | b'p')) {
+        if !matches!(data.first(), Some(b'B' | b'b' | b'C' | b'P' | b'K' | b'r' | b'S' | b'E' | b'c' | b'A' | b'p')) {
             return;
         }
         // None of these kinds carries the in-stream xid, so the stream state does not
-        // matter; a malformed one is the decoder's to report.
-        let Ok(message) = parse_message(data, false) else { return };
-        match message {
-            Message::Begin(_) | Message::BeginPrepare(_) => self.in_txn = true,
-            Message::Commit(_) => self.in_txn = false,
-            Message::Prepare(p) => {
-                self.in_txn = false;
-                self.prepared.insert(p.gid.to_string(), p.prepare_lsn.0);
-            }
-            Message::CommitPrepared(c) => {
-                self.prepared.remove(c.gid);
-            }
-            Message::RollbackPrepared(r) => {
-                self.prepared.remove(r.gid);
-            }
-            Message::StreamStart(s) => {
-                self.streams.insert(s.xid);
-            }
-            Message::StreamCommit(c) => {
-                self.streams.remove(&c.xid);
-            }
-            Message::StreamAbort(a) if a.xid == a.subxid => {
-                self.streams.remove(&a.xid);
-            }
-            Message::StreamPrepare(p) => {
-                self.streams.remove(&p.xid);
-                self.prepared.insert(p.gid.to_string(), p.prepare_lsn.0);
-            }
-            _ => {}
+        // matter; a malformed or misplaced one is the decoder's to report.
+        if let Ok(message) = parse_message(data, false) {
+            let _ = self.framing.frame(&message);
         }
     }
 }
@@ -106,12 +76,12 @@ impl TxnTracker {
     /// No transaction open, streaming or awaiting its two-phase outcome.
     #[getter]
     fn idle(&self) -> bool {
-        !self.in_txn && self.streams.is_empty() && self.prepared.is_empty()
+        self.framing.is_idle()
     }
 
     /// The lowest prepare LSN of prepared transactions not yet resolved.
     fn prepared_floor(&self) -> Option<u64> {
-        self.prepared.values().min().copied()
+        self.framing.prepared_floor()
     }
 }
 

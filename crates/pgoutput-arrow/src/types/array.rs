@@ -3,7 +3,7 @@
 //! the same shape (dimensions) and element list, that the column then decodes one by one.
 
 use super::num::err;
-use super::{Result, ValueError};
+use super::value::{Result, ValueError};
 
 /// Arrays have at most 6 dimensions (MAXDIM).
 const MAXDIM: usize = 6;

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use arrow_buffer::IntervalMonthDayNano;
 
 use super::num::{err, fixed};
-use super::{Result, Special, SpecialValues};
+use super::value::{Result, Special, SpecialValues};
 
 /// Days from 1970-01-01 to 2000-01-01.
 const UNIX_TO_PG_DAYS: i32 = 10_957;

@@ -14,6 +14,7 @@ mod oid_table;
 mod pg_text;
 mod render;
 mod store;
+mod value;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub(crate) use oid::builtin_by_name;
 use array::ArrayDecoder;
 use render::StrKind;
 use store::{BinStore, StrStore};
+pub use value::{Source, SpecialValues, ValueError};
+pub(crate) use value::{Result, Special};
 
 /// How one published column is typed: from the Relation message (+ Type messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,64 +77,6 @@ impl Default for TypeOptions {
         }
     }
 }
-
-/// What to do with values that no value of the column's Arrow type can hold
-/// (numeric NaN in a decimal, time 24:00:00, timestamps out of i64 microseconds since 1970, ...).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SpecialValues {
-    /// The typed column holds null and the row's `_special` column maps the column's name
-    /// to PostgreSQL's text output of the value (the default: never stops, never loses a
-    /// value, and the column keeps its type). ±infinity dates and timestamps map to their
-    /// documented sentinels, as under `Error`.
-    #[default]
-    Keep,
-    /// A [`ValueError`]. ±infinity dates and timestamps still map to their documented sentinels.
-    Error,
-    /// A null, and ±infinity dates, timestamps and intervals become null too.
-    Null,
-    /// Columns whose type can carry special values (date, time, timestamp, timestamptz,
-    /// interval, numeric with a typmod) are Utf8 with PostgreSQL's text output.
-    Text,
-}
-
-/// Where a value's bytes live in an input buffer that the output may reference (zero copy).
-#[derive(Clone, Copy)]
-pub struct Source<'a> {
-    pub buffer: &'a arrow_buffer::Buffer,
-    /// Unique id of that buffer for the decoder's lifetime.
-    pub buffer_id: u64,
-    /// Offset of the value's first byte within `buffer`.
-    pub offset: usize,
-}
-
-impl<'a> Source<'a> {
-    /// The source of the sub-slice `at..` of the value this source describes.
-    fn advance(self, at: usize) -> Source<'a> {
-        Source { offset: self.offset.saturating_add(at), ..self }
-    }
-}
-
-/// What went wrong with one value; the caller adds table, column and LSN.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ValueError {
-    pub message: String,
-    /// The value is valid in PostgreSQL but the column's Arrow type cannot hold it (a
-    /// special value); otherwise the value is malformed.
-    pub special: bool,
-}
-
-impl ValueError {
-    pub(crate) fn new(message: impl Into<String>) -> Self {
-        ValueError { message: message.into(), special: false }
-    }
-
-    pub(crate) fn special(message: impl Into<String>) -> Self {
-        ValueError { message: message.into(), special: true }
-    }
-}
-
-pub(crate) type Result<T> = std::result::Result<T, ValueError>;
 
 /// How to decode one PostgreSQL type and where its values go. Decided once, at `new`.
 enum Col {
@@ -746,8 +691,6 @@ impl ColumnBuilder {
     }
 }
 
-/// A value that exists in PostgreSQL but that the Arrow type cannot hold.
-pub(crate) struct Special(pub String);
 
 impl ListCol {
     fn can_renest(&self) -> bool {

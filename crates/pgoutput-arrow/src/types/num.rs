@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{Result, Special, ValueError};
+use super::value::{Result, Special, ValueError};
 
 pub(crate) fn err<T>(what: &str, bytes: &[u8]) -> Result<T> {
     Err(ValueError::new(format!("invalid {what} value {:?}", Shown(bytes))))

@@ -18,7 +18,7 @@ use arrow_schema::{DataType, TimeUnit};
 
 use super::datetime::{self, Interval};
 use super::render;
-use super::ValueError;
+use super::value::ValueError;
 
 const UNIX_TO_PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 const UNIX_TO_PG_EPOCH_DAYS: i32 = 10_957;

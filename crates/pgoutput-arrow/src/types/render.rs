@@ -9,7 +9,7 @@ use std::fmt::Write;
 use super::datetime;
 use super::num::{err, fixed, numeric_bin_to_text};
 use super::oid;
-use super::{Result, ValueError};
+use super::value::{Result, ValueError};
 
 /// The element type of a range or multirange.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use arrow_array::builder::{BinaryBuilder, BinaryViewBuilder, StringBuilder, Stri
 use arrow_array::ArrayRef;
 use arrow_schema::DataType;
 
-use super::{Result, Source, ValueError};
+use super::value::{Result, Source, ValueError};
 
 /// Values of at most this many bytes live inside the view itself.
 const MAX_INLINE: usize = 12;

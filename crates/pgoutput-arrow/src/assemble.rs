@@ -1,4 +1,5 @@
-//! Everything a decoder produced, as whole tables.
+//! Everything a decoder produced, as whole tables: the batches handed out, gathered per
+//! table and brought to one schema per table (see [`unify`](crate::unify())).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -7,50 +8,12 @@ use arrow_schema::SchemaRef;
 use arrow_select::concat::concat_batches;
 
 use crate::catalog::Catalog;
-use crate::decoder::Output;
 use crate::error::DecodeError;
 use crate::meta::{messages_schema, transactions_schema, truncates_schema};
+use crate::output::{Changes, Output, Table, TableVersion};
 use crate::table::{column_fields, table_schema};
 use crate::types::{ColumnBuilder, TypeOptions};
 use crate::unify::{conform, unify_schemas};
-
-/// A table's changes under one schema.
-#[derive(Debug, Clone)]
-pub struct Table {
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
-}
-
-impl Table {
-    pub fn num_rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
-    }
-
-    /// All batches as one.
-    pub fn concat(&self) -> Result<RecordBatch, DecodeError> {
-        concat_batches(&self.schema, &self.batches).map_err(|e| DecodeError::arrow("a table", e))
-    }
-}
-
-/// The changes of one definition of a table.
-#[derive(Debug, Clone)]
-pub struct TableVersion {
-    pub version: u32,
-    pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
-}
-
-/// Everything decoded, by table.
-#[derive(Debug, Clone)]
-pub struct Changes {
-    /// Per "schema.table": every version's rows under the newest schema (see [`unify`](crate::unify())).
-    pub tables: BTreeMap<String, Table>,
-    /// Per "schema.table": each version's rows under its own schema, oldest first.
-    pub table_versions: BTreeMap<String, Vec<TableVersion>>,
-    pub truncates: RecordBatch,
-    pub messages: RecordBatch,
-    pub transactions: RecordBatch,
-}
 
 pub(crate) fn assemble(
     catalog: &Catalog,

@@ -1,0 +1,64 @@
+//! What the type decoders share: the value's source in its input buffer, the error of one
+//! value, and what to do with values that the Arrow type cannot hold. A module of its own so
+//! that the decoders (siblings) need nothing from `types/mod.rs`.
+
+/// What to do with values that no value of the column's Arrow type can hold
+/// (numeric NaN in a decimal, time 24:00:00, timestamps out of i64 microseconds since 1970, ...).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SpecialValues {
+    /// The typed column holds null and the row's `_special` column maps the column's name
+    /// to PostgreSQL's text output of the value (the default: never stops, never loses a
+    /// value, and the column keeps its type). ±infinity dates and timestamps map to their
+    /// documented sentinels, as under `Error`.
+    #[default]
+    Keep,
+    /// A [`ValueError`]. ±infinity dates and timestamps still map to their documented sentinels.
+    Error,
+    /// A null, and ±infinity dates, timestamps and intervals become null too.
+    Null,
+    /// Columns whose type can carry special values (date, time, timestamp, timestamptz,
+    /// interval, numeric with a typmod) are Utf8 with PostgreSQL's text output.
+    Text,
+}
+
+/// Where a value's bytes live in an input buffer that the output may reference (zero copy).
+#[derive(Clone, Copy)]
+pub struct Source<'a> {
+    pub buffer: &'a arrow_buffer::Buffer,
+    /// Unique id of that buffer for the decoder's lifetime.
+    pub buffer_id: u64,
+    /// Offset of the value's first byte within `buffer`.
+    pub offset: usize,
+}
+
+impl<'a> Source<'a> {
+    /// The source of the sub-slice `at..` of the value this source describes.
+    pub(super) fn advance(self, at: usize) -> Source<'a> {
+        Source { offset: self.offset.saturating_add(at), ..self }
+    }
+}
+
+/// What went wrong with one value; the caller adds table, column and LSN.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ValueError {
+    pub message: String,
+    /// The value is valid in PostgreSQL but the column's Arrow type cannot hold it (a
+    /// special value); otherwise the value is malformed.
+    pub special: bool,
+}
+
+impl ValueError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        ValueError { message: message.into(), special: false }
+    }
+
+    pub(crate) fn special(message: impl Into<String>) -> Self {
+        ValueError { message: message.into(), special: true }
+    }
+}
+
+pub(crate) type Result<T> = std::result::Result<T, ValueError>;
+
+/// A value that exists in PostgreSQL but that the Arrow type cannot hold.
+pub(crate) struct Special(pub String);
