@@ -47,7 +47,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
-from .live import _classify_connect_error, _quote_ident, lsn_to_str, parse_lsn
+from ._pg import classify_connect_error as _classify_connect_error, quote_ident as _quote_ident
+from .live import lsn_to_str, parse_lsn
 
 __all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "stream_schema"]
 

@@ -310,9 +310,10 @@ impl<T> TxnFraming<T> {
         }
     }
 
-    /// No transaction open, streaming or awaiting its two-phase outcome.
+    /// No transaction open, streaming or awaiting its two-phase outcome (a stream block
+    /// whose transaction was aborted inside it holds nothing).
     pub fn is_idle(&self) -> bool {
-        self.current.is_none() && self.block.is_none() && self.streams.is_empty() && self.prepared.is_empty()
+        self.current.is_none() && self.block_txn.is_none() && self.streams.is_empty() && self.prepared.is_empty()
     }
 
     /// Transactions begun whose outcome is not known yet (open, streamed, prepared).

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod cursor;
+pub mod encode;
 mod error;
 mod framing;
 mod parser;

@@ -1,6 +1,7 @@
 //! The walsender's CopyData frames of the streaming replication protocol
 //! (PostgreSQL 18, section 54.4): XLogData 'w' and primary keepalive 'k' from
-//! the server, standby status update 'r' from the client.
+//! the server, parsed here; the standby status update 'r' from the client, encoded by
+//! [`crate::encode::walsender`].
 
 use crate::cursor::Cursor;
 use crate::error::ParseError;
@@ -84,16 +85,23 @@ pub struct StandbyStatusUpdate {
 }
 
 impl StandbyStatusUpdate {
-    pub const ENCODED_LEN: usize = 34;
+    pub const ENCODED_LEN: usize = crate::encode::walsender::STANDBY_STATUS_UPDATE_LEN;
+
+    /// Appends the CopyData payload (see [`encode::walsender::standby_status_update`](crate::encode::walsender::standby_status_update)).
+    pub fn encode_into(&self, buf: &mut Vec<u8>) {
+        crate::encode::walsender::standby_status_update(
+            self.written,
+            self.flushed,
+            self.applied,
+            self.client_clock,
+            self.reply_requested,
+            buf,
+        );
+    }
 
     pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
-        let mut out = [0u8; Self::ENCODED_LEN];
-        out[0] = b'r';
-        out[1..9].copy_from_slice(&self.written.0.to_be_bytes());
-        out[9..17].copy_from_slice(&self.flushed.0.to_be_bytes());
-        out[17..25].copy_from_slice(&self.applied.0.to_be_bytes());
-        out[25..33].copy_from_slice(&self.client_clock.to_be_bytes());
-        out[33] = self.reply_requested as u8;
-        out
+        let mut buf = Vec::with_capacity(Self::ENCODED_LEN);
+        self.encode_into(&mut buf);
+        buf.try_into().expect("a standby status update is 34 bytes")
     }
 }

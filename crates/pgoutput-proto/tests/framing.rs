@@ -135,6 +135,7 @@ fn stream_aborts_of_the_whole_transaction_or_one_subtransaction() {
     f.stream_start(9, true, || 1).unwrap();
     assert!(matches!(f.stream_abort(9, 9), StreamAborted::Transaction(Some(1))));
     assert!(f.open_mut().is_none());
+    assert!(f.is_idle(), "nothing is pending in the rest of the block");
     assert_eq!(f.stream_stop().unwrap(), 9);
     assert!(f.is_idle());
 }

@@ -2,11 +2,12 @@
 //! object per message.
 //!
 //! The connection is libpq's (opened by psycopg2, which does authentication and TLS); the
-//! Python side hands over its `PGconn *` and the addresses of three libpq functions, and this
+//! Python side hands over its `PGconn *` and the addresses of five libpq functions, and this
 //! loop calls them to take CopyData frames (XLogData 'w', primary keepalive 'k', section 54.4
 //! of the PostgreSQL 18 documentation), parses them with pgoutput-proto, and gathers the
 //! pgoutput messages into one Arrow batch (`lsn` uint64, `data` binary) that the decoder
-//! takes as it takes a capture. Per message that is one copy out of libpq's buffer and no
+//! takes as it takes a capture; standby status updates are encoded (pgoutput-proto's
+//! `StandbyStatusUpdate`) and sent here too. Per message that is one copy out of libpq's buffer and no
 //! GIL; the same loop in Python cost several ctypes calls and objects per message.
 //!
 //! [`TxnTracker`] follows transaction boundaries from the same messages, so that the stream
@@ -16,11 +17,12 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use pgoutput_proto::{parse_copy_data, parse_message, ReplicationMessage, TxnFraming};
+use pgoutput_proto::{parse_copy_data, parse_message, Lsn, ReplicationMessage, StandbyStatusUpdate, TxnFraming};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -29,6 +31,8 @@ use crate::tables::ArrowBatch;
 type GetCopyData = unsafe extern "C" fn(*mut c_void, *mut *mut c_char, c_int) -> c_int;
 type ConsumeInput = unsafe extern "C" fn(*mut c_void) -> c_int;
 type FreeMem = unsafe extern "C" fn(*mut c_void);
+type PutCopyData = unsafe extern "C" fn(*mut c_void, *const c_char, c_int) -> c_int;
+type Flush = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 /// Why a read stopped.
 const WOULD_BLOCK: i32 = 0;
@@ -92,6 +96,8 @@ struct Libpq {
     get_copy_data: GetCopyData,
     consume_input: ConsumeInput,
     freemem: FreeMem,
+    put_copy_data: PutCopyData,
+    flush: Flush,
 }
 
 /// One frame taken from libpq, or why there is none.
@@ -103,6 +109,25 @@ enum Frame {
 }
 
 impl Libpq {
+    /// Sends one CopyData message and waits (up to `timeout`) until libpq has written it.
+    fn send(&self, message: &[u8], timeout: Duration) -> bool {
+        // SAFETY: `conn` as in `next_frame`; PQputCopyData copies `message` (of the length
+        // given) into libpq's output buffer before returning.
+        if unsafe { (self.put_copy_data)(self.conn as *mut c_void, message.as_ptr() as *const c_char, message.len() as c_int) } != 1 {
+            return false;
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            // SAFETY: as above; PQflush on a nonblocking connection writes what the socket
+            // takes and returns 1 while some is left.
+            match unsafe { (self.flush)(self.conn as *mut c_void) } {
+                0 => return true,
+                1 if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                _ => return false,
+            }
+        }
+    }
+
     fn next_frame(&self, buffer: &mut Vec<u8>) -> Frame {
         let mut consumed = false;
         loop {
@@ -154,16 +179,26 @@ struct Gathered {
 pub struct WalReceiver {
     libpq: Libpq,
     frame: Vec<u8>,
+    /// The last status update sent (its allocation is reused).
+    status: Vec<u8>,
 }
 
 #[pymethods]
 impl WalReceiver {
     /// `conn`: the `PGconn *` (psycopg2's `connection.pgconn_ptr`); the others: the
-    /// addresses of that libpq's `PQgetCopyData`, `PQconsumeInput` and `PQfreemem`.
+    /// addresses of that libpq's `PQgetCopyData`, `PQconsumeInput`, `PQfreemem`,
+    /// `PQputCopyData` and `PQflush`.
     #[new]
-    fn new(conn: usize, get_copy_data: usize, consume_input: usize, freemem: usize) -> PyResult<Self> {
-        if conn == 0 || get_copy_data == 0 || consume_input == 0 || freemem == 0 {
-            return Err(PyValueError::new_err("WalReceiver needs a connection and three libpq functions"));
+    fn new(
+        conn: usize,
+        get_copy_data: usize,
+        consume_input: usize,
+        freemem: usize,
+        put_copy_data: usize,
+        flush: usize,
+    ) -> PyResult<Self> {
+        if [conn, get_copy_data, consume_input, freemem, put_copy_data, flush].contains(&0) {
+            return Err(PyValueError::new_err("WalReceiver needs a connection and five libpq functions"));
         }
         // SAFETY: the caller passes the addresses of these libpq functions (ctypes casts of
         // the library's symbols), whose C signatures are the types converted to.
@@ -173,9 +208,38 @@ impl WalReceiver {
                 get_copy_data: std::mem::transmute::<usize, GetCopyData>(get_copy_data),
                 consume_input: std::mem::transmute::<usize, ConsumeInput>(consume_input),
                 freemem: std::mem::transmute::<usize, FreeMem>(freemem),
+                put_copy_data: std::mem::transmute::<usize, PutCopyData>(put_copy_data),
+                flush: std::mem::transmute::<usize, Flush>(flush),
             }
         };
-        Ok(WalReceiver { libpq, frame: Vec::new() })
+        Ok(WalReceiver { libpq, frame: Vec::new(), status: Vec::with_capacity(StandbyStatusUpdate::ENCODED_LEN) })
+    }
+
+    /// Sends a standby status update ('r') with the client clock of now, waiting up to
+    /// `timeout` seconds for libpq to write it, without the GIL. The flushed position is
+    /// what the server may discard WAL up to (the slot's confirmed_flush_lsn). Returns
+    /// False when the connection failed (PQerrorMessage says why).
+    #[pyo3(signature = (written, flushed, applied, reply_requested = false, timeout = 30.0))]
+    fn send_status(
+        &mut self,
+        py: Python<'_>,
+        written: u64,
+        flushed: u64,
+        applied: u64,
+        reply_requested: bool,
+        timeout: f64,
+    ) -> bool {
+        let update = StandbyStatusUpdate {
+            written: Lsn(written),
+            flushed: Lsn(flushed),
+            applied: Lsn(applied),
+            client_clock: pg_clock_now(),
+            reply_requested,
+        };
+        self.status.clear();
+        update.encode_into(&mut self.status);
+        let (libpq, message) = (self.libpq, &self.status);
+        py.detach(|| libpq.send(message, Duration::from_secs_f64(timeout.max(0.0))))
     }
 
     /// Takes up to `max_messages` frames without blocking and without the GIL; `tracker`
@@ -212,6 +276,15 @@ impl WalReceiver {
         };
         Ok((batch, messages, g.bytes, g.wal_end, g.reply_requested, g.status, g.error))
     }
+}
+
+/// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01 (UTC).
+const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+
+/// Now on the protocol's clock: microseconds since 2000-01-01 UTC.
+fn pg_clock_now() -> i64 {
+    let since_unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    since_unix.as_micros() as i64 - PG_EPOCH_OFFSET_US
 }
 
 fn gather(libpq: Libpq, frame: &mut Vec<u8>, tracker: &mut TxnTracker, max_messages: usize) -> Gathered {

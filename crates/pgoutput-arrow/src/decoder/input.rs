@@ -98,6 +98,7 @@ impl Decoder {
         Ok(())
     }
 
+    #[inline]
     fn push_slice(&mut self, lsn: u64, base: &Buffer, buffer_id: u64, start: usize, len: usize) -> Fallible<()> {
         if let Some(why) = &self.stopped {
             return Err(Box::new(DecodeError::Stopped(why.clone())));

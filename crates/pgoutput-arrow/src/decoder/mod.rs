@@ -11,9 +11,9 @@
 //! subtransaction's xid; a two-phase one (protocol 3+) waits from its Prepare until
 //! Commit Prepared or Rollback Prepared.
 //!
-//! The work is split by job: [`input`] takes the bytes (and appends the common row
-//! change of a transaction sent whole on a short path), [`lifecycle`] follows each
-//! transaction from its first message to its outcome, [`emit`] turns changes into rows
+//! The work is split by job: `input.rs` takes the bytes (and appends the common row
+//! change of a transaction sent whole on a short path), `lifecycle.rs` follows each
+//! transaction from its first message to its outcome, `emit.rs` turns changes into rows
 //! of the builders and complete builders into [`Output`] batches.
 
 mod emit;

@@ -46,6 +46,7 @@ pub(crate) struct Blocks {
 impl Blocks {
     /// The block holding `source.buffer`, and the value's offset in it, when a view can
     /// point there: the bytes must be exactly `value` at `source.offset`.
+    #[inline]
     fn locate(&mut self, value: &[u8], source: Source<'_>, mut add: impl FnMut() -> u32) -> Option<(u32, u32)> {
         let end = source.offset.checked_add(value.len())?;
         let inside = source.buffer.as_slice().get(source.offset..end)?;
@@ -101,6 +102,7 @@ impl StrStore {
     }
 
     /// Appends a UTF-8 value (checked here), as a view of `source` when it is long enough.
+    #[inline]
     pub(crate) fn append(&mut self, value: &[u8], source: Option<Source<'_>>) -> Result<()> {
         match self {
             StrStore::View(b, blocks) => {
@@ -165,6 +167,7 @@ impl BinStore {
         }
     }
 
+    #[inline]
     pub(crate) fn append(&mut self, value: &[u8], source: Option<Source<'_>>) -> Result<()> {
         match self {
             BinStore::View(b, blocks) => {

@@ -34,16 +34,16 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import select
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator
 
 import pyarrow as pa
 
-from . import _internal
-from ._internal import TxnTracker, lsn_to_int, lsn_to_str
-from .exceptions import (
+from .. import _internal
+from .._internal import TxnTracker, lsn_to_str
+from .._pg import SqlError, classify_connect_error, one_line
+from ..exceptions import (
     AuthenticationFailed,
     ConnectionFailed,
     ConnectionLost,
@@ -53,31 +53,11 @@ from .exceptions import (
     SlotNotFound,
     WalLevelNotLogical,
 )
+from .connection import CopyBoth, CopyBothEnded, connect
+from .options import StreamOptions, parse_lsn
+from .slot import preflight, start_command
 
-__all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "lsn_to_str", "parse_lsn",
-           "default_proto_version"]
-
-DEFAULT_CONNECT_TIMEOUT_S = 10
-
-
-def parse_lsn(value: int | str) -> int:
-    """``'16/B374D848'`` or an int → the LSN as an int."""
-    if isinstance(value, int):
-        if not 0 <= value < 1 << 64:
-            raise ValueError(f"LSN out of range: {value}")
-        return value
-    return lsn_to_int(str(value))
-
-
-def default_proto_version(server_version_num: int) -> int:
-    """The highest pgoutput protocol a server speaks: 4 on 16+, 3 on 15, 2 on 14, else 1."""
-    if server_version_num >= 160000:
-        return 4
-    if server_version_num >= 150000:
-        return 3
-    if server_version_num >= 140000:
-        return 2
-    return 1
+__all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,129 +136,52 @@ def _commit_column(batch: pa.RecordBatch) -> str | None:
     return None
 
 
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _quote_literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _one_line(message: str) -> str:
-    return "; ".join(part.strip() for part in str(message).strip().splitlines() if part.strip())
-
-
-def _classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
-    """psycopg2's connect and command errors → the exception hierarchy, one clear line."""
-    text = _one_line(str(exc)) or type(exc).__name__
-    sqlstate = getattr(exc, "pgcode", None)
-    lower = text.lower()
-    if sqlstate == "42704" and "replication slot" in lower:
-        return SlotNotFound(f"{where}: {text}")
-    if sqlstate == "42704" and "publication" in lower:
-        return PublicationNotFound(f"{where}: {text}")
-    if sqlstate == "55006" or "is active for pid" in lower:
-        return SlotInUse(f"{where}: {text} (another process is streaming this slot)")
-    if "wal_level" in lower:
-        return WalLevelNotLogical(f"{where}: {text}")
-    auth_markers = ("password authentication failed", "authentication failed",
-                    "no password supplied", "no pg_hba.conf entry", "pg_hba.conf rejects",
-                    "role \"", "fe_sendauth")
-    if any(m in lower for m in auth_markers) or sqlstate in ("28P01", "28000"):
-        return AuthenticationFailed(f"{where}: {text}", sqlstate=sqlstate)
-    if "timeout expired" in lower:
-        return ConnectionFailed(f"{where}: timed out ({text})", sqlstate=sqlstate)
-    return ConnectionFailed(f"{where}: {text}", sqlstate=sqlstate)
-
-
 class LiveStream:
     """An iterator of :class:`LiveBatch` over a live replication slot, and a context manager
     that closes it (after sending the last acknowledged position). See :func:`stream`."""
 
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        slot: str,
-        publication: str | Sequence[str] | None = None,
-        create_slot: bool = False,
-        temporary_slot: bool = False,
-        two_phase: bool = False,
-        create_publication: Sequence[str] | str | None = None,
-        proto_version: int | None = None,
-        binary: bool = False,
-        streaming: str | None = None,
-        messages: bool = False,
-        origin: str | None = None,
-        start_lsn: int | str | None = None,
-        status_interval: float = 10.0,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        reconnect_attempts: int = 8,
-        reconnect_timeout: float = 120.0,
-        reconnect_initial_delay: float = 0.2,
-        reconnect_max_delay: float = 10.0,
-        idle_timeout: float | None = None,
-        stop_after: float | None = None,
-        stop_at_lsn: int | str | None = None,
-        flush_interval: float = 1.0,
-        flush_messages: int = 200_000,
-        auto_ack: bool = False,
-        decoder_factory: Callable[[], Any] | None = None,
-        **decoder_options: Any,
-    ) -> None:
-        if not slot:
-            raise ValueError("slot is required")
-        if create_publication is not None and publication is None:
-            publication = slot
-        if publication is None:
-            raise ValueError("publication is required (or create_publication=[tables] / 'ALL')")
-        pubs = [publication] if isinstance(publication, str) else list(publication)
-        self.publications = [p for part in pubs for p in part.split(",") if p.strip()]
-        self.publications = [p.strip() for p in self.publications]
-        if streaming not in (None, "on", "off", "parallel"):
-            raise ValueError(f"streaming must be 'on', 'parallel' or 'off', not {streaming!r}")
-        if origin not in (None, "any", "none"):
-            raise ValueError(f"origin must be 'any' or 'none', not {origin!r}")
+    def __init__(self, dsn: str, options: StreamOptions | None = None, /, **keywords: Any) -> None:
+        """``LiveStream(dsn, slot=..., **options)`` takes the keyword options of
+        :func:`stream`; or ``LiveStream(dsn, StreamOptions.of(...))``."""
+        if options is None:
+            options = StreamOptions.of(**keywords)
+        elif keywords:
+            raise TypeError("LiveStream takes StreamOptions or keyword options, not both")
+        o = self.options = options
         self.dsn = dsn
-        self.slot = slot
-        self.create_slot = create_slot or temporary_slot
-        self.temporary_slot = temporary_slot
-        self.two_phase = two_phase
-        self.create_publication = create_publication
-        self.requested_proto_version = proto_version
-        self.binary = binary
-        self.streaming = streaming
-        self.messages = messages
-        self.origin = origin
-        self.status_interval = float(status_interval)
-        self.connect_timeout = connect_timeout
-        self.reconnect_attempts = reconnect_attempts
-        self.reconnect_timeout = reconnect_timeout
-        self.reconnect_initial_delay = reconnect_initial_delay
-        self.reconnect_max_delay = reconnect_max_delay
-        self.idle_timeout = idle_timeout
-        self.stop_after = stop_after
-        self.stop_at_lsn = parse_lsn(stop_at_lsn) if stop_at_lsn is not None else None
-        self.flush_interval = flush_interval
-        self.flush_messages = flush_messages
-        self.auto_ack = auto_ack
-        self._decoder_factory = decoder_factory
-        self._decoder_options = decoder_options
+        # The options as attributes, as callers (the CLI) read them.
+        self.slot = o.slot
+        self.publications = list(o.publications)
+        self.create_slot = o.create_slot
+        self.temporary_slot = o.temporary_slot
+        self.two_phase = o.two_phase
+        self.create_publication = o.create_publication
+        self.requested_proto_version = o.proto_version
+        self.binary = o.binary
+        self.streaming = o.streaming
+        self.messages = o.messages
+        self.origin = o.origin
+        self.status_interval = o.status_interval
+        self.connect_timeout = o.connect_timeout
+        self.reconnect_attempts = o.reconnect_attempts
+        self.reconnect_timeout = o.reconnect_timeout
+        self.reconnect_initial_delay = o.reconnect_initial_delay
+        self.reconnect_max_delay = o.reconnect_max_delay
+        self.idle_timeout = o.idle_timeout
+        self.stop_after = o.stop_after
+        self.stop_at_lsn = o.stop_at_lsn
+        self.flush_interval = o.flush_interval
+        self.flush_messages = o.flush_messages
+        self.auto_ack = o.auto_ack
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
-        self._start_lsn = parse_lsn(start_lsn) if start_lsn is not None else 0
+        self._start_lsn = o.start_lsn
         self._conn: Any = None
         self._copy: Any = None
-        # Reads frames natively when the decoder takes Arrow batches (see _read_available).
+        # Reads frames natively, many messages per call, as one Arrow batch for the decoder.
         self._receiver: Any = None
         self._decoder: Any = None
-        self._feed: Callable[[bytes, int], Any] = lambda data, lsn: None
-        self._feed_batch: Callable[[pa.RecordBatch], Any] | None = None
-        # Messages read but not yet given to the decoder: fed many at a time, as one Arrow
-        # batch, which costs one call into the decoder instead of one per message.
-        self._batch_lsns: list[int] = []
-        self._batch_data: list[bytes] = []
         self._txns = TxnTracker()
         # Decoded groups not yet handed out: the batches of one decoder flush, and the
         # position that is handled once all of them are.
@@ -469,174 +372,20 @@ class LiveStream:
 
     # ------------------------------------------------------------------ connecting
 
-    def _connect(self) -> Any:
-        import psycopg2
-        import psycopg2.extensions
-        import psycopg2.extras
-
-        where = "cannot connect"
-        try:
-            params = psycopg2.extensions.parse_dsn(self.dsn)
-        except psycopg2.ProgrammingError as e:
-            raise ReplicationError(f"invalid DSN: {_one_line(str(e))}") from None
-        host = params.get("host") or os.environ.get("PGHOST") or "(default socket)"
-        port = params.get("port") or os.environ.get("PGPORT") or "5432"
-        where = f"cannot connect to {host} port {port}"
-        kwargs: dict[str, Any] = {}
-        if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
-            kwargs["connect_timeout"] = max(1, int(round(self.connect_timeout)))
-        try:
-            conn = psycopg2.connect(
-                self.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection,
-                **kwargs)
-        except psycopg2.Error as e:
-            raise _classify_connect_error(e, where) from None
-        return conn
-
-    def _preflight(self, conn: Any, first: bool = True) -> None:
-        """Checks that give a clear error before START_REPLICATION, and the creations
-        (``first``: the first connection of this stream, not a reconnection)."""
-        import psycopg2
-
-        cur = conn.cursor()
-        self.server_version = int(conn.server_version)
-        cur.execute("SHOW wal_level")
-        wal_level = cur.fetchone()[0]
-        if wal_level != "logical":
-            raise WalLevelNotLogical(
-                f"the server runs with wal_level = {wal_level}; logical replication needs "
-                f"wal_level = logical (set it in postgresql.conf and restart the server)")
-        cur.execute("SELECT current_database()")
-        dbname = cur.fetchone()[0]
-        self._ensure_publication(cur, dbname)
-        cur.execute(
-            "SELECT plugin, slot_type, database, active_pid FROM pg_replication_slots "
-            "WHERE slot_name = %s", (self.slot,))
-        row = cur.fetchone()
-        if row is None:
-            if not first and not self.temporary_slot:
-                # Created again now, it would start at the current WAL position, and the
-                # changes in between would be lost without a word.
-                raise SlotNotFound(
-                    f'replication slot "{self.slot}" was dropped while streaming from it: '
-                    "the changes since the last acknowledged position cannot be recovered")
-            if not self.create_slot:
-                raise SlotNotFound(
-                    f'replication slot "{self.slot}" does not exist (create it with '
-                    f"--create-slot / create_slot=True, or pg_create_logical_replication_slot)")
-            try:
-                cur.execute(self._create_slot_command())
-                cur.fetchall()
-            except psycopg2.Error as e:
-                if getattr(e, "pgcode", None) == "42710":  # created concurrently: use it
-                    return
-                raise _classify_connect_error(
-                    e, f'cannot create replication slot "{self.slot}"') from None
-            return
-        plugin, slot_type, database, active_pid = row
-        if slot_type != "logical" or plugin != "pgoutput":
-            raise ReplicationError(
-                f'replication slot "{self.slot}" is a {slot_type} slot with plugin {plugin}; '
-                f"expected a logical slot with plugin pgoutput")
-        if database != dbname:
-            raise ReplicationError(
-                f'replication slot "{self.slot}" belongs to database {database}, '
-                f"but the connection is to {dbname}")
-        if active_pid is not None:
-            raise SlotInUse(
-                f'replication slot "{self.slot}" is active for PID {active_pid} '
-                f"(another process is streaming this slot)")
-
-    def _ensure_publication(self, cur: Any, dbname: str) -> None:
-        import psycopg2
-
-        cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
-                    (self.publications,))
-        existing = {r[0] for r in cur.fetchall()}
-        missing = [p for p in self.publications if p not in existing]
-        if not missing:
-            return
-        if self.create_publication is None:
-            raise PublicationNotFound(
-                f'publication {", ".join(missing)} does not exist in database {dbname} '
-                f"(create it with CREATE PUBLICATION, or --create-publication)")
-        target = self.create_publication
-        if isinstance(target, str) and target.upper() == "ALL":
-            what = "FOR ALL TABLES"
-        else:
-            tables = [target] if isinstance(target, str) else list(target)
-            if not tables:
-                raise ValueError("create_publication needs table names or 'ALL'")
-            what = "FOR TABLE " + ", ".join(
-                ".".join(_quote_ident(part) for part in t.split(".", 1)) for t in tables)
-        for name in missing:
-            try:
-                cur.execute(f"CREATE PUBLICATION {_quote_ident(name)} {what}")
-            except psycopg2.Error as e:
-                if getattr(e, "pgcode", None) == "42710":
-                    continue
-                raise ReplicationError(
-                    f"cannot create publication {name}: {_one_line(str(e))}") from None
-
-    def _create_slot_command(self) -> str:
-        assert self.server_version is not None
-        parts = [f"CREATE_REPLICATION_SLOT {_quote_ident(self.slot)}"]
-        if self.temporary_slot:
-            parts.append("TEMPORARY")
-        parts.append("LOGICAL pgoutput")
-        if self.server_version >= 150000:
-            opts = ["SNAPSHOT 'nothing'"] + (["TWO_PHASE"] if self.two_phase else [])
-            parts.append("(" + ", ".join(opts) + ")")
-        else:
-            parts.append("NOEXPORT_SNAPSHOT")
-            if self.two_phase:
-                if self.server_version < 140000:
-                    raise ReplicationError("two_phase slots need PostgreSQL 14 or later")
-                parts.append("TWO_PHASE")
-        return " ".join(parts)
-
-    def _start_command(self, start_lsn: int) -> str:
-        assert self.server_version is not None
-        highest = default_proto_version(self.server_version)
-        proto = self.requested_proto_version or highest
-        if proto > highest:
-            raise ReplicationError(
-                f"proto_version {proto} is not supported by this server "
-                f"(PostgreSQL {self.server_version // 10000} speaks up to {highest})")
-        self.proto_version = proto
-        streaming = self.streaming if self.streaming is not None else ("on" if proto >= 2 else None)
-        if streaming == "parallel" and proto < 4:
-            raise ReplicationError("streaming 'parallel' needs proto_version 4 (PostgreSQL 16+)")
-        opts = [("proto_version", str(proto)),
-                ("publication_names", ",".join(_quote_ident(p) for p in self.publications))]
-        if self.binary:
-            opts.append(("binary", "true"))
-        if self.messages:
-            opts.append(("messages", "true"))
-        if streaming and streaming != "off":
-            opts.append(("streaming", streaming))
-        if self.two_phase:
-            opts.append(("two_phase", "true"))
-        if self.origin:
-            opts.append(("origin", self.origin))
-        options = ", ".join(f"{k} {_quote_literal(v)}" for k, v in opts)
-        return (f"START_REPLICATION SLOT {_quote_ident(self.slot)} LOGICAL "
-                f"{lsn_to_str(start_lsn)} ({options})")
-
     def _connect_and_start(self, first: bool) -> None:
         import psycopg2
 
-        from ._libpq import CopyBoth
-
-        conn = self._connect()
+        conn = connect(self.dsn, self.connect_timeout)
         try:
-            self._preflight(conn, first)
+            preflight(conn, self.options, first)
+            self.server_version = int(conn.server_version)
             start = self._resume_lsn()
+            command, self.proto_version = start_command(self.options, self.server_version, start)
             cur = conn.cursor()
             try:
-                cur.start_replication_expert(self._start_command(start), decode=False)
+                cur.start_replication_expert(command, decode=False)
             except psycopg2.Error as e:
-                raise _classify_connect_error(
+                raise classify_connect_error(
                     e, f'cannot stream replication slot "{self.slot}"') from None
             copy = CopyBoth(conn)
         except BaseException:
@@ -647,7 +396,7 @@ class LiveStream:
             raise
         self._conn, self._copy = conn, copy
         self._new_decoder()
-        self._receiver = copy.receiver() if self._feed_batch is not None else None
+        self._receiver = copy.receiver
         self._last_status = time.monotonic()
         self._last_data = time.monotonic()
 
@@ -661,22 +410,10 @@ class LiveStream:
         return start
 
     def _new_decoder(self) -> None:
-        if self._decoder_factory is not None:
-            dec = self._decoder_factory()
-        else:
-            from . import Decoder  # the package's incremental decoder
+        from .. import Decoder  # the package's incremental decoder
 
-            # The stream's mode is known here: no need to detect it from the first change.
-            dec = Decoder(**{"binary": self.binary, **self._decoder_options})
-        feed = getattr(dec, "feed", None)
-        if feed is not None:
-            self._feed = feed
-        else:
-            push = dec.push
-            self._feed = lambda data, lsn: push(lsn, data)
-        self._feed_batch = getattr(dec, "feed_batch", None)
-        self._batch_lsns, self._batch_data = [], []
-        self._decoder = dec
+        # The stream's mode is known here: no need to detect it from the first change.
+        self._decoder = Decoder(**{"binary": self.binary, **self.options.decoder_options})
         # Column ids (pg.column_id) are one decoder's own: what earlier decoders' batches
         # had becomes one version without ids, matched by name to the new decoder's.
         for table, versions in self._versions.items():
@@ -699,7 +436,7 @@ class LiveStream:
         self._disconnect()
         if self.temporary_slot:
             raise ConnectionLost(
-                f"the replication connection was lost ({_one_line(str(cause))}) and the "
+                f"the replication connection was lost ({one_line(str(cause))}) and the "
                 f'temporary slot "{self.slot}" went with it: cannot resume') from None
         deadline = time.monotonic() + self.reconnect_timeout
         delay = self.reconnect_initial_delay
@@ -721,17 +458,15 @@ class LiveStream:
             except Exception as e:  # noqa: BLE001 - any other transient failure: try again
                 last = e
         raise ConnectionLost(
-            f"lost the replication connection ({_one_line(str(cause))}) and could not "
+            f"lost the replication connection ({one_line(str(cause))}) and could not "
             f"resume within {self.reconnect_attempts} attempts / {self.reconnect_timeout:.0f}s: "
-            f"{_one_line(str(last))}") from None
+            f"{one_line(str(last))}") from None
 
     # ------------------------------------------------------------------ streaming
 
     def _pump(self) -> None:
         """Read what is there, feed the decoder, and return once batches are ready or after
         at most a short wait; handles keepalives, status updates and reconnects."""
-        from ._libpq import CopyBothEnded
-
         if self._copy is None:
             self._reconnect(ConnectionLost("not connected"))
         try:
@@ -743,34 +478,19 @@ class LiveStream:
                 self._disconnect()
                 return
             if e.sqlstate and e.sqlstate not in ("57P01", "57P02", "57P03", "08006", "08003"):
-                raise _classify_connect_error(_SqlError(str(e), e.sqlstate),
+                raise classify_connect_error(SqlError(str(e), e.sqlstate),
                                               "the replication stream failed") from None
             self._reconnect(e)
 
-    def _feed_pending(self) -> None:
-        if not self._batch_data:
-            return
-        batch = pa.record_batch([pa.array(self._batch_lsns, pa.uint64()),
-                                 pa.array(self._batch_data, pa.binary())],
-                                names=["lsn", "data"])
-        self._batch_lsns, self._batch_data = [], []
-        assert self._feed_batch is not None
-        self._feed_batch(batch)
-
     def _read_available(self) -> None:
-        if self._receiver is None:
-            self._read_one_by_one()
-            return
-        from ._libpq import CopyBothEnded
-
         copy, receiver, txns = self._copy, self._receiver, self._txns
-        assert self._feed_batch is not None
+        feed_batch = self._decoder.feed_batch
         deadline = time.monotonic() + self.flush_interval
         n = 0
         while True:
             batch, count, nbytes, end, reply, status, error = receiver.read(txns, 1024)
             if count:
-                self._feed_batch(batch)
+                feed_batch(batch)
                 self._messages += count
                 self._bytes += nbytes
                 self._fed_since_flush += count
@@ -797,59 +517,6 @@ class LiveStream:
                     deadline = now + self.flush_interval
             if status == 0:
                 break
-        self._after_read(n)
-
-    def _read_one_by_one(self) -> None:
-        """The read loop for a decoder without ``feed_batch``: one frame at a time."""
-        copy = self._copy
-        batched = self._feed_batch is not None
-        feed = self._feed
-        lsns, datas = self._batch_lsns, self._batch_data
-        see = self._txns.see
-        deadline = time.monotonic() + self.flush_interval
-        n = 0
-        while True:
-            frame = copy.read()
-            if frame is None:
-                break
-            kind, fields = frame
-            if kind == "w":
-                start, end, _clock, payload = fields
-                if batched:
-                    lsns.append(start)
-                    datas.append(payload)
-                else:
-                    feed(payload, start)
-                see(payload)
-                self._messages += 1
-                self._bytes += len(payload)
-                self._fed_since_flush += 1
-                if end > self._wal_end:
-                    self._wal_end = end
-                if end > self._received:
-                    self._received = end
-                n += 1
-                if n & 1023 == 0:
-                    if batched:
-                        self._feed_pending()
-                        lsns, datas = self._batch_lsns, self._batch_data
-                    now = time.monotonic()
-                    self._tick(now)
-                    if now - self._last_status >= self.status_interval:
-                        self._send_status(force=True)
-                    if self._fed_since_flush >= self.flush_messages or now >= deadline:
-                        self._flush_decoder()
-                        if self._pending:
-                            return
-                        deadline = now + self.flush_interval
-            else:
-                end, _clock, reply = fields
-                if end > self._wal_end:
-                    self._wal_end = end
-                if end > self._received:
-                    self._received = end
-                if reply:
-                    self._send_status(force=True)
         self._after_read(n)
 
     def _after_read(self, n: int) -> None:
@@ -894,7 +561,6 @@ class LiveStream:
         dec = self._decoder
         if dec is None:
             return
-        self._feed_pending()
         dec.flush()
         items = dec.take()
         safe = int(dec.safe_lsn or 0)
@@ -1006,12 +672,6 @@ class LiveStream:
                 pass
         if not self._pending and not self._closed:
             self.close()
-
-
-class _SqlError(Exception):
-    def __init__(self, message: str, pgcode: str | None) -> None:
-        super().__init__(message)
-        self.pgcode = pgcode
 
 
 def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:

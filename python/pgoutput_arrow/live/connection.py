@@ -1,43 +1,61 @@
-"""The CopyBoth half of a walsender connection, driven through the libpq that psycopg2 uses.
+"""The connection to the walsender: opened by psycopg2 (:func:`connect`), its CopyBoth half
+driven through the libpq that psycopg2 uses (:class:`CopyBoth`).
 
 psycopg2 opens the connection (libpq does SCRAM, TLS, passfile, PGPASSWORD, service files and
-URIs) and issues ``START_REPLICATION``; the stream itself is read here with libpq's
-``PQgetCopyData`` on the same ``PGconn`` (``connection.pgconn_ptr``). The reason is the flush
+URIs) and issues ``START_REPLICATION``; the stream itself is read and answered by
+``_internal.WalReceiver`` (Rust), which calls libpq's ``PQgetCopyData`` and ``PQputCopyData``
+on the same ``PGconn`` (``connection.pgconn_ptr``): no byte of the walsender's frames is
+parsed or built in Python. The reason is the flush
 position: psycopg2's ``ReplicationCursor.read_message`` answers keepalives by itself, and
 moves the flushed position forward to the keepalive's WAL end whenever the last flushed LSN
 is at or beyond the last XLogData's start — which is always true after a message whose start
 the walsender leaves at 0 (Relation messages), so it could confirm transactions that the
 consumer had received but not yet stored. Here nothing is confirmed that the caller did not
 say.
-
-Frames follow section 54.4 of the PostgreSQL 18 documentation (streaming replication
-protocol): XLogData ``'w'``, primary keepalive ``'k'``, standby status update ``'r'``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import struct
-import time
+import os
 from typing import Any
 
-__all__ = ["CopyBoth", "CopyBothEnded", "load_libpq", "PG_EPOCH_OFFSET_US"]
+from .._pg import classify_connect_error, one_line
+from ..exceptions import ReplicationError
 
-#: Microseconds between 1970-01-01 and PostgreSQL's epoch 2000-01-01 (UTC).
-PG_EPOCH_OFFSET_US = 946_684_800_000_000
+__all__ = ["connect", "CopyBoth", "CopyBothEnded", "load_libpq"]
 
 _PGRES_COPY_BOTH = 8
 _PGRES_COMMAND_OK = 1
 _PG_DIAG_SQLSTATE = ord("C")
 _CONNECTION_BAD = 1
 
-_XLOG_HEADER = struct.Struct("!QQq")  # WAL start, WAL end, server clock
-_KEEPALIVE = struct.Struct("!QqB")  # WAL end, server clock, reply requested
-_STATUS = struct.Struct("!cQQQqB")  # 'r', written, flushed, applied, clock, reply requested
-
 _lib: Any = None
-_string_at = ctypes.string_at
+
+
+def connect(dsn: str, connect_timeout: float) -> Any:
+    """A psycopg2 replication connection to ``dsn`` (a ``LogicalReplicationConnection``);
+    failures as the package's exceptions, naming the host and port."""
+    import psycopg2
+    import psycopg2.extensions
+    import psycopg2.extras
+
+    try:
+        params = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError as e:
+        raise ReplicationError(f"invalid DSN: {one_line(str(e))}") from None
+    host = params.get("host") or os.environ.get("PGHOST") or "(default socket)"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    where = f"cannot connect to {host} port {port}"
+    kwargs: dict[str, Any] = {}
+    if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
+        kwargs["connect_timeout"] = max(1, int(round(connect_timeout)))
+    try:
+        return psycopg2.connect(
+            dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection, **kwargs)
+    except psycopg2.Error as e:
+        raise classify_connect_error(e, where) from None
 
 
 class CopyBothEnded(Exception):
@@ -100,88 +118,37 @@ def load_libpq() -> Any:
     return lib
 
 
-def now_pg_us() -> int:
-    """The current time in microseconds since 2000-01-01 UTC (the protocol's clock)."""
-    return time.time_ns() // 1000 - PG_EPOCH_OFFSET_US
-
-
 class CopyBoth:
-    """Reads XLogData and keepalives, and sends standby status updates, on a psycopg2
-    connection whose ``START_REPLICATION`` has already been answered with CopyBothResponse.
-    """
+    """The CopyBoth stream of a psycopg2 connection whose ``START_REPLICATION`` has already
+    been answered with CopyBothResponse: :attr:`receiver` (``_internal.WalReceiver``) reads
+    its frames and sends standby status updates."""
 
     def __init__(self, conn: Any) -> None:
+        from .._internal import WalReceiver
+
         self._lib = load_libpq()
         self._conn = conn  # keeps the psycopg2 connection (and so the PGconn) alive
         self._pg = ctypes.c_void_p(conn.pgconn_ptr)
         # A different libpq than psycopg2's would read another struct layout: check first.
         if self._lib.PQserverVersion(self._pg) != conn.server_version:
             raise OSError("the libpq found is not the one psycopg2 uses")
-        self._buf = ctypes.c_void_p()
-        self._bufref = ctypes.byref(self._buf)
-        # Bound once: read() runs once per message.
-        self._get = self._lib.PQgetCopyData
-        self._free = self._lib.PQfreemem
-
-    def fileno(self) -> int:
-        return int(self._lib.PQsocket(self._pg))
-
-    def receiver(self) -> Any:
-        """A native reader of this connection's frames (many per call, no Python object per
-        message): ``_internal.WalReceiver`` over the same ``PGconn`` and libpq."""
-        from ._internal import WalReceiver
 
         def address(fn: Any) -> int:
             return ctypes.cast(fn, ctypes.c_void_p).value or 0
 
-        return WalReceiver(self._conn.pgconn_ptr, address(self._lib.PQgetCopyData),
-                           address(self._lib.PQconsumeInput), address(self._lib.PQfreemem))
+        lib = self._lib
+        self.receiver = WalReceiver(conn.pgconn_ptr, address(lib.PQgetCopyData),
+                                    address(lib.PQconsumeInput), address(lib.PQfreemem),
+                                    address(lib.PQputCopyData), address(lib.PQflush))
 
-    def read(self) -> tuple[str, Any] | None:
-        """The next frame without blocking, or None when none is buffered or readable.
-
-        Returns ``('w', (wal_start, wal_end, server_clock, payload: bytes))`` or
-        ``('k', (wal_end, server_clock, reply_requested: bool))``.
-        """
-        pg, buf, ref = self._pg, self._buf, self._bufref
-        n = self._get(pg, ref, 1)
-        if n == 0:
-            if not self._lib.PQconsumeInput(pg):
-                raise CopyBothEnded(self.connection_error())
-            n = self._get(pg, ref, 1)
-            if n == 0:
-                return None
-        if n == -1:
-            raise self.ended()
-        if n < 0:
-            raise CopyBothEnded(self.connection_error())
-        try:
-            frame = _string_at(buf.value or 0, n)
-        finally:
-            self._free(buf)
-        kind = frame[:1]
-        if kind == b"w" and n >= 25:
-            start, end, clock = _XLOG_HEADER.unpack_from(frame, 1)
-            return "w", (start, end, clock, frame[25:])
-        if kind == b"k" and n >= 18:
-            end, clock, reply = _KEEPALIVE.unpack_from(frame, 1)
-            return "k", (end, clock, bool(reply))
-        raise CopyBothEnded(f"unexpected CopyData from the walsender: kind {kind!r}, {n} bytes")
+    def fileno(self) -> int:
+        return int(self._lib.PQsocket(self._pg))
 
     def send_status(self, written: int, flushed: int, applied: int, reply: bool = False) -> None:
         """A standby status update: the flushed position is what the server may discard
         WAL up to (the slot's confirmed_flush_lsn)."""
-        msg = _STATUS.pack(b"r", written, flushed, applied, now_pg_us(), 1 if reply else 0)
-        if self._lib.PQputCopyData(self._pg, msg, len(msg)) != 1:
-            raise CopyBothEnded(self.connection_error())
-        deadline = time.monotonic() + 30.0
-        while True:
-            rc = self._lib.PQflush(self._pg)
-            if rc == 0:
-                return
-            if rc < 0 or time.monotonic() > deadline:
-                raise CopyBothEnded(self.connection_error() or "could not send a status update")
-            time.sleep(0.001)
+        if not self.receiver.send_status(written, flushed, applied, reply):
+            raise CopyBothEnded(self.connection_error() or "could not send a status update")
 
     def connection_error(self) -> str:
         raw = self._lib.PQerrorMessage(self._pg) or b""

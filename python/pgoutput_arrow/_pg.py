@@ -1,0 +1,62 @@
+"""Helpers shared by the live source and the Spark streaming source: SQL quoting of names and
+literals, and psycopg2's errors mapped to the package's exception hierarchy."""
+
+from __future__ import annotations
+
+from .exceptions import (
+    AuthenticationFailed,
+    ConnectionFailed,
+    PublicationNotFound,
+    ReplicationError,
+    SlotInUse,
+    SlotNotFound,
+    WalLevelNotLogical,
+)
+
+__all__ = ["quote_ident", "quote_literal", "one_line", "classify_connect_error", "SqlError"]
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as an SQL identifier (double quotes doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(value: str) -> str:
+    """``value`` as an SQL string literal (single quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def one_line(message: str) -> str:
+    """A server's multi-line error message on one line."""
+    return "; ".join(part.strip() for part in str(message).strip().splitlines() if part.strip())
+
+
+class SqlError(Exception):
+    """An error with a SQLSTATE (``pgcode``, as psycopg2's), for :func:`classify_connect_error`."""
+
+    def __init__(self, message: str, pgcode: str | None) -> None:
+        super().__init__(message)
+        self.pgcode = pgcode
+
+
+def classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
+    """psycopg2's connect and command errors → the exception hierarchy, one clear line."""
+    text = one_line(str(exc)) or type(exc).__name__
+    sqlstate = getattr(exc, "pgcode", None)
+    lower = text.lower()
+    if sqlstate == "42704" and "replication slot" in lower:
+        return SlotNotFound(f"{where}: {text}")
+    if sqlstate == "42704" and "publication" in lower:
+        return PublicationNotFound(f"{where}: {text}")
+    if sqlstate == "55006" or "is active for pid" in lower:
+        return SlotInUse(f"{where}: {text} (another process is streaming this slot)")
+    if "wal_level" in lower:
+        return WalLevelNotLogical(f"{where}: {text}")
+    auth_markers = ("password authentication failed", "authentication failed",
+                    "no password supplied", "no pg_hba.conf entry", "pg_hba.conf rejects",
+                    "role \"", "fe_sendauth")
+    if any(m in lower for m in auth_markers) or sqlstate in ("28P01", "28000"):
+        return AuthenticationFailed(f"{where}: {text}", sqlstate=sqlstate)
+    if "timeout expired" in lower:
+        return ConnectionFailed(f"{where}: timed out ({text})", sqlstate=sqlstate)
+    return ConnectionFailed(f"{where}: {text}", sqlstate=sqlstate)
