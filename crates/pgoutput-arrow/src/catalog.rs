@@ -125,11 +125,11 @@ fn align(previous: &[RelColumn], columns: &[RelColumn]) -> Vec<Option<usize>> {
         }
     };
     // best[i][j]: the cheapest pairing of new[..i] (all kept) into old[..j], the old
-    // columns not paired being dropped; from[i][j]: whether it pairs new[i-1] with old[j-1].
+    // columns not paired being dropped; paired[i][j]: whether it pairs new[i-1] with old[j-1].
     let mut best = vec![vec![NONE; l + 1]; m + 1];
     let mut paired = vec![vec![false; l + 1]; m + 1];
-    for j in 0..=l {
-        best[0][j] = (j as u32, 0);
+    for (j, cost) in best[0].iter_mut().enumerate() {
+        *cost = (j as u32, 0);
     }
     for i in 1..=m {
         for j in i..=l {
