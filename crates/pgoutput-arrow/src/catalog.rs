@@ -24,11 +24,17 @@ pub(crate) struct RelColumn {
     /// Which column of the table this is, across its versions (see [`column_ids`]): a
     /// renamed column keeps its id. Not part of the definition's identity.
     pub id: u32,
+    /// The column's attnum when the reader told it (see [`Catalog::column_attnums`]).
+    pub attnum: Option<i16>,
 }
 
 impl RelColumn {
     fn same(&self, other: &RelColumn) -> bool {
-        self.name == other.name && self.ty == other.ty && self.is_key == other.is_key
+        let attnums_agree = match (self.attnum, other.attnum) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        self.name == other.name && self.ty == other.ty && self.is_key == other.is_key && attnums_agree
     }
 }
 
@@ -72,6 +78,8 @@ pub(crate) struct Catalog {
     table_names: Vec<Arc<str>>,
     /// Names of non-built-in types from Type messages.
     type_names: IdMap<Oid, String>,
+    /// Per relation: each column name's attnum, as the reader learnt from pg_attribute.
+    attnums: IdMap<RelationId, HashMap<String, i16>>,
 }
 
 /// "schema.table" as PostgreSQL names it; the Relation message leaves pg_catalog empty.
@@ -95,7 +103,13 @@ pub(crate) fn qualified_name(namespace: &str, name: &str) -> String {
 /// the end between two Relation messages reads as the same column, and one of the same
 /// type and another name as a rename.
 pub(crate) fn column_ids(previous: &[RelColumn], columns: &mut [RelColumn], mut next: u32) -> u32 {
-    let matched = align(previous, columns);
+    let known = |cols: &[RelColumn]| cols.iter().all(|c| c.attnum.is_some());
+    let matched = if !previous.is_empty() && known(previous) && known(columns) {
+        // The catalog said which column each one is: no inference.
+        columns.iter().map(|c| previous.iter().position(|p| p.attnum == c.attnum)).collect()
+    } else {
+        align(previous, columns)
+    };
     for (c, m) in columns.iter_mut().zip(&matched) {
         c.id = match m {
             Some(i) => previous[*i].id,
@@ -173,10 +187,20 @@ impl Catalog {
         self.type_names.insert(oid, shown);
     }
 
+    /// Tells which attnum each column name of `relation_id` has (from `pg_attribute`, by a
+    /// reader with a connection to the server): the Relation messages that follow are
+    /// matched to the earlier definitions by attnum, so that a rename is never taken for a
+    /// drop plus an add, nor the reverse. Names the catalog no longer has (renamed or
+    /// dropped since) leave that definition to the positional rule of [`column_ids`].
+    pub fn column_attnums(&mut self, relation_id: RelationId, columns: impl IntoIterator<Item = (String, i16)>) {
+        self.attnums.insert(relation_id, columns.into_iter().collect());
+    }
+
     /// Takes a Relation message into account; `scope` is the top-level xid of the
     /// streamed transaction it arrived in. Returns the schema id now in force.
     pub fn relation(&mut self, rel: &Relation<'_>, scope: Option<Xid>) -> u32 {
         let table = qualified_name(rel.namespace, rel.name);
+        let attnums = self.attnums.get(&rel.id);
         let columns: Vec<RelColumn> = rel
             .columns
             .iter()
@@ -189,6 +213,7 @@ impl Catalog {
                 },
                 is_key: c.is_key,
                 id: 0,
+                attnum: attnums.and_then(|a| a.get(c.name).copied()),
             })
             .collect();
         let same = |v: &RelVersion| v.same_definition(rel.id, &table, rel.replica_identity, &columns);
@@ -317,6 +342,7 @@ mod tests {
                 ty: PgColumnType { oid, typmod: -1, type_name: None },
                 is_key: false,
                 id: 0,
+                attnum: None,
             })
             .collect()
     }
@@ -376,6 +402,32 @@ mod tests {
     #[test]
     fn swapped_names_are_two_renames() {
         assert_eq!(ids(&[("id", INT), ("a", INT), ("b", TEXT)], &[("id", INT), ("b", INT), ("a", TEXT)]), [0, 1, 2]);
+    }
+
+    #[test]
+    fn attnums_decide_when_every_column_has_one() {
+        // DROP a, ADD b of the same type: the positional rule reads a rename, attnums do not.
+        let with = |spec: &[(&str, i16)]| -> Vec<RelColumn> {
+            let mut c = cols(&spec.iter().map(|&(n, _)| (n, INT)).collect::<Vec<_>>());
+            for (c, &(_, a)) in c.iter_mut().zip(spec) {
+                c.attnum = Some(a);
+            }
+            c
+        };
+        let mut v1 = with(&[("id", 1), ("a", 2)]);
+        let next = column_ids(&[], &mut v1, 0);
+        let mut v2 = with(&[("id", 1), ("b", 3)]);
+        column_ids(&v1, &mut v2, next);
+        assert_eq!(v2.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
+        // A rename: the same attnum under another name.
+        let mut v3 = with(&[("id", 1), ("c", 3)]);
+        column_ids(&v2, &mut v3, 3);
+        assert_eq!(v3.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
+        // One column without an attnum: the positional rule for the whole definition.
+        let mut v4 = with(&[("id", 1), ("d", 4)]);
+        v4[1].attnum = None;
+        column_ids(&v3, &mut v4, 3);
+        assert_eq!(v4.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
     }
 
     #[test]
