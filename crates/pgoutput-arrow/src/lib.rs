@@ -39,6 +39,8 @@
 //! temporary file.
 #![forbid(unsafe_code)]
 
+pub mod canonical;
+pub mod capture;
 mod catalog;
 mod changes;
 mod decoder;

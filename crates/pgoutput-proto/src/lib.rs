@@ -4,8 +4,10 @@
 #![forbid(unsafe_code)]
 
 mod cursor;
+pub mod encode;
 mod error;
 mod parser;
+pub mod peek;
 mod types;
 mod walsender;
 

@@ -1,0 +1,290 @@
+"""Decoding a capture on Spark's executors (:func:`decode`), and in one process the same way
+(:func:`decode_table_locally`, for the UDTF and the batch data source).
+
+How it is distributed (docs/spark.md, "How decoding is distributed"): the SQL interface's
+``xid`` column holds, for every message of a transaction, the top-level xid (a
+subtransaction's Stream Abort names it in its body), so rows are shuffled by that
+transaction key and each transaction lands whole in one partition. There each transaction is
+rebuilt by the crates (``_internal.canonical_stream``) into a self-contained stream, the
+Relation and Type messages it relies on injected from a small catalog of the capture
+collected beforehand and broadcast, and decoded.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import _internal
+from ._common import spark_schema
+from .types import cast_for_spark, to_spark_arrow_schema
+
+__all__ = ["decode", "decode_table_locally", "decode_rows_locally", "canonical_stream",
+           "collect_catalog", "normalized", "TRUNCATES"]
+
+TRUNCATES = "_truncates"
+"""The key of :func:`decode`'s TRUNCATEs (``with_truncates=True``); no table name lacks a schema."""
+
+#: Kinds (as hex, what Spark's ``hex`` gives) of the rows a catalog is made of.
+_CATALOG_HEX = [f"{k:02X}" for k in _internal.CATALOG_KINDS]
+_RELATION_HEX = ["52", "59"]  # R, Y
+_END_HEX = [f"{k:02X}" for k in b"CcPp"]
+_INSERT_HEX = "49"  # I
+#: Inserts sampled to tell whether the capture was taken with ``binary 'true'``.
+_BINARY_SAMPLE = 100
+
+
+def canonical_stream(rows: Any, catalog: Any, history: bool = False) -> pa.RecordBatch:
+    """The whole transactions of ``rows`` (a capture: ``lsn``, ``xid``, ``data``, optionally a
+    tie-breaker ``_tb``; any order) rebuilt into one self-contained stream (``lsn``,
+    ``data``), with the Relation and Type messages they need from ``catalog`` (the capture,
+    or its rows of the kinds ``_internal.CATALOG_KINDS``) injected."""
+    return pa.record_batch(_internal.canonical_stream(rows, catalog, history))
+
+
+def _decoder(options: dict[str, Any]) -> Any:
+    import pgoutput_arrow
+
+    return pgoutput_arrow.Decoder(**options)
+
+
+def decode_table_locally(table: pa.Table, options: dict[str, Any]) -> Any:
+    """Decode whole transactions in any order in this process: the rows of ``table`` (``lsn``
+    text or integer, ``xid``, ``data``, optionally ``_tb``) rebuilt as :func:`decode` rebuilds
+    them, the catalog taken from the rows themselves."""
+    decoder = _decoder(options)
+    if table.num_rows:
+        decoder.feed_batch(canonical_stream(table, table))
+    return decoder.finish()
+
+
+def decode_rows_locally(rows: Sequence[tuple[int, int, bytes, int]], options: dict[str, Any]) -> Any:
+    """:func:`decode_table_locally` of ``(lsn, xid, data, tie-breaker)`` rows."""
+    lsn, xid, data, tb = zip(*rows) if rows else ((), (), (), ())
+    return decode_table_locally(pa.table({"lsn": pa.array(lsn, pa.int64()), "xid": pa.array(xid, pa.int64()),
+                                          "data": pa.array(data, pa.binary()), "_tb": pa.array(tb, pa.int64())}),
+                                options)
+
+
+def normalized(df: Any, order_col: str | None) -> Any:
+    """``lsn`` as a long (from 'X/Y' text if need be), ``xid`` as a long, ``data`` binary, a
+    tie-breaker column ``_tb`` and the transaction key ``_txn`` (Spark expressions: these run
+    in the JVM, before any row reaches Python)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    lsn = F.col("lsn")
+    if isinstance(df.schema["lsn"].dataType, StringType):
+        hi = F.conv(F.substring_index(lsn, "/", 1), 16, 10).cast("bigint")
+        lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
+        lsn = F.shiftleft(hi, 32) + lo
+    tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
+    data = F.col("data").cast("binary")
+    # The transaction a row belongs to: its xid, but a subtransaction's Stream Abort names its
+    # top-level transaction in its body (bytes 2-5) and the subtransaction in the xid column.
+    top = F.when(F.hex(F.substring(data, 1, 1)) == "41",
+                 F.conv(F.hex(F.substring(data, 2, 4)), 16, 10).cast("bigint")).otherwise(F.col("xid").cast("bigint"))
+    return df.select(lsn.cast("bigint").alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
+                     data.alias("data"), tb.alias("_tb"), top.alias("_txn"))
+
+
+def collect_catalog(ndf: Any) -> pa.Table:
+    """The first, small pass, one Spark job: every Relation, Type, Stream Start, Stream Abort
+    and Rollback Prepared row of the capture, the end (Commit, Prepare, …) of each transaction
+    that sent a Relation or Type message (it places them), and the first Inserts (they tell
+    the binary mode), collected to the driver as ``lsn``, ``xid``, ``data``."""
+    from pyspark.sql import functions as F
+
+    kind = F.hex(F.substring("data", 1, 1))
+    cols = ["lsn", "xid", "data"]
+    meta = ndf.where(kind.isin(*[h for h in _CATALOG_HEX if h not in _END_HEX])).select(*cols)
+    senders = ndf.where(kind.isin(*_RELATION_HEX)).select("xid").distinct()
+    ends = ndf.where(kind.isin(*_END_HEX)).join(F.broadcast(senders), "xid", "left_semi").select(*cols)
+    inserts = ndf.where(kind == _INSERT_HEX).select(*cols).limit(_BINARY_SAMPLE)
+    table: pa.Table = meta.unionByName(ends).unionByName(inserts).toArrow()
+    return table.select(cols)
+
+
+def _is_binary(catalog: pa.Table) -> bool:
+    """Whether the capture was taken with ``binary 'true'``, from the Inserts in ``catalog``."""
+    told = pa.table(_internal.describe_messages(catalog.select(["data"]))).column("binary").drop_null()
+    return bool(told[0].as_py()) if len(told) else False
+
+
+def _table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.Schema]:
+    """Each table's unified schema as the decoder makes it (not yet mapped for Spark)."""
+    type_options = {k: options[k] for k in ("special_values", "views", "binary", "array_ndims") if k in options}
+    return {name: pa.table(t).schema for name, t in _internal.relation_schemas(catalog, **type_options).items()}
+
+
+_INTER_SCHEMA = pa.schema([("table", pa.string()), ("commit_lsn", pa.int64()),
+                           ("n", pa.int64()), ("ipc", pa.binary())])
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue()
+
+
+def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema],
+                         options: dict[str, Any]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = [b for b in batches if b.num_rows]
+        if not received:
+            return
+        # The catalog's history first: the decoder then numbers each table's versions and
+        # columns as the driver's schemas do.
+        stream = canonical_stream(pa.Table.from_batches(received), catalog, history=True)
+        del received
+        decoder = _decoder(options)
+        decoder.feed_batch(stream)
+        del stream
+        yield from _intermediate(decoder.finish(), schemas)
+
+    return run
+
+
+def _intermediate(changes: Any, schemas: dict[str, pa.Schema]) -> Iterator[pa.RecordBatch]:
+    """Per table one IPC blob (``_seq`` replaced by the row's rank within its transaction
+    across all tables), and per transaction its row count (for the global ``_seq``)."""
+    import pgoutput_arrow
+
+    parts = []
+    for ti, (name, table) in enumerate(sorted(changes.tables.items())):
+        if table.num_rows == 0:
+            continue
+        parts.append(pa.table({"commit": table.column("_commit_lsn"), "seq": table.column("_seq"),
+                               "t": pa.array(np.full(table.num_rows, ti, np.int32)),
+                               "row": pa.array(np.arange(table.num_rows, dtype=np.int64))}))
+    if not parts:
+        yield from _truncates_only(changes)
+        return
+    allrows = pa.concat_tables(parts).combine_chunks()
+    commit = allrows.column("commit").to_numpy()
+    order = np.lexsort((allrows.column("seq").to_numpy(), commit))
+    c_sorted = commit[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    local = np.empty(len(order), np.int64)
+    local[order] = np.arange(len(order)) - group_start
+    t_idx = allrows.column("t").to_numpy()
+    row_idx = allrows.column("row").to_numpy()
+    counts = np.diff(np.r_[starts, len(order)])
+    yield pa.record_batch({"table": pa.nulls(len(starts), pa.string()),
+                           "commit_lsn": pa.array(c_sorted[starts]),
+                           "n": pa.array(counts.astype(np.int64)),
+                           "ipc": pa.nulls(len(starts), pa.binary())}, schema=_INTER_SCHEMA)
+    for ti, (name, table) in enumerate(sorted(changes.tables.items())):
+        if table.num_rows == 0:
+            continue
+        seq = np.empty(table.num_rows, np.int64)
+        mask = t_idx == ti
+        seq[row_idx[mask]] = local[mask]
+        table = table.set_column(table.schema.get_field_index("_seq"), "_seq", pa.array(seq))
+        unified = schemas.get(name)
+        if unified is not None:
+            # Columns by pg.column_id (a renamed column under its newest name), then by name.
+            table = pgoutput_arrow.conform(table, unified)
+        target = to_spark_arrow_schema(unified if unified is not None else table.schema)
+        for chunk in table.to_batches(max_chunksize=65536):
+            blob = _ipc(cast_for_spark(chunk, target))
+            yield pa.record_batch({"table": [name], "commit_lsn": [None], "n": [chunk.num_rows],
+                                   "ipc": [blob]}, schema=_INTER_SCHEMA)
+    yield from _truncates_only(changes)
+
+
+def _truncates_only(changes: Any) -> Iterator[pa.RecordBatch]:
+    truncates = changes.truncates
+    if truncates.num_rows:
+        target = to_spark_arrow_schema(truncates.schema)
+        for chunk in truncates.to_batches(max_chunksize=65536):
+            yield pa.record_batch({"table": [TRUNCATES], "commit_lsn": [None], "n": [chunk.num_rows],
+                                   "ipc": [_ipc(cast_for_spark(chunk, target))]}, schema=_INTER_SCHEMA)
+
+
+def _plain_table_fn(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for blob in b.column(0).to_pylist():
+                yield pa.ipc.open_stream(blob).read_next_batch().cast(schema)
+
+    return run
+
+
+def _finish_table_fn(schema: pa.Schema, bc: Any) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        commit_lsns, offsets = bc.value
+        seq_i = schema.get_field_index("_seq")
+        for b in batches:
+            for blob in b.column(0).to_pylist():
+                batch = pa.ipc.open_stream(blob).read_next_batch()
+                commit = batch.column("_commit_lsn").to_numpy(zero_copy_only=False)
+                pos = np.searchsorted(commit_lsns, commit)
+                seq = batch.column(seq_i).to_numpy(zero_copy_only=False) + offsets[pos]
+                arrays = list(batch.columns)
+                arrays[seq_i] = pa.array(seq, pa.int64())
+                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return run
+
+
+def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
+           with_truncates: bool = False, **options: Any) -> dict[str, Any]:
+    """Decode a capture DataFrame (``lsn`` text or long, ``xid``, ``data`` binary) on the
+    executors into ``{"schema.table": DataFrame}`` with the decoder's columns.
+
+    The result does not depend on how ``df`` is partitioned or ordered. ``order_col`` (a
+    capture-time row number, if the capture has one) only breaks ties among messages that share
+    an LSN, which otherwise only decides ``_seq`` among them. ``options`` go to the decoder.
+    The decoded rows are cached (``persist``) so that the per-table DataFrames share one
+    decoding pass. ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`):
+    the decoder's TRUNCATEs (``relations``, ``cascade``, ``restart_identity`` and the transaction
+    columns; its ``_seq`` is not comparable with the tables' ``_seq``, order by ``_commit_lsn``,
+    ``_lsn``), for :func:`apply_changes`.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    spark = df.sparkSession
+    options = dict(options)
+    options.setdefault("views", False)
+    if options.get("array_ndims") is None:
+        # The schema is settled on the driver before any data is seen: every partition must
+        # nest arrays as deep as it does, not learn a depth from its own first array (an
+        # array of another depth is kept in _special, as everywhere).
+        options["array_ndims"] = 1
+    ndf = normalized(df, order_col)
+    catalog = collect_catalog(ndf)
+    if options.get("binary") is None:
+        # Every partition's decoder must type enum/composite columns alike, and the
+        # schemas are made before any data is seen: the catalog pass sampled Inserts.
+        options["binary"] = _is_binary(catalog)
+    schemas = _table_schemas(catalog, options)
+    n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
+    inter_schema = StructType([StructField("table", StringType()), StructField("commit_lsn", LongType()),
+                               StructField("n", LongType()), StructField("ipc", BinaryType())])
+    inter = (ndf.repartition(n, "_txn")
+             .mapInArrow(_decode_partition_fn(catalog, schemas, options), inter_schema)
+             .persist())
+    counts = (inter.where(F.col("table").isNull()).groupBy("commit_lsn").agg(F.sum("n").alias("n"))
+              .orderBy("commit_lsn").collect())
+    commit_lsns = np.array([r.commit_lsn for r in counts], dtype=np.int64)
+    offsets = np.cumsum([0] + [r.n for r in counts])[:-1].astype(np.int64)
+    bc = spark.sparkContext.broadcast((commit_lsns, offsets))
+
+    out: dict[str, Any] = {}
+    for name, unified in schemas.items():
+        schema = to_spark_arrow_schema(unified)
+        out[name] = (inter.where(F.col("table") == name).select("ipc")
+                     .mapInArrow(_finish_table_fn(schema, bc), spark_schema(schema)))
+    if with_truncates:
+        tschema = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
+        out[TRUNCATES] = (inter.where(F.col("table") == TRUNCATES).select("ipc")
+                          .mapInArrow(_plain_table_fn(tschema), spark_schema(tschema)))
+    return out
