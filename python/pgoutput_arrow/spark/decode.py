@@ -12,7 +12,6 @@ collected beforehand and broadcast, and decoded.
 
 from __future__ import annotations
 
-import io
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -121,19 +120,60 @@ def _table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.S
     return {name: pa.table(t).schema for name, t in _internal.relation_schemas(catalog, **type_options).items()}
 
 
-_INTER_SCHEMA = pa.schema([("table", pa.string()), ("commit_lsn", pa.int64()),
-                           ("n", pa.int64()), ("ipc", pa.binary())])
+def _ranked_seq(tables: dict[str, pa.Table], truncates: pa.Table) -> dict[str, np.ndarray]:
+    """Each row's rank within its transaction across tables (and TRUNCATEs, key ``""``), in
+    the decoder's order: Spark's ``_seq``."""
+    parts = [(name, t) for name, t in sorted(tables.items()) if t.num_rows]
+    if truncates.num_rows:
+        parts.append(("", truncates))
+    if not parts:
+        return {}
+    commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
+    seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
+    order = np.lexsort((seq, commit))
+    c_sorted = commit[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order)) - group_start
+    out: dict[str, np.ndarray] = {}
+    offset = 0
+    for name, t in parts:
+        out[name] = rank[offset:offset + t.num_rows]
+        offset += t.num_rows
+    return out
 
 
-def _ipc(batch: pa.RecordBatch) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue()
+def _with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
+    i = table.schema.get_field_index("_seq")
+    return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))
 
 
-def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema],
-                         options: dict[str, Any]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], truncates: pa.Schema,
+                         options: dict[str, Any]
+                         ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], pa.Schema]:
+    """The executors' step: rebuild the partition's transactions, decode them, and hand every
+    table's rows back in one wide batch: ``_t`` (the table's number) and one struct column
+    per table (``_truncates`` last), the others null."""
+    import pgoutput_arrow
+
+    names = sorted(schemas)
+    targets = [to_spark_arrow_schema(schemas[n]) for n in names] + [truncates]
+    wide = pa.schema([pa.field("_t", pa.int32(), False)]
+                     + [pa.field(f"_t{i}", pa.struct(list(t)), True) for i, t in enumerate(targets)])
+
+    def rows_of(i: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        cols = [pa.array(np.full(n, i, np.int32))]
+        for j, f in enumerate(wide):
+            if j == 0:
+                continue
+            if j - 1 == i:
+                cols.append(pa.StructArray.from_arrays(batch.columns, fields=list(f.type)))
+            else:
+                cols.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(cols, schema=wide)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [b for b in batches if b.num_rows]
         if not received:
@@ -145,93 +185,22 @@ def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema],
         decoder = _decoder(options)
         decoder.feed_batch(stream)
         del stream
-        yield from _intermediate(decoder.finish(), schemas)
-
-    return run
-
-
-def _intermediate(changes: Any, schemas: dict[str, pa.Schema]) -> Iterator[pa.RecordBatch]:
-    """Per table one IPC blob (``_seq`` replaced by the row's rank within its transaction
-    across all tables), and per transaction its row count (for the global ``_seq``)."""
-    import pgoutput_arrow
-
-    parts = []
-    for ti, (name, table) in enumerate(sorted(changes.tables.items())):
-        if table.num_rows == 0:
-            continue
-        parts.append(pa.table({"commit": table.column("_commit_lsn"), "seq": table.column("_seq"),
-                               "t": pa.array(np.full(table.num_rows, ti, np.int32)),
-                               "row": pa.array(np.arange(table.num_rows, dtype=np.int64))}))
-    if not parts:
-        yield from _truncates_only(changes)
-        return
-    allrows = pa.concat_tables(parts).combine_chunks()
-    commit = allrows.column("commit").to_numpy()
-    order = np.lexsort((allrows.column("seq").to_numpy(), commit))
-    c_sorted = commit[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    local = np.empty(len(order), np.int64)
-    local[order] = np.arange(len(order)) - group_start
-    t_idx = allrows.column("t").to_numpy()
-    row_idx = allrows.column("row").to_numpy()
-    counts = np.diff(np.r_[starts, len(order)])
-    yield pa.record_batch({"table": pa.nulls(len(starts), pa.string()),
-                           "commit_lsn": pa.array(c_sorted[starts]),
-                           "n": pa.array(counts.astype(np.int64)),
-                           "ipc": pa.nulls(len(starts), pa.binary())}, schema=_INTER_SCHEMA)
-    for ti, (name, table) in enumerate(sorted(changes.tables.items())):
-        if table.num_rows == 0:
-            continue
-        seq = np.empty(table.num_rows, np.int64)
-        mask = t_idx == ti
-        seq[row_idx[mask]] = local[mask]
-        table = table.set_column(table.schema.get_field_index("_seq"), "_seq", pa.array(seq))
-        unified = schemas.get(name)
-        if unified is not None:
+        changes = decoder.finish()
+        seqs = _ranked_seq(changes.tables, changes.truncates)
+        for i, name in enumerate(names):
+            table = changes.tables.get(name)
+            if table is None or table.num_rows == 0:
+                continue
             # Columns by pg.column_id (a renamed column under its newest name), then by name.
-            table = pgoutput_arrow.conform(table, unified)
-        target = to_spark_arrow_schema(unified if unified is not None else table.schema)
-        for chunk in table.to_batches(max_chunksize=65536):
-            blob = _ipc(cast_for_spark(chunk, target))
-            yield pa.record_batch({"table": [name], "commit_lsn": [None], "n": [chunk.num_rows],
-                                   "ipc": [blob]}, schema=_INTER_SCHEMA)
-    yield from _truncates_only(changes)
+            table = _with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name])
+            for chunk in table.to_batches(max_chunksize=65536):
+                yield rows_of(i, cast_for_spark(chunk, targets[i]))
+        if changes.truncates.num_rows:
+            table = _with_seq(changes.truncates, seqs[""])
+            for chunk in table.to_batches(max_chunksize=65536):
+                yield rows_of(len(names), cast_for_spark(chunk, truncates))
 
-
-def _truncates_only(changes: Any) -> Iterator[pa.RecordBatch]:
-    truncates = changes.truncates
-    if truncates.num_rows:
-        target = to_spark_arrow_schema(truncates.schema)
-        for chunk in truncates.to_batches(max_chunksize=65536):
-            yield pa.record_batch({"table": [TRUNCATES], "commit_lsn": [None], "n": [chunk.num_rows],
-                                   "ipc": [_ipc(cast_for_spark(chunk, target))]}, schema=_INTER_SCHEMA)
-
-
-def _plain_table_fn(schema: pa.Schema) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for blob in b.column(0).to_pylist():
-                yield pa.ipc.open_stream(blob).read_next_batch().cast(schema)
-
-    return run
-
-
-def _finish_table_fn(schema: pa.Schema, bc: Any) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        commit_lsns, offsets = bc.value
-        seq_i = schema.get_field_index("_seq")
-        for b in batches:
-            for blob in b.column(0).to_pylist():
-                batch = pa.ipc.open_stream(blob).read_next_batch()
-                commit = batch.column("_commit_lsn").to_numpy(zero_copy_only=False)
-                pos = np.searchsorted(commit_lsns, commit)
-                seq = batch.column(seq_i).to_numpy(zero_copy_only=False) + offsets[pos]
-                arrays = list(batch.columns)
-                arrays[seq_i] = pa.array(seq, pa.int64())
-                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    return run
+    return run, wide
 
 
 def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
@@ -239,17 +208,18 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     """Decode a capture DataFrame (``lsn`` text or long, ``xid``, ``data`` binary) on the
     executors into ``{"schema.table": DataFrame}`` with the decoder's columns.
 
-    The result does not depend on how ``df`` is partitioned or ordered. ``order_col`` (a
-    capture-time row number, if the capture has one) only breaks ties among messages that share
-    an LSN, which otherwise only decides ``_seq`` among them. ``options`` go to the decoder.
-    The decoded rows are cached (``persist``) so that the per-table DataFrames share one
-    decoding pass. ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`):
-    the decoder's TRUNCATEs (``relations``, ``cascade``, ``restart_identity`` and the transaction
-    columns; its ``_seq`` is not comparable with the tables' ``_seq``, order by ``_commit_lsn``,
-    ``_lsn``), for :func:`apply_changes`.
+    The result does not depend on how ``df`` is partitioned or ordered. ``_seq`` is the row's
+    rank within its transaction, across every table and the TRUNCATEs: ordering by
+    ``(_commit_lsn, _seq)`` is the server's order (as for the streaming source; a single-process
+    ``decode()`` numbers the whole stream instead). ``order_col`` (a capture-time row number, if
+    the capture has one) only breaks ties among messages that share an LSN, which otherwise
+    only decides ``_seq`` among them. ``options`` go to the decoder. The decoded rows are cached
+    (``persist``) so that the per-table DataFrames share one decoding pass.
+    ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`): the decoder's
+    TRUNCATEs (``relations``, ``cascade``, ``restart_identity`` and the transaction columns),
+    for :func:`apply_changes`.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
     spark = df.sparkSession
     options = dict(options)
@@ -266,25 +236,13 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         # schemas are made before any data is seen: the catalog pass sampled Inserts.
         options["binary"] = _is_binary(catalog)
     schemas = _table_schemas(catalog, options)
+    truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
-    inter_schema = StructType([StructField("table", StringType()), StructField("commit_lsn", LongType()),
-                               StructField("n", LongType()), StructField("ipc", BinaryType())])
-    inter = (ndf.repartition(n, "_txn")
-             .mapInArrow(_decode_partition_fn(catalog, schemas, options), inter_schema)
-             .persist())
-    counts = (inter.where(F.col("table").isNull()).groupBy("commit_lsn").agg(F.sum("n").alias("n"))
-              .orderBy("commit_lsn").collect())
-    commit_lsns = np.array([r.commit_lsn for r in counts], dtype=np.int64)
-    offsets = np.cumsum([0] + [r.n for r in counts])[:-1].astype(np.int64)
-    bc = spark.sparkContext.broadcast((commit_lsns, offsets))
-
+    fn, wide = _decode_partition_fn(catalog, schemas, truncates, options)
+    inter = ndf.repartition(n, "_txn").mapInArrow(fn, spark_schema(wide)).persist()
     out: dict[str, Any] = {}
-    for name, unified in schemas.items():
-        schema = to_spark_arrow_schema(unified)
-        out[name] = (inter.where(F.col("table") == name).select("ipc")
-                     .mapInArrow(_finish_table_fn(schema, bc), spark_schema(schema)))
+    for i, name in enumerate(sorted(schemas)):
+        out[name] = inter.where(F.col("_t") == i).select(f"_t{i}.*")
     if with_truncates:
-        tschema = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
-        out[TRUNCATES] = (inter.where(F.col("table") == TRUNCATES).select("ipc")
-                          .mapInArrow(_plain_table_fn(tschema), spark_schema(tschema)))
+        out[TRUNCATES] = inter.where(F.col("_t") == len(schemas)).select(f"_t{len(schemas)}.*")
     return out
