@@ -277,7 +277,7 @@ def test_canonical_streams_same_for_any_partitioning(spark: Any, capture: Any) -
 
     original = _effective_relations([(l, d) for l, _, d in rows])
     assert run(df.coalesce(1)) == original
-    assert run(df.repartition(5).repartition(3, "_txn")) == original
+    assert run(df.repartition(5).repartition(3, "xid")) == original
 
 
 def test_relation_sent_by_a_transaction_that_committed_first(spark: Any, pg18: Any, unique_name: str) -> None:

@@ -6,7 +6,7 @@ from typing import Any, final
 __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
     "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
-    "relation_schema", "describe_messages", "CATALOG_KINDS",
+    "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS",
 ]
 
 __version__: str
@@ -109,3 +109,4 @@ def relation_schema(
 def describe_messages(data: Any) -> ArrowTable: ...
 
 CATALOG_KINDS: bytes
+CHANGE_KINDS: bytes

@@ -8,6 +8,10 @@
 //! transaction injected from a [`RelationCatalog`] of the whole capture. Fed to one decoder,
 //! the rebuilt transactions give that decoder's output for them whatever order they came in.
 //!
+//! A split by the SQL interface's xid column keeps a transaction whole but for the Stream
+//! Abort of a subtransaction, whose xid column names the subtransaction: the catalog keeps
+//! those and the rebuild of their transaction takes them from there.
+//!
 //! Which version of a relation a change needs: the server sends a Relation message the
 //! first time a relation is used in a decoding session and after its definition changed,
 //! in the transaction being *decoded* at that moment, and transactions are decoded in commit
@@ -36,6 +40,9 @@ use crate::options::DecoderOptions;
 /// Stream Abort and Rollback Prepared, and the ends of transactions (Commit, Stream Commit,
 /// Prepare, Stream Prepare), which place a transaction's Relation messages.
 pub const CATALOG_KINDS: &[u8] = b"RYSArCcPp";
+
+/// The kinds of row changes: Insert, Update, Delete, Truncate.
+pub const CHANGE_KINDS: &[u8] = b"IUDT";
 
 /// The kinds that end a transaction's decoding (see [`CATALOG_KINDS`]).
 pub const END_KINDS: &[u8] = b"CcPp";
@@ -75,6 +82,10 @@ pub struct RelationCatalog {
     relations: HashMap<RelationId, Vec<Version>>,
     types: HashMap<Oid, Vec<Version>>,
     streamed: HashSet<u64>,
+    /// The Stream Abort messages of subtransactions, by top-level xid: the xid column of
+    /// such a row names the subtransaction, so a split by that column may put it apart from
+    /// its transaction; the rebuild takes it from here.
+    sub_aborts: HashMap<u64, Vec<(u64, Arc<[u8]>)>>,
 }
 
 fn parse_error(row: usize, lsn: u64, source: pgoutput_proto::ParseError) -> DecodeError {
@@ -122,6 +133,7 @@ impl RelationCatalog {
         let mut aborted_top = HashSet::new();
         let mut aborted_sub = HashSet::new();
         let mut ends: HashMap<u64, u64> = HashMap::new();
+        let mut sub_aborts: HashMap<u64, Vec<(u64, Arc<[u8]>)>> = HashMap::new();
         let mut end = |xid: u64, lsn: u64| {
             let e = ends.entry(xid).or_insert(lsn);
             *e = (*e).min(lsn);
@@ -140,6 +152,7 @@ impl RelationCatalog {
                 }
                 Message::StreamAbort(a) => {
                     aborted_sub.insert(a.subxid);
+                    sub_aborts.entry(a.xid as u64).or_insert_with(Vec::new).push((r.lsn, Arc::from(r.data)));
                 }
                 Message::RollbackPrepared(rp) => {
                     aborted_top.insert(rp.xid as u64);
@@ -150,7 +163,11 @@ impl RelationCatalog {
                 _ => {}
             }
         }
-        let mut catalog = RelationCatalog { streamed, ..Default::default() };
+        for aborts in sub_aborts.values_mut() {
+            aborts.sort();
+            aborts.dedup();
+        }
+        let mut catalog = RelationCatalog { streamed, sub_aborts, ..Default::default() };
         for &(i, r) in &rows {
             if !matches!(r.data[0], b'R' | b'Y') || aborted_top.contains(&r.xid) {
                 continue;
@@ -409,6 +426,12 @@ pub fn canonical_stream(
                 _ => continue,
             };
             tail.push((rank, r.lsn, r.tiebreak, r.data));
+        }
+        // Subtransaction aborts that the split put in another piece.
+        for (lsn, data) in catalog.sub_aborts.get(&xid).into_iter().flatten() {
+            if !tail.iter().any(|t| t.0 == 0 && t.1 == *lsn && t.3 == &data[..]) {
+                tail.push((0, *lsn, 0, data));
+            }
         }
         tail.sort();
         for (_, lsn, _, data) in tail {

@@ -2,9 +2,9 @@
 (:func:`decode_table_locally`, for the UDTF and the batch data source).
 
 How it is distributed (docs/spark.md, "How decoding is distributed"): the SQL interface's
-``xid`` column holds, for every message of a transaction, the top-level xid (a
-subtransaction's Stream Abort names it in its body), so rows are shuffled by that
-transaction key and each transaction lands whole in one partition. There each transaction is
+``xid`` column holds, for every message of a transaction, the top-level xid (but for a
+subtransaction's Stream Abort, which the catalog keeps), so rows are shuffled by it and each
+transaction lands whole in one partition. There each transaction is
 rebuilt by the crates (``_internal.canonical_stream``) into a self-contained stream, the
 Relation and Type messages it relies on injected from a small catalog of the capture
 collected beforehand and broadcast, and decoded.
@@ -70,9 +70,9 @@ def decode_rows_locally(rows: Sequence[tuple[int, int, bytes, int]], options: di
 
 
 def normalized(df: Any, order_col: str | None) -> Any:
-    """``lsn`` as a long (from 'X/Y' text if need be), ``xid`` as a long, ``data`` binary, a
-    tie-breaker column ``_tb`` and the transaction key ``_txn`` (Spark expressions: these run
-    in the JVM, before any row reaches Python)."""
+    """``lsn`` as a long (from 'X/Y' text if need be), ``xid`` as a long, ``data`` binary and a
+    tie-breaker column ``_tb`` (Spark expressions: these run in the JVM, before any row
+    reaches Python)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -82,13 +82,8 @@ def normalized(df: Any, order_col: str | None) -> Any:
         lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
         lsn = F.shiftleft(hi, 32) + lo
     tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
-    data = F.col("data").cast("binary")
-    # The transaction a row belongs to: its xid, but a subtransaction's Stream Abort names its
-    # top-level transaction in its body (bytes 2-5) and the subtransaction in the xid column.
-    top = F.when(F.hex(F.substring(data, 1, 1)) == "41",
-                 F.conv(F.hex(F.substring(data, 2, 4)), 16, 10).cast("bigint")).otherwise(F.col("xid").cast("bigint"))
     return df.select(lsn.cast("bigint").alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
-                     data.alias("data"), tb.alias("_tb"), top.alias("_txn"))
+                     F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
 
 
 def collect_catalog(ndf: Any) -> pa.Table:
@@ -239,7 +234,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
     fn, wide = _decode_partition_fn(catalog, schemas, truncates, options)
-    inter = ndf.repartition(n, "_txn").mapInArrow(fn, spark_schema(wide)).persist()
+    inter = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(wide)).persist()
     out: dict[str, Any] = {}
     for i, name in enumerate(sorted(schemas)):
         out[name] = inter.where(F.col("_t") == i).select(f"_t{i}.*")

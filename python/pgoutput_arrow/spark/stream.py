@@ -70,7 +70,7 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1}
 
 #: Change messages (Insert, Update, Delete, Truncate), counted by the server for read limits.
-_CHANGE_KINDS = tuple(b"IUDT")
+_CHANGE_KINDS = tuple(_internal.CHANGE_KINDS)
 
 #: Types with an oid below this are built in; pgoutput sends a Type message for the others.
 _FIRST_GENBKI_OID = 10000
