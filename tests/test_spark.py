@@ -246,7 +246,7 @@ def test_canonical_stream_after_a_rolled_back_definition() -> None:
 def test_canonical_streams_same_for_any_partitioning(spark: Any, capture: Any) -> None:
     """The executor half of decode(): the rebuilt streams do not depend on partitioning."""
     rows, _, _ = capture
-    from pgoutput_arrow.spark.decode import collect_catalog, normalized
+    from pgoutput_arrow.spark.batch import collect_catalog, normalized
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
     df = normalized(_capture_df(spark, rows), None)

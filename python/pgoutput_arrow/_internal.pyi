@@ -6,7 +6,7 @@ from typing import Any, final
 __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
     "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
-    "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS",
+    "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS", "END_KINDS",
 ]
 
 __version__: str
@@ -110,3 +110,4 @@ def describe_messages(data: Any) -> ArrowTable: ...
 
 CATALOG_KINDS: bytes
 CHANGE_KINDS: bytes
+END_KINDS: bytes

@@ -348,7 +348,9 @@ pub fn canonical_stream(
     }
     // The transaction of each row: its xid, but a subtransaction's Stream Abort names its
     // top-level transaction in its body and the subtransaction in the xid column.
-    let mut keys = Vec::with_capacity(rows.len());
+    // (transaction, row) pairs sorted as such: one contiguous sort, not a sort of row
+    // numbers that looks each key up (the rows of a shuffled capture are in random order).
+    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
         let key = match r.data.first() {
             None => return Err(DecodeError::Input(format!("row {i} (LSN {}) holds an empty message", pgoutput_proto::Lsn(r.lsn)))),
@@ -358,14 +360,19 @@ pub fn canonical_stream(
             },
             Some(_) => r.xid,
         };
-        keys.push(key);
+        let i = u32::try_from(i).map_err(|_| DecodeError::Input("more than 2^32 rows in one rebuild".into()))?;
+        keyed.push((key, i));
     }
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by_key(|&i| keys[i]);
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.iter().map(|&(_, i)| i as usize).collect();
     // Each transaction's rows, and where it ended (non-transactional messages first).
     let mut txns: Vec<(u64, u64, &[usize])> = Vec::new();
-    for group in order.chunk_by(|&a, &b| keys[a] == keys[b]) {
-        let key = keys[group[0]];
+    let mut start = 0;
+    while start < keyed.len() {
+        let key = keyed[start].0;
+        let len = keyed[start..].partition_point(|&(k, _)| k == key);
+        let group = &order[start..start + len];
+        start += len;
         let mut end = if key == 0 { 0 } else { u64::MAX };
         for &i in group {
             let r = &rows[i];

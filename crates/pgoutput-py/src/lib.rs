@@ -31,6 +31,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical::relation_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::relation_schema, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::describe_messages, m)?)?;
+    m.add("END_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::END_KINDS))?;
     m.add("CHANGE_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::CHANGE_KINDS))?;
     m.add("CATALOG_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::CATALOG_KINDS))?;
     m.add("META_COLUMNS", pgoutput_arrow::META_COLUMNS.to_vec())?;

@@ -4,7 +4,7 @@ Ways in:
 
 * :func:`decode` — ``DataFrame[lsn, xid, data]`` → ``{"schema.table": DataFrame}``, decoded on the
   executors with ``mapInArrow``; the result does not depend on partitioning or row order
-  (:mod:`.decode`).
+  (:mod:`.batch`).
 * :func:`register` — for SQL: the Arrow UDTF ``pgoutput_changes`` and the Arrow UDFs
   ``pgoutput_kind``, ``pgoutput_relation``, ``lsn_to_int``, ``lsn_to_text``; and the
   ``pgoutput`` batch data source (:mod:`.sql`, :mod:`.source`).
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .._internal import lsn_to_int
 from .._internal import lsn_to_str as lsn_to_text
-from .decode import TRUNCATES, canonical_stream, decode, decode_rows_locally, decode_table_locally
+from .batch import TRUNCATES, canonical_stream, decode, decode_rows_locally, decode_table_locally
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .replica import apply_changes
 from .source import PgoutputDataSource

@@ -9,7 +9,7 @@ from typing import Any, Iterator, Mapping
 import pyarrow as pa
 
 from ._common import spark_schema
-from .decode import decode_table_locally
+from .batch import decode_table_locally
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import cast_for_spark, to_spark_arrow_schema
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from .. import _internal
 from .._internal import lsn_to_int, lsn_to_str
-from .decode import decode_table_locally
+from .batch import decode_table_locally
 from .generic import UDTF_SCHEMA, changes_to_generic
 
 __all__ = ["register", "message_kind", "PgoutputChangesUDTF"]

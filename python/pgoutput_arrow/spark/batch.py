@@ -28,11 +28,15 @@ __all__ = ["decode", "decode_table_locally", "decode_rows_locally", "canonical_s
 TRUNCATES = "_truncates"
 """The key of :func:`decode`'s TRUNCATEs (``with_truncates=True``); no table name lacks a schema."""
 
-#: Kinds (as hex, what Spark's ``hex`` gives) of the rows a catalog is made of.
-_CATALOG_HEX = [f"{k:02X}" for k in _internal.CATALOG_KINDS]
-_RELATION_HEX = ["52", "59"]  # R, Y
-_END_HEX = [f"{k:02X}" for k in b"CcPp"]
-_INSERT_HEX = "49"  # I
+
+
+def _kind_is(kinds: bytes) -> Any:
+    """A Spark condition: the message's first byte (its kind) is one of ``kinds``."""
+    from pyspark.sql import functions as F
+
+    return F.expr("substring(data, 1, 1) IN (" + ", ".join(f"X'{k:02X}'" for k in kinds) + ")")
+
+
 #: Inserts sampled to tell whether the capture was taken with ``binary 'true'``.
 _BINARY_SAMPLE = 100
 
@@ -87,20 +91,19 @@ def normalized(df: Any, order_col: str | None) -> Any:
 
 
 def collect_catalog(ndf: Any) -> pa.Table:
-    """The first, small pass, one Spark job: every Relation, Type, Stream Start, Stream Abort
-    and Rollback Prepared row of the capture, the end (Commit, Prepare, …) of each transaction
-    that sent a Relation or Type message (it places them), and the first Inserts (they tell
-    the binary mode), collected to the driver as ``lsn``, ``xid``, ``data``."""
-    from pyspark.sql import functions as F
-
-    kind = F.hex(F.substring("data", 1, 1))
+    """The first, small pass (one scan): every Relation, Type, Stream Start, Stream Abort and
+    Rollback Prepared row of the capture and the ends of transactions (Commit, Prepare, …),
+    collected to the driver as ``lsn``, ``xid``, ``data``; the ends are then kept only for the
+    transactions that sent a Relation or Type message (they place them). The first Inserts are
+    added (they tell the binary mode): reading them stops at the first few."""
     cols = ["lsn", "xid", "data"]
-    meta = ndf.where(kind.isin(*[h for h in _CATALOG_HEX if h not in _END_HEX])).select(*cols)
-    senders = ndf.where(kind.isin(*_RELATION_HEX)).select("xid").distinct()
-    ends = ndf.where(kind.isin(*_END_HEX)).join(F.broadcast(senders), "xid", "left_semi").select(*cols)
-    inserts = ndf.where(kind == _INSERT_HEX).select(*cols).limit(_BINARY_SAMPLE)
-    table: pa.Table = meta.unionByName(ends).unionByName(inserts).toArrow()
-    return table.select(cols)
+    table: pa.Table = ndf.where(_kind_is(_internal.CATALOG_KINDS)).select(*cols).toArrow()
+    kinds = pa.table(_internal.describe_messages(table.select(["data"]))).column("kind")
+    is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
+    senders = table.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
+    table = table.filter(pc.or_(pc.invert(is_end), pc.is_in(table.column("xid"), senders)))
+    inserts: pa.Table = ndf.where(_kind_is(b"I")).select(*cols).limit(_BINARY_SAMPLE).toArrow()
+    return pa.concat_tables([table.select(cols), inserts.select(cols)]).combine_chunks()
 
 
 def _is_binary(catalog: pa.Table) -> bool:
