@@ -7,7 +7,8 @@ Single process: ``pgoutput_arrow.decode(path, views=False)`` (reads the Parquet 
 executors' own work in one process: the capture's rows shuffled, rebuilt by
 ``spark.canonical_stream`` and decoded.
 Spark: ``spark.read.parquet(path)`` -> ``decode()`` -> every table written to the ``noop`` sink
-(so every row is decoded, cast and handed to the JVM), session start excluded. Reported: the
+(so every row is decoded, cast and handed to the JVM), session start and ``--warmup`` runs
+(the JVM's JIT) excluded. Reported: the
 median of ``--repeat`` runs with the spread (min-max), and where the time goes: ``catalog``
 (``decode()`` itself: the catalog job and the schemas on the driver), ``decode`` (the first
 action: shuffle by transaction, rebuild, decode, hand the rows to the JVM, cache them) and
@@ -40,6 +41,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--skip-single", action="store_true", help="only the Spark runs")
+    ap.add_argument("--warmup", type=int, default=1, help="Spark runs before the measured ones (JIT)")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
 
@@ -81,7 +83,7 @@ def main() -> None:
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     total, phases = [], []
-    for _ in range(args.repeat):
+    for run in range(args.warmup + args.repeat):
         t0 = time.perf_counter()
         out = sp.decode(spark.read.parquet(args.path))
         t1 = time.perf_counter()
@@ -91,9 +93,10 @@ def main() -> None:
         for df in frames[1:]:
             df.write.format("noop").mode("overwrite").save()
         t3 = time.perf_counter()
-        total.append(t3 - t0)
-        phases.append((t1 - t0, t2 - t1, t3 - t2))
         spark.catalog.clearCache()
+        if run >= args.warmup:
+            total.append(t3 - t0)
+            phases.append((t1 - t0, t2 - t1, t3 - t2))
     spark.stop()
     lines.append(_fmt(f"spark decode() {args.master}", total, msgs, mb))
     med = [statistics.median(p[i] for p in phases) for i in range(3)]
