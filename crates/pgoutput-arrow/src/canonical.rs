@@ -62,6 +62,9 @@ pub struct CaptureRow<'a> {
     pub tiebreak: i64,
 }
 
+/// Messages with the LSN each came with.
+type LsnMessages = Vec<(u64, Arc<[u8]>)>;
+
 /// One version of a Relation or Type message, without the in-stream xid.
 #[derive(Debug, Clone)]
 struct Version {
@@ -85,7 +88,7 @@ pub struct RelationCatalog {
     /// The Stream Abort messages of subtransactions, by top-level xid: the xid column of
     /// such a row names the subtransaction, so a split by that column may put it apart from
     /// its transaction; the rebuild takes it from here.
-    sub_aborts: HashMap<u64, Vec<(u64, Arc<[u8]>)>>,
+    sub_aborts: HashMap<u64, LsnMessages>,
 }
 
 fn parse_error(row: usize, lsn: u64, source: pgoutput_proto::ParseError) -> DecodeError {
@@ -133,7 +136,7 @@ impl RelationCatalog {
         let mut aborted_top = HashSet::new();
         let mut aborted_sub = HashSet::new();
         let mut ends: HashMap<u64, u64> = HashMap::new();
-        let mut sub_aborts: HashMap<u64, Vec<(u64, Arc<[u8]>)>> = HashMap::new();
+        let mut sub_aborts: HashMap<u64, LsnMessages> = HashMap::new();
         let mut end = |xid: u64, lsn: u64| {
             let e = ends.entry(xid).or_insert(lsn);
             *e = (*e).min(lsn);
@@ -152,7 +155,7 @@ impl RelationCatalog {
                 }
                 Message::StreamAbort(a) => {
                     aborted_sub.insert(a.subxid);
-                    sub_aborts.entry(a.xid as u64).or_insert_with(Vec::new).push((r.lsn, Arc::from(r.data)));
+                    sub_aborts.entry(a.xid as u64).or_default().push((r.lsn, Arc::from(r.data)));
                 }
                 Message::RollbackPrepared(rp) => {
                     aborted_top.insert(rp.xid as u64);
