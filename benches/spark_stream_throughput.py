@@ -7,7 +7,7 @@ transactions into a published table, then drains the slot with a Trigger.Availab
 (``maxChangesPerTrigger`` = a quarter of the rows, so several micro-batches) into the ``noop``
 sink; wall clock from start() to the end of the query, session start excluded. For reference,
 the same ranges read in this process with the source's own peek-and-decode
-(``spark_stream.read_range``) on a second slot, without Spark.
+(``spark.stream.read_range``) on a second slot, without Spark.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from pgoutput_arrow import spark as sp
-    from pgoutput_arrow.spark_stream import StreamSource, read_range
+    from pgoutput_arrow.spark.stream import StreamSource, read_range
 
     spark = (SparkSession.builder.master(args.master).appName("pgoutput-stream-bench")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")

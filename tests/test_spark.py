@@ -1,5 +1,5 @@
 """pgoutput_arrow.spark on a real local Spark (local[2]) and a real PostgreSQL capture, and
-the streaming source (pgoutput_arrow.spark_stream) on live slots of real PostgreSQL 18 and 15.
+the streaming source (pgoutput_arrow.spark.stream) on live slots of real PostgreSQL 18 and 15.
 
 One SparkSession for the whole test session, with Arrow schema validation on. The package must be
 built (``make develop``); the Spark workers run this interpreter, so they import the same build.
@@ -20,7 +20,10 @@ import pyarrow as pa
 import pytest
 
 import pyspark  # noqa: F401  (a dependency: missing it is a failure, not a skip)
+import pgoutput_arrow  # noqa: E402
+from pgoutput_arrow import _internal as sp_internal  # noqa: E402
 from pgoutput_arrow import spark as sp  # noqa: E402  (the built package, native decoder included)
+from pgoutput_arrow.spark._common import spark_schema as spark_schema_of  # noqa: E402
 
 from spark_workload import run_workload  # noqa: E402
 
@@ -58,6 +61,36 @@ def _capture_df(spark: Any, rows: list[tuple[int, int, bytes]], lsn_text: bool =
     return spark.createDataFrame(data, schema)
 
 
+#: The kind names of pgoutput_kind (the test's own table, to check the crates' against).
+KIND_NAMES = {
+    "B": "begin", "C": "commit", "O": "origin", "R": "relation", "Y": "type", "I": "insert",
+    "U": "update", "D": "delete", "T": "truncate", "M": "message", "S": "stream_start",
+    "E": "stream_stop", "c": "stream_commit", "A": "stream_abort", "b": "begin_prepare",
+    "P": "prepare", "K": "commit_prepared", "r": "rollback_prepared", "p": "stream_prepare",
+}
+
+
+def _u32(data: bytes, pos: int) -> int:
+    return int.from_bytes(data[pos:pos + 4], "big")
+
+
+def _relation(data: bytes, in_stream: bool) -> tuple[int, bytes]:
+    """A Relation message's id and body without the in-stream xid (a test-side reading of
+    the format, independent of the crates')."""
+    pos = 5 if in_stream else 1
+    return _u32(data, pos), b"R" + data[pos:]
+
+
+def _relation_ids(data: bytes, in_stream: bool) -> tuple[int, ...]:
+    pos = 5 if in_stream else 1
+    if data[:1] in (b"I", b"U", b"D"):
+        return (_u32(data, pos),)
+    if data[:1] == b"T":
+        n = _u32(data, pos)
+        return tuple(_u32(data, pos + 5 + 4 * i) for i in range(n))
+    return ()
+
+
 def _effective_relations(stream: list[tuple[int, bytes]]) -> collections.Counter:
     """Each change message with the Relation message in effect for it, as a decoder sees them."""
     in_stream = False
@@ -70,11 +103,22 @@ def _effective_relations(stream: list[tuple[int, bytes]]) -> collections.Counter
         elif k == b"E":
             in_stream = False
         elif k == b"R":
-            r = sp._parse_relation(d, in_stream)
-            rel[r.relid] = r.body
+            relid, body = _relation(d, in_stream)
+            rel[relid] = body
         elif k in (b"I", b"U", b"D", b"T"):
-            out[(d, tuple(rel[i] for i in sp._relation_ids(d, in_stream)))] += 1
+            out[(d, tuple(rel[i] for i in _relation_ids(d, in_stream)))] += 1
     return out
+
+
+def _as_table(rows: list[tuple[int, int, bytes, int]]) -> pa.Table:
+    lsn, xid, data, tb = zip(*rows) if rows else ((), (), (), ())
+    return pa.table({"lsn": pa.array(lsn, pa.int64()), "xid": pa.array(xid, pa.int64()),
+                     "data": pa.array(data, pa.binary()), "_tb": pa.array(tb, pa.int64())})
+
+
+def _rebuilt(rows: list[tuple[int, int, bytes, int]], catalog: pa.Table) -> list[tuple[int, bytes]]:
+    out = sp.canonical_stream(_as_table(rows), catalog)
+    return list(zip(out.column("lsn").to_pylist(), out.column("data").to_pylist()))
 
 
 # --------------------------------------------------------------------------- decoder-free
@@ -128,59 +172,50 @@ def test_capture_xid_column_is_top_level_xid(capture: Any) -> None:
     assert any({"b", "P", "r"} <= ks for ks in kinds_by_xid.values())
 
 
-def test_canonical_transactions_keep_each_changes_relation(capture: Any) -> None:
+def test_canonical_stream_keeps_each_changes_relation(capture: Any) -> None:
     rows, _, _ = capture
     original = _effective_relations([(l, d) for l, _, d in rows])
-    catalog = sp.RelationCatalog.from_rows(r for r in rows if r[2][:1] in b"RYSAr")
+    catalog = _as_table([(l, x, d, 0) for l, x, d in rows])
     shuffled = [(l, x, d, 0) for l, x, d in rows]
     random.Random(7).shuffle(shuffled)
-    stream = [m for _, body in sp.canonical_transactions(shuffled, catalog) for m in body]
-    assert _effective_relations(stream) == original
-    # Split into halves that each see only some transactions: still the same.
+    assert _effective_relations(_rebuilt(shuffled, catalog)) == original
+    # Split into parts that each see only some transactions: still the same.
     xids = sorted({x for _, x, _ in rows})
-    halves = [[r for r in shuffled if r[1] in set(xids[i::2])] for i in range(2)]
-    split_stream = [m for h in halves for _, body in sp.canonical_transactions(h, catalog) for m in body]
-    assert _effective_relations(split_stream) == original
+    parts = [[r for r in shuffled if r[1] in set(xids[i::3])] for i in range(3)]
+    split: collections.Counter = collections.Counter()
+    for part in parts:
+        split += _effective_relations(_rebuilt(part, catalog))
+    assert split == original
+    # The catalog's own rows are enough (what decode() collects).
+    kinds = set(sp_internal.CATALOG_KINDS)
+    assert _effective_relations(_rebuilt(shuffled, _as_table([r for r in shuffled if r[2][0] in kinds]))) == original
 
 
-def _as_table(rows: list[tuple[int, int, bytes, int]]) -> pa.Table:
-    lsn, xid, data, tb = zip(*rows)
-    return pa.table({"lsn": pa.array(lsn, pa.int64()), "xid": pa.array(xid, pa.int64()),
-                     "data": pa.array(data, pa.binary()), "_tb": pa.array(tb, pa.int64())})
-
-
-def test_canonical_stream_built_with_arrow_equals_the_python_rebuild(capture: Any) -> None:
-    """The executors' vectorized rebuild (transactions sent whole) gives the very messages,
-    injected Relation and Type messages included, of canonical_transactions, for shuffled rows
-    and for partitions that see only some transactions; with a streamed transaction among the
-    rows it is not taken, and canonical_stream still equals the Python rebuild."""
+def test_canonical_stream_does_not_depend_on_row_order(capture: Any) -> None:
+    """One rebuild: the same messages in the same order, injected Relation and Type messages
+    included, whatever order the rows of the same transactions come in."""
     rows, _, _ = capture
-    streamed = {x for _, x, d in rows if d[:1] == b"S"}
-    whole = [(l, x, d, i % 3) for i, (l, x, d) in enumerate(rows) if x not in streamed and d[:1] != b"A"]
-    kinds = {d[:1] for _, _, d, _ in whole}
-    assert {b"R", b"T", b"I", b"U", b"D", b"M", b"b", b"P", b"K", b"r"} <= kinds, kinds
-    catalog = sp.RelationCatalog.from_rows((l, x, d) for l, x, d, _ in whole if d[:1] in b"RYSAr")
-    assert any(len(v) > 1 for v in catalog.relations.values()), "no relation changed definition"
-    xids = sorted({x for _, x, _, _ in whole})
+    catalog = _as_table([(l, x, d, 0) for l, x, d in rows])
+    numbered = [(l, x, d, i) for i, (l, x, d) in enumerate(rows)]
+    xids = sorted({x for _, x, _ in rows})
     injected = 0
-    for seed in range(3):
-        shuffled = list(whole)
-        random.Random(seed).shuffle(shuffled)
-        parts = [shuffled] + [[r for r in shuffled if r[1] in set(xids[i::3])] for i in range(3)]
-        for part in parts:
-            fast = sp._canonical_whole(_as_table(part), catalog)
-            assert fast is not None
-            expected = [m for _, body in sp.canonical_transactions(part, catalog) for m in body]
-            assert list(zip(fast[0].to_pylist(), fast[1].to_pylist())) == expected
-            injected += len(expected) - len(part)
+    for part_xids in [xids] + [xids[i::3] for i in range(3)]:
+        part = [r for r in numbered if r[1] in set(part_xids)]
+        expected = _rebuilt(part, catalog)
+        for seed in range(3):
+            shuffled = list(part)
+            random.Random(seed).shuffle(shuffled)
+            assert _rebuilt(shuffled, catalog) == expected
+        injected += sum(d[:1] in (b"R", b"Y") for _, d in expected) - sum(r[2][:1] in (b"R", b"Y") for r in part)
     assert injected > 0, "no partition needed a Relation message from another transaction"
-    everything = [(l, x, d, 0) for l, x, d in rows]
-    random.Random(3).shuffle(everything)
-    full_catalog = sp.RelationCatalog.from_rows(r for r in rows if r[2][:1] in b"RYSAr")
-    assert sp._canonical_whole(_as_table(everything), full_catalog) is None
-    lsn, data = sp.canonical_stream(_as_table(everything), full_catalog)
-    assert list(zip(lsn.to_pylist(), data.to_pylist())) == \
-        [m for _, body in sp.canonical_transactions(everything, full_catalog) for m in body]
+
+
+def _begin(xid: int, lsn: int) -> bytes:
+    return b"B" + lsn.to_bytes(8, "big") + (0).to_bytes(8, "big") + xid.to_bytes(4, "big")
+
+
+def _commit(lsn: int) -> bytes:
+    return b"C\0" + lsn.to_bytes(8, "big") + (lsn + 1).to_bytes(8, "big") + (0).to_bytes(8, "big")
 
 
 def test_canonical_stream_after_a_rolled_back_definition() -> None:
@@ -192,57 +227,101 @@ def test_canonical_stream_after_a_rolled_back_definition() -> None:
         return (b"R" + (16384).to_bytes(4, "big") + b"public\0t\0d" + (1).to_bytes(2, "big")
                 + b"\x01id\0" + type_oid.to_bytes(4, "big") + (-1).to_bytes(4, "big", signed=True))
 
+    def prepared(kind: bytes, xid: int, lsn: int) -> bytes:
+        head = b"" if kind == b"b" else b"\0"
+        return (kind + head + lsn.to_bytes(8, "big") + (lsn + 1).to_bytes(8, "big") + (0).to_bytes(8, "big")
+                + ((0).to_bytes(8, "big") if kind == b"r" else b"") + xid.to_bytes(4, "big") + b"g\0")
+
     insert = b"I" + (16384).to_bytes(4, "big") + b"N" + (1).to_bytes(2, "big") + b"t" + (1).to_bytes(4, "big") + b"1"
-    other = b"\0" * 20
-    rows = [(10, 1, b"B" + other, 0), (10, 1, relation(23), 0), (10, 1, insert, 0), (11, 1, b"C" + other, 0),
-            (20, 2, b"b" + other, 0), (20, 2, relation(20), 0), (20, 2, insert, 0), (21, 2, b"P" + other, 0),
-            (30, 2, b"r" + other, 0),
-            (40, 3, b"B" + other, 0), (40, 3, insert, 0), (41, 3, b"C" + other, 0)]
-    catalog = sp.RelationCatalog.from_rows((l, x, d) for l, x, d, _ in rows if d[:1] in b"RYSAr")
-    assert [v for v, _ in catalog.relations[16384]] == [10]
-    expected = [m for _, body in sp.canonical_transactions(rows, catalog) for m in body]
-    assert expected.count((40, relation(23))) == 0 and len(expected) == len(rows) + 1
-    fast = sp._canonical_whole(_as_table(rows[::-1]), catalog)
-    assert fast is not None
-    assert list(zip(fast[0].to_pylist(), fast[1].to_pylist())) == expected
+    rows = [(10, 1, _begin(1, 11), 0), (10, 1, relation(23), 0), (10, 1, insert, 0), (11, 1, _commit(11), 0),
+            (20, 2, prepared(b"b", 2, 21), 0), (20, 2, relation(20), 0), (20, 2, insert, 0),
+            (21, 2, prepared(b"P", 2, 21), 0), (30, 2, prepared(b"r", 2, 30), 0),
+            (40, 3, _begin(3, 41), 0), (40, 3, insert, 0), (41, 3, _commit(41), 0)]
+    for order in (rows, rows[::-1]):
+        got = _rebuilt(order, _as_table(rows))
+        assert got.count((40, relation(23))) == 1 and got.count((40, relation(20))) == 0
+        assert len(got) == len(rows) + 1
 
 
 def test_canonical_streams_same_for_any_partitioning(spark: Any, capture: Any) -> None:
     """The executor half of decode(): the rebuilt streams do not depend on partitioning."""
     rows, _, _ = capture
+    from pgoutput_arrow.spark.batch import collect_catalog, normalized
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-    df = sp._normalized(_capture_df(spark, rows), None)
-    catalog = sp.collect_catalog(df)
-    out_schema = StructType([StructField("xid", LongType()), StructField("pos", LongType()),
+    df = normalized(_capture_df(spark, rows), None)
+    catalog = collect_catalog(df)
+    out_schema = StructType([StructField("part", LongType()), StructField("pos", LongType()),
                              StructField("lsn", LongType()), StructField("data", BinaryType())])
 
     def rebuild(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        got = []
-        for b in batches:
-            c = b.to_pydict()
-            got.extend(zip(c["lsn"], c["xid"], c["data"], c["_tb"]))
-        for xid, body in sp.canonical_transactions(got, catalog):
-            yield pa.record_batch({"xid": [xid] * len(body), "pos": list(range(len(body))),
-                                   "lsn": [l for l, _ in body], "data": [d for _, d in body]})
+        import uuid
 
-    def run(frame: Any) -> dict[int, list[tuple[int, bytes]]]:
-        res: dict[int, list[tuple[int, int, bytes]]] = collections.defaultdict(list)
+        got = [b for b in batches if b.num_rows]
+        if not got:
+            return
+        out = sp.canonical_stream(pa.Table.from_batches(got), catalog)
+        part = uuid.uuid4().int >> 65
+        yield pa.record_batch({"part": pa.array([part] * out.num_rows, pa.int64()),
+                               "pos": pa.array(range(out.num_rows), pa.int64()),
+                               "lsn": out.column("lsn"), "data": out.column("data").cast(pa.binary())})
+
+    def run(frame: Any) -> collections.Counter:
+        parts: dict[int, list[tuple[int, int, bytes]]] = collections.defaultdict(list)
         for r in frame.mapInArrow(rebuild, out_schema).collect():
-            res[r.xid].append((r.pos, r.lsn, bytes(r.data)))
-        return {x: [(l, d) for _, l, d in sorted(v)] for x, v in res.items()}
+            parts[r.part].append((r.pos, r.lsn, bytes(r.data)))
+        total: collections.Counter = collections.Counter()
+        for messages in parts.values():
+            total += _effective_relations([(l, d) for _, l, d in sorted(messages)])
+        return total
 
-    one = run(df.coalesce(1))
-    many = run(df.repartition(5).repartition(3, "_txn"))
-    # Injected Relation messages depend on what the decoder saw before in the same
-    # partition; the changes and their effective relations must not.
-    assert one.keys() == many.keys()
-    for xid in one:
-        strip = lambda body: [(l, d) for l, d in body if d[:1] not in (b"R", b"Y")]  # noqa: E731
-        assert strip(one[xid]) == strip(many[xid]), xid
-    flat = lambda res: [m for x in sorted(res) for m in res[x]]  # noqa: E731
     original = _effective_relations([(l, d) for l, _, d in rows])
-    assert _effective_relations(flat(one)) == original
+    assert run(df.coalesce(1)) == original
+    assert run(df.repartition(5).repartition(3, "xid")) == original
+
+
+def test_relation_sent_by_a_transaction_that_committed_first(spark: Any, pg18: Any, unique_name: str) -> None:
+    """Torture seed 416: after an ALTER TABLE, transaction A changes the table, then B changes
+    it and commits first: the server decodes B first and sends the new Relation message in B,
+    at an LSN above A's change. A's change needs that new definition, although its LSN is
+    below the Relation's: a Relation message takes its place at its transaction's commit.
+    Rebuilt alone, in any partition, A decodes with the new column."""
+    name = unique_name
+    pg18.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v int)")
+    pg18.execute(f"CREATE PUBLICATION {name} FOR TABLE {name}")
+    pg18.create_slot(name)
+    pg18.execute(f"INSERT INTO {name} VALUES (1, 1)")
+    pg18.execute(f"ALTER TABLE {name} ADD COLUMN w text")
+    a = pg18.connect(autocommit=False)
+    try:
+        a.cursor().execute(f"INSERT INTO {name} VALUES (2, 2, 'from a')")
+        pg18.execute(f"INSERT INTO {name} VALUES (3, 3, 'from b')")
+        a.commit()
+    finally:
+        a.close()
+    rows = pg18.get_binary_changes(name, {"proto_version": "1", "publication_names": name})
+    pg18.drop_slot(name)
+    inserts = [(l, x) for l, x, d in rows if d[:1] == b"I"]
+    relations = [(l, x) for l, x, d in rows if d[:1] == b"R"]
+    a_insert = next((l, x) for l, x in inserts if x not in {rx for _, rx in relations})
+    assert len(relations) == 2 and a_insert[0] < relations[1][0], (inserts, relations)
+    want = pgoutput_arrow.decode(pa.table({"lsn": pa.array([l for l, _, _ in rows], pa.int64()),
+                                           "data": pa.array([d for _, _, d in rows], pa.binary())}))
+    want_rows = sorted(want.tables[f"public.{name}"].select(["id", "v", "w"]).to_pylist(), key=lambda r: r["id"])
+    assert want_rows[1] == {"id": 2, "v": 2, "w": "from a"}
+    # Transaction A alone (a partition without B), and all shuffled.
+    catalog = _as_table([(l, x, d, 0) for l, x, d in rows])
+    only_a = [(l, x, d, 0) for l, x, d in rows if x == a_insert[1]]
+    decoder = pgoutput_arrow.Decoder(views=False)
+    decoder.feed_batch(sp.canonical_stream(_as_table(only_a), catalog, history=True))
+    got = decoder.finish().tables[f"public.{name}"].select(["id", "v", "w"]).to_pylist()
+    assert got == [want_rows[1]]
+    shuffled = [(l, x, d, 0) for l, x, d in rows][::-1]
+    local = sp.decode_rows_locally(shuffled, {"views": False}).tables[f"public.{name}"]
+    assert sorted(local.select(["id", "v", "w"]).to_pylist(), key=lambda r: r["id"]) == want_rows
+    # On Spark, one transaction per partition.
+    spark_rows = sp.decode(_capture_df(spark, rows).repartition(4), num_partitions=4)[f"public.{name}"]
+    assert [r.asDict() for r in spark_rows.select("id", "v", "w").orderBy("id").collect()] == want_rows
 
 
 def test_types_accepted_by_spark(spark: Any) -> None:
@@ -270,8 +349,11 @@ def test_types_accepted_by_spark(spark: Any) -> None:
     })
     target = sp.to_spark_arrow_schema(src.schema)
     batch = sp.cast_for_spark(src.to_batches()[0], target)
-    spark_schema = sp._spark_schema(target)
-    blob = sp._ipc(batch)
+    spark_schema = spark_schema_of(target)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    blob = sink.getvalue().to_pybytes()
 
     def emit(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
@@ -453,7 +535,7 @@ def test_udfs_from_sql(spark: Any, capture: Any) -> None:
     _capture_df(spark, rows).createOrReplaceTempView("udf_capture")
     got = {r.kind: r.n for r in spark.sql(
         "SELECT pgoutput_kind(data) AS kind, count(*) AS n FROM udf_capture GROUP BY 1").collect()}
-    want = collections.Counter(sp.KIND_NAMES[chr(d[0])] for _, _, d in rows)
+    want = collections.Counter(KIND_NAMES[chr(d[0])] for _, _, d in rows)
     assert got == dict(want)
     back = spark.sql("SELECT lsn, lsn_to_int(lsn) AS i, lsn_to_text(lsn_to_int(lsn)) AS t "
                      "FROM udf_capture").collect()
@@ -461,8 +543,10 @@ def test_udfs_from_sql(spark: Any, capture: Any) -> None:
     relids = {r.rel for r in spark.sql(
         "SELECT DISTINCT pgoutput_relation(data) AS rel FROM udf_capture "
         "WHERE pgoutput_kind(data) = 'relation'").collect()}
-    catalog = sp.RelationCatalog.from_rows(rows)
-    assert relids == set(catalog.relations)
+    streamed = {x for _, x, d in rows if d[:1] == b"S"}
+    assert relids == {_relation(d, x in streamed)[0] for _, x, d in rows if d[:1] == b"R"}
+    assert sp.message_kind(b"Iabc") == "insert" and sp.message_kind(b"z") == "unknown"
+    assert sp.message_kind(b"") is None
 
 
 # --------------------------------------------------------------------------- with the decoder
@@ -516,7 +600,12 @@ def test_decode_partition_independent_equals_single_process(spark: Any, capture:
         # rows are the single-process sequence up to permutations within runs of one _lsn.
         # (_seq values themselves differ: the decoder's counts messages, decode()'s counts rows.)
         assert _seq_runs(a) == _seq_runs(b) == _seq_runs(pa.table(exp)), name
-        assert len(set(a.column("_seq").to_pylist())) == a.num_rows, name
+    # _seq is the rank of a change within its transaction, across tables (docs/spark.md):
+    # (_commit_lsn, _seq) is unique over every table, and _seq counts from 0.
+    for result in (one, many):
+        pairs = [(r["_commit_lsn"], r["_seq"]) for name in tables
+                 for r in result[name].select("_commit_lsn", "_seq").toArrow().to_pylist()]
+        assert len(set(pairs)) == len(pairs) and min(s for _, s in pairs) == 0
 
 
 def test_udtf_from_sql(spark: Any, capture: Any) -> None:
@@ -641,7 +730,7 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     from pgoutput_arrow.exceptions import ReplicationError
-    from pgoutput_arrow.spark_stream import PgoutputStreamReader, stream_schema
+    from pgoutput_arrow.spark.stream import PgoutputStreamReader, stream_schema
 
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); CREATE TABLE {t}_quiet (x text); "
@@ -705,7 +794,7 @@ def test_stream_reader_reconnects_after_a_server_restart(unique_name: str) -> No
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from pg_harness import PgServer
-    from pgoutput_arrow.spark_stream import PgoutputStreamReader, stream_schema
+    from pgoutput_arrow.spark.stream import PgoutputStreamReader, stream_schema
 
     with PgServer(version=18) as server:  # restarted below: not the shared one
         server.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE PUBLICATION p FOR TABLE t")
@@ -731,7 +820,7 @@ def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_na
     import psycopg2.extras
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pgoutput_arrow.spark_stream import PgoutputStreamReader, stream_schema
+    from pgoutput_arrow.spark.stream import PgoutputStreamReader, stream_schema
 
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
     pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY); CREATE PUBLICATION {pub} FOR TABLE {t}")
@@ -758,7 +847,7 @@ def test_stream_schema_from_catalog_equals_decoded(pg: Any, unique_name: str) ->
     """The streaming schema is built before any change arrives, from the catalog (the Relation
     and Type messages pgoutput would send); it equals what the decoder makes of the real
     messages: domains, enums, arrays, generated columns, a column list, REPLICA IDENTITY FULL."""
-    from pgoutput_arrow.spark_stream import stream_schema
+    from pgoutput_arrow.spark.stream import stream_schema
 
     import pgoutput_arrow
 
@@ -781,7 +870,7 @@ def test_stream_schema_from_catalog_equals_decoded(pg: Any, unique_name: str) ->
     rows = pg.get_binary_changes(slot, {"proto_version": "1", "publication_names": pub}, peek=True)
     decoded = pgoutput_arrow.decode([(l, d) for l, _, d in rows], views=False).tables
     for name in (a, b):
-        want = sp._spark_schema(sp.to_spark_arrow_schema(decoded[f"public.{name}"].schema))
+        want = spark_schema_of(sp.to_spark_arrow_schema(decoded[f"public.{name}"].schema))
         assert schemas[name] == want, name
     assert "g" not in schemas[a].fieldNames() and "hidden" not in schemas[b].fieldNames()
 
@@ -985,7 +1074,7 @@ def test_stream_errors_are_clear(spark: Any, pg18: Any, unique_name: str) -> Non
     (the same schema() Spark calls, without a planner process each), a table the publication
     does not publish, a missing option, a two_phase slot, a bad name or limit."""
     from pgoutput_arrow.exceptions import SlotNotFound
-    from pgoutput_arrow.spark_stream import stream_schema
+    from pgoutput_arrow.spark.stream import stream_schema
 
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
     pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY); CREATE TABLE {t}_np (id int); "

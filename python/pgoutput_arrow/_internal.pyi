@@ -5,7 +5,8 @@ from typing import Any, final
 
 __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
-    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS",
+    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
+    "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS", "END_KINDS",
 ]
 
 __version__: str
@@ -86,3 +87,32 @@ def lsn_to_str(lsn: int) -> str: ...
 
 META_COLUMNS: list[str]
 ARRIVED_COLUMNS: list[str]
+
+def canonical_stream(rows: Any, catalog: Any, history: bool = False) -> ArrowBatch: ...
+
+def relation_schemas(
+    catalog: Any,
+    *,
+    special_values: str = "keep",
+    views: bool = True,
+    binary: bool | None = None,
+    array_ndims: int | None = None,
+) -> dict[str, ArrowTable]: ...
+def relation_schema(
+    relation_id: int,
+    namespace: str,
+    name: str,
+    replica_identity: str,
+    columns: list[tuple[str, int, int, bool]],
+    types: list[tuple[int, str, str]],
+    *,
+    special_values: str = "keep",
+    views: bool = True,
+    binary: bool | None = None,
+    array_ndims: int | None = None,
+) -> ArrowTable: ...
+def describe_messages(data: Any) -> ArrowTable: ...
+
+CATALOG_KINDS: bytes
+CHANGE_KINDS: bytes
+END_KINDS: bytes

@@ -40,6 +40,8 @@
 #![forbid(unsafe_code)]
 
 mod assemble;
+pub mod canonical;
+pub mod capture;
 mod catalog;
 mod decoder;
 mod error;

@@ -9,6 +9,7 @@ pub mod encode;
 mod error;
 mod framing;
 mod parser;
+pub mod peek;
 mod types;
 mod walsender;
 

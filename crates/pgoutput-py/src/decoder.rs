@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::arrow_ffi;
 use crate::errors::{decode_error, new_error, panic_error};
-use crate::input;
+use pgoutput_arrow::capture as input;
 use crate::tables::ArrowBatch;
 
 enum State {
@@ -65,6 +65,32 @@ fn parse_emit(value: &str) -> PyResult<EmitMode> {
             "emit must be 'committed' or 'arrived' (alias 'immediate'), not {other:?}"
         ))),
     }
+}
+
+/// The type options of a decoder (shared by `Decoder` and the schema functions).
+pub fn decoder_options(
+    special_values: &str,
+    views: bool,
+    binary: Option<bool>,
+    array_ndims: Option<usize>,
+) -> PyResult<DecoderOptions> {
+    let mut options = DecoderOptions::default();
+    options.types.special_values = parse_special_values(special_values)?;
+    options.types.views = views;
+    if let Some(binary) = binary {
+        options.types.binary = binary;
+        options.detect_binary = false;
+    }
+    if let Some(ndims) = array_ndims {
+        if ndims > 6 {
+            return Err(PyValueError::new_err(format!(
+                "array_ndims must be between 0 and 6 (PostgreSQL's limit), not {ndims}"
+            )));
+        }
+        options.types.array_ndims = ndims;
+        options.types.learn_array_ndims = false;
+    }
+    Ok(options)
 }
 
 impl PyDecoder {
@@ -124,22 +150,7 @@ impl PyDecoder {
         binary: Option<bool>,
         array_ndims: Option<usize>,
     ) -> PyResult<Self> {
-        let mut options = DecoderOptions::default();
-        options.types.special_values = parse_special_values(special_values)?;
-        options.types.views = views;
-        if let Some(binary) = binary {
-            options.types.binary = binary;
-            options.detect_binary = false;
-        }
-        if let Some(ndims) = array_ndims {
-            if ndims > 6 {
-                return Err(PyValueError::new_err(format!(
-                    "array_ndims must be between 0 and 6 (PostgreSQL's limit), not {ndims}"
-                )));
-            }
-            options.types.array_ndims = ndims;
-            options.types.learn_array_ndims = false;
-        }
+        let mut options = decoder_options(special_values, views, binary, array_ndims)?;
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {
                 return Err(PyValueError::new_err("batch_size must be at least 1"));

@@ -3,10 +3,10 @@
 //! Arrow data crosses the boundary through the Arrow PyCapsule interface, without copying.
 
 mod arrow_ffi;
+mod canonical;
 mod changes;
 mod decoder;
 mod errors;
-mod input;
 mod lsn;
 mod schema;
 mod tables;
@@ -27,6 +27,13 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schema::pg_text, m)?)?;
     m.add_function(wrap_pyfunction!(lsn::lsn_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(lsn::lsn_to_str, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical::canonical_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical::relation_schemas, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical::relation_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical::describe_messages, m)?)?;
+    m.add("END_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::END_KINDS))?;
+    m.add("CHANGE_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::CHANGE_KINDS))?;
+    m.add("CATALOG_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::CATALOG_KINDS))?;
     m.add("META_COLUMNS", pgoutput_arrow::META_COLUMNS.to_vec())?;
     m.add("ARRIVED_COLUMNS", pgoutput_arrow::ARRIVED_COLUMNS.to_vec())?;
     Ok(())

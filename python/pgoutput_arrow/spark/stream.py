@@ -46,9 +46,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
-from ._pg import classify_connect_error as _classify_connect_error, quote_ident as _quote_ident
-from .live import lsn_to_str, parse_lsn
+from .. import _internal
+from .._internal import lsn_to_int as parse_lsn
+from .._internal import lsn_to_str
+from .._pg import classify_connect_error, quote_ident
+from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
+from ._common import is_table_column, spark_schema
+from .generic import UDTF_SCHEMA, changes_to_generic
+from .types import cast_for_spark, to_spark_arrow_schema
 
 __all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "stream_schema"]
 
@@ -65,15 +70,13 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 #: another depth from its own first array; arrays of another depth are kept in _special.
 DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1}
 
-#: Change messages: Insert, Update, Delete, Truncate.
-_CHANGE_KINDS = (ord("I"), ord("U"), ord("D"), ord("T"))
+#: Change messages (Insert, Update, Delete, Truncate), counted by the server for read limits.
+_CHANGE_KINDS = tuple(_internal.CHANGE_KINDS)
 
 #: Types with an oid below this are built in; pgoutput sends a Type message for the others.
 _FIRST_GENBKI_OID = 10000
 
 _T = TypeVar("_T")
-
-_META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special")
 
 
 # --------------------------------------------------------------------------- options
@@ -123,14 +126,14 @@ class StreamSource:
         try:
             conn = psycopg2.connect(self.dsn, connect_timeout=self.connect_timeout)
         except psycopg2.Error as e:
-            raise _classify_connect_error(e, "pgoutput stream: cannot connect") from None
+            raise classify_connect_error(e, "pgoutput stream: cannot connect") from None
         conn.autocommit = autocommit
         return conn
 
     def peek_options(self) -> list[str]:
         # Protocol 1 without streaming: every transaction arrives whole at its commit.
         return ["proto_version", "1",
-                "publication_names", ",".join(_quote_ident(p) for p in self.publications)]
+                "publication_names", ",".join(quote_ident(p) for p in self.publications)]
 
     def check(self, cur: Any) -> int:
         """Clear errors before anything is read: the slot exists, is a pgoutput slot of
@@ -250,16 +253,16 @@ def _retry_in_use(fn: Any, *args: Any, attempts: int = 50) -> Any:
             return fn(*args)
         except psycopg2.Error as e:
             if getattr(e, "pgcode", None) != "55006" or attempt == attempts - 1:
-                raise _classify_connect_error(e, "pgoutput stream") from None
+                raise classify_connect_error(e, "pgoutput stream") from None
             time.sleep(0.2)
     raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------- schema
 
-def _relation_message(cur: Any, table: str, publications: tuple[str, ...]) -> tuple[int, bytes, dict[int, bytes]]:
-    """The Relation message (and Type messages) pgoutput would send for ``table`` now, built
-    from the catalog, so the stream's schema is the decoder's schema for that definition."""
+def _relation_schema(cur: Any, table: str, publications: tuple[str, ...]) -> pa.Schema:
+    """The schema the decoder gives ``table`` as pgoutput would describe it now (its Relation
+    message and the Type messages of its non-built-in column types), from the catalog."""
     schema, name = table.split(".", 1)
     cur.execute("SELECT current_setting('server_version_num')::int")
     version = cur.fetchone()[0]
@@ -282,7 +285,7 @@ def _relation_message(cur: Any, table: str, publications: tuple[str, ...]) -> tu
         "                                 (%s = 'i' AND i.indisreplident))) "
         "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
         "ORDER BY a.attnum", (replident, replident, replident, relid))
-    columns = []
+    columns: list[tuple[str, int, int, bool]] = []
     for attname, typoid, typmod, gen, key in cur.fetchall():
         # pgoutput leaves out virtual generated columns, and stored ones before 18 (on 18 the
         # publication decides, and attnames says).
@@ -290,19 +293,18 @@ def _relation_message(cur: Any, table: str, publications: tuple[str, ...]) -> tu
             continue
         if published is not None and attname not in published:
             continue
-        columns.append((attname, typoid, typmod, bool(key)))
-    body = (b"R" + relid.to_bytes(4, "big") + _cstr(schema if schema != "pg_catalog" else "")
-            + _cstr(name) + replident.encode() + len(columns).to_bytes(2, "big"))
-    types: dict[int, bytes] = {}
-    for attname, typoid, typmod, key in columns:
-        body += (bytes([1 if key else 0]) + _cstr(attname) + typoid.to_bytes(4, "big")
-                 + int(typmod).to_bytes(4, "big", signed=True))
-        if typoid >= _FIRST_GENBKI_OID and typoid not in types:
-            types[typoid] = _type_message(cur, typoid)
-    return relid, body, types
+        columns.append((attname, int(typoid), int(typmod), bool(key)))
+    types = [_type_info(cur, oid) for oid in dict.fromkeys(c[1] for c in columns) if oid >= _FIRST_GENBKI_OID]
+    native = _internal.relation_schema(int(relid), schema if schema != "pg_catalog" else "", name, replident,
+                                       columns, types, **_TYPE_OPTIONS)
+    return pa.table(native).schema
 
 
-def _type_message(cur: Any, typoid: int) -> bytes:
+#: The decoder options that type columns (DECODER_OPTIONS without the others).
+_TYPE_OPTIONS: dict[str, Any] = {k: DECODER_OPTIONS[k] for k in ("views", "binary", "array_ndims")}
+
+
+def _type_info(cur: Any, typoid: int) -> tuple[int, str, str]:
     """What pgoutput's logicalrep_write_typ sends: the oid, with the namespace and name of its
     base type (a domain's, followed down to a non-domain)."""
     base = typoid
@@ -313,20 +315,13 @@ def _type_message(cur: Any, typoid: int) -> bytes:
         if typtype != "d":
             break
         base = basetype
-    return (b"Y" + typoid.to_bytes(4, "big") + _cstr("" if nspname == "pg_catalog" else nspname)
-            + _cstr(typname))
-
-
-def _cstr(text: str) -> bytes:
-    return text.encode() + b"\x00"
+    return typoid, "" if nspname == "pg_catalog" else nspname, typname
 
 
 def stream_schema(options: Mapping[str, str]) -> Any:
     """The stream's Spark schema: with ``table``, that table's columns as the decoder types
     them (and as ``spark.read.format("pgoutput")`` gives them), built from its definition in
     the catalog now; without, the generic change schema of ``pgoutput_changes``."""
-    from .spark import UDTF_SCHEMA, RelationCatalog, _spark_schema, _table_schemas, to_spark_arrow_schema
-
     source = StreamSource.from_options(options)
     conn = source.connect()
     try:
@@ -334,13 +329,10 @@ def stream_schema(options: Mapping[str, str]) -> Any:
         source.check(cur)
         if source.table is None:
             return UDTF_SCHEMA
-        relid, body, types = _relation_message(cur, source.table, source.publications)
+        schema = _relation_schema(cur, source.table, source.publications)
     finally:
         conn.close()
-    catalog = RelationCatalog(relations={relid: [(0, body)]},
-                              types={oid: [(0, ty)] for oid, ty in types.items()})
-    schemas = _table_schemas(catalog, DECODER_OPTIONS)
-    return _spark_schema(to_spark_arrow_schema(schemas[source.table]))
+    return spark_schema(to_spark_arrow_schema(schema))
 
 
 # --------------------------------------------------------------------------- the reader
@@ -476,7 +468,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         counted from the slot's position) each, and the number of messages read."""
         def run() -> tuple[list[tuple[int, int, int]], int]:
             cur.execute(
-                "SELECT substr(data, 3, 16), changes, n FROM ("
+                "SELECT data, changes, n FROM ("
                 "  SELECT data, n, sum((get_byte(data, 0) IN (%s, %s, %s, %s))::int) "
                 "                  OVER (ORDER BY n) AS changes"
                 "  FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s) "
@@ -484,13 +476,15 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "WHERE get_byte(data, 0) = %s ORDER BY n",
                 (*_CHANGE_KINDS, self.source.slot, lsn_to_str(upto), bound,
                  self.source.peek_options(), ord("C")))
-            commits, messages = [], 0
-            for lsns, changes, n in cur.fetchall():
-                raw = bytes(lsns)
-                commits.append((int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:], "big"),
-                                int(changes)))
-                messages = int(n)  # whole transactions: the last message is a Commit
-            return commits, messages
+            rows = cur.fetchall()
+            if not rows:
+                return [], 0
+            ends = pa.table(_internal.describe_messages(
+                pa.table({"data": pa.array([bytes(r[0]) for r in rows], pa.binary())})))
+            commits = [(c, e, int(r[1])) for c, e, r in zip(ends.column("commit_lsn").to_pylist(),
+                                                           ends.column("end_lsn").to_pylist(), rows)]
+            # Whole transactions: the last message is a Commit.
+            return commits, int(rows[-1][2])
 
         result: tuple[list[tuple[int, int, int]], int] = _retry_in_use(run)
         return result
@@ -625,8 +619,6 @@ def _renumber_seq(tables: dict[str, pa.Table], truncates: pa.Table
 
 def _table_batches(source: StreamSource, changes: RangeChanges,
                    target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    from .spark import cast_for_spark
-
     assert source.table is not None
     table = changes.tables.get(source.table)
     parts: list[pa.Table] = []
@@ -666,7 +658,7 @@ def _check_columns(source: StreamSource, table: pa.Table, target: pa.Schema) -> 
     """A column the stream's schema lacks: if the table has it now, it was added after the
     query started, and its values would be lost: fail, so that a restarted query (which
     takes the schema again) reads this batch with it. A dropped column is left out."""
-    extra = [c for c in table.column_names if c not in target.names and c not in _META]
+    extra = [f.name for f in table.schema if is_table_column(f) and f.name not in target.names]
     if not extra:
         return
     assert source.table is not None
@@ -689,8 +681,6 @@ def _check_columns(source: StreamSource, table: pa.Table, target: pa.Schema) -> 
 
 
 def _generic_batches(changes: RangeChanges, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    from .spark import changes_to_generic
-
     batches = list(changes_to_generic(changes))
     if changes.truncates.num_rows:
         batches.append(_generic_truncates(changes.truncates, target))

@@ -1,6 +1,7 @@
-//! A capture batch (the rows of `pg_logical_slot_get_binary_changes`: `lsn`, `xid`, `data`)
-//! to what `Decoder::push_array` takes: one LSN per message, and the messages as the
-//! capture's own binary array.
+//! Capture normalisation: a capture batch (the rows of `pg_logical_slot_get_binary_changes`:
+//! `lsn`, `xid`, `data`, however a file or a DataFrame typed them) to what
+//! `Decoder::push_array` and the canonical rebuild take: one LSN per message, the xid of
+//! each, and the messages as the capture's own binary array.
 
 use std::str::FromStr;
 
@@ -10,8 +11,17 @@ use arrow_array::{Array, BinaryArray, BinaryViewArray, LargeBinaryArray, RecordB
 use arrow_schema::DataType;
 use pgoutput_proto::Lsn;
 
-/// Why a batch is not a capture; becomes `CaptureError`.
+/// Why a batch is not a capture (the Python binding raises `CaptureError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CaptureError(pub String);
+
+impl std::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CaptureError {}
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a dyn Array, CaptureError> {
     batch.column_by_name(name).map(|a| a.as_ref()).ok_or_else(|| {
@@ -179,4 +189,88 @@ fn hex_messages<'a>(
         builder.append_value(&bytes);
     }
     Ok(builder.finish())
+}
+
+impl Messages {
+    pub fn len(&self) -> usize {
+        match self {
+            Messages::Binary(a) => a.len(),
+            Messages::LargeBinary(a) => a.len(),
+            Messages::View(a) => a.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The message of row `i`.
+    pub fn value(&self, i: usize) -> &[u8] {
+        match self {
+            Messages::Binary(a) => a.value(i),
+            Messages::LargeBinary(a) => a.value(i),
+            Messages::View(a) => a.value(i),
+        }
+    }
+}
+
+/// An integer column by name as u64/i64 (int8…int64, uint8…uint64; null is 0), or None
+/// when the batch has no such column.
+fn integers(batch: &RecordBatch, name: &str, first_row: u64) -> Result<Option<Vec<i64>>, CaptureError> {
+    use arrow_array::types::*;
+    let Some(array) = batch.column_by_name(name) else { return Ok(None) };
+    macro_rules! ints {
+        ($t:ty) => {
+            array.as_primitive::<$t>().iter().map(|v| v.map_or(0, |v| v as i64)).collect()
+        };
+    }
+    let values: Vec<i64> = match array.data_type() {
+        DataType::Int8 => ints!(Int8Type),
+        DataType::Int16 => ints!(Int16Type),
+        DataType::Int32 => ints!(Int32Type),
+        DataType::Int64 => ints!(Int64Type),
+        DataType::UInt8 => ints!(UInt8Type),
+        DataType::UInt16 => ints!(UInt16Type),
+        DataType::UInt32 => ints!(UInt32Type),
+        DataType::UInt64 => ints!(UInt64Type),
+        DataType::Null => vec![0; array.len()],
+        other => {
+            return Err(CaptureError(format!(
+                "column {name} has type {other}; expected an integer (rows from {first_row})"
+            )))
+        }
+    };
+    Ok(Some(values))
+}
+
+/// A capture batch normalised: LSNs, xids (0 without an `xid` column), messages, and the
+/// optional tie-breaker column `_tb` (a capture-time row number).
+pub struct Capture {
+    pub lsns: Vec<u64>,
+    pub xids: Vec<u64>,
+    pub messages: Messages,
+    pub tiebreak: Option<Vec<i64>>,
+}
+
+impl Capture {
+    pub fn from_batch(batch: &RecordBatch, first_row: u64) -> Result<Capture, CaptureError> {
+        let lsns = lsns(batch, first_row)?;
+        let messages = messages(batch, first_row)?;
+        let xids = match integers(batch, "xid", first_row)? {
+            Some(x) => x.into_iter().map(|v| v as u64).collect(),
+            None => vec![0; lsns.len()],
+        };
+        let tiebreak = integers(batch, "_tb", first_row)?;
+        Ok(Capture { lsns, xids, messages, tiebreak })
+    }
+
+    /// The rows, borrowing the messages.
+    pub fn rows(&self) -> impl Iterator<Item = crate::canonical::CaptureRow<'_>> {
+        (0..self.lsns.len()).map(move |i| crate::canonical::CaptureRow {
+            lsn: self.lsns[i],
+            xid: self.xids[i],
+            data: self.messages.value(i),
+            tiebreak: self.tiebreak.as_ref().map_or(0, |t| t[i]),
+        })
+    }
 }

@@ -1,0 +1,619 @@
+//! The canonical rebuild of shuffled transactions, and the relation catalog it needs.
+//!
+//! A capture (the rows of `pg_logical_slot_get_binary_changes`: LSN, xid, message) can be
+//! split by transaction and decoded in pieces (Spark's executors), each piece holding whole
+//! transactions in any order. Each transaction is rebuilt into a self-contained stream:
+//! its messages ordered by LSN and kind, its streamed chunks merged into one Stream Start …
+//! Stop, and the Relation and Type messages it relies on but that the server sent in another
+//! transaction injected from a [`RelationCatalog`] of the whole capture. Fed to one decoder,
+//! the rebuilt transactions give that decoder's output for them whatever order they came in.
+//!
+//! A split by the SQL interface's xid column keeps a transaction whole but for the Stream
+//! Abort of a subtransaction, whose xid column names the subtransaction: the catalog keeps
+//! those and the rebuild of their transaction takes them from there.
+//!
+//! Which version of a relation a change needs: the server sends a Relation message the
+//! first time a relation is used in a decoding session and after its definition changed,
+//! in the transaction being *decoded* at that moment, and transactions are decoded in commit
+//! order. So a Relation message's place is (the position of its transaction's commit, its
+//! LSN), and a change takes the newest version at or before (its own transaction's commit,
+//! its LSN). The LSN alone is not enough: a transaction that changed a table after a DDL but
+//! committed after another one that sent the new Relation first holds changes whose LSN is
+//! below that Relation's.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::builder::LargeBinaryBuilder;
+use arrow_array::LargeBinaryArray;
+use arrow_buffer::Buffer;
+use arrow_schema::SchemaRef;
+use pgoutput_proto::encode::pgoutput as encode;
+use pgoutput_proto::peek::change_relation_id;
+use pgoutput_proto::{parse_message, Message, Oid, Relation, RelationId, TypeInfo};
+
+use crate::decoder::Decoder;
+use crate::error::DecodeError;
+use crate::options::DecoderOptions;
+
+/// The kinds of message a [`RelationCatalog`] is built from: Relation, Type, Stream Start,
+/// Stream Abort and Rollback Prepared, and the ends of transactions (Commit, Stream Commit,
+/// Prepare, Stream Prepare), which place a transaction's Relation messages.
+pub const CATALOG_KINDS: &[u8] = b"RYSArCcPp";
+
+/// The kinds of row changes: Insert, Update, Delete, Truncate.
+pub const CHANGE_KINDS: &[u8] = b"IUDT";
+
+/// The kinds that end a transaction's decoding (see [`CATALOG_KINDS`]).
+pub const END_KINDS: &[u8] = b"CcPp";
+
+/// Types with an oid below this are built in: pgoutput sends no Type message for them.
+const FIRST_NORMAL_OID: Oid = 16384;
+
+/// One row of a capture. `xid` is the SQL interface's xid column (the top-level
+/// transaction, 0 for non-transactional messages; a subtransaction's Stream Abort has the
+/// subtransaction's). `tiebreak` orders messages that share an LSN and kind (a
+/// capture-time row number when there is one, else 0; then the bytes decide).
+#[derive(Debug, Clone, Copy)]
+pub struct CaptureRow<'a> {
+    pub lsn: u64,
+    pub xid: u64,
+    pub data: &'a [u8],
+    pub tiebreak: i64,
+}
+
+/// Messages with the LSN each came with.
+type LsnMessages = Vec<(u64, Arc<[u8]>)>;
+
+/// One version of a Relation or Type message, without the in-stream xid.
+#[derive(Debug, Clone)]
+struct Version {
+    /// Where the transaction that sent it ended (see the module documentation); u64::MAX
+    /// when the capture does not hold its end.
+    txn_end: u64,
+    lsn: u64,
+    body: Arc<[u8]>,
+    /// A Relation's column types (empty for a Type).
+    type_oids: Vec<Oid>,
+}
+
+/// Every Relation and Type message of a capture by id and place, the transactions that were
+/// streamed; small enough to broadcast. Versions sent in aborted transactions (and aborted
+/// subtransactions) are left out.
+#[derive(Debug, Clone, Default)]
+pub struct RelationCatalog {
+    relations: HashMap<RelationId, Vec<Version>>,
+    types: HashMap<Oid, Vec<Version>>,
+    streamed: HashSet<u64>,
+    /// The Stream Abort messages of subtransactions, by top-level xid: the xid column of
+    /// such a row names the subtransaction, so a split by that column may put it apart from
+    /// its transaction; the rebuild takes it from here.
+    sub_aborts: HashMap<u64, LsnMessages>,
+}
+
+fn parse_error(row: usize, lsn: u64, source: pgoutput_proto::ParseError) -> DecodeError {
+    DecodeError::Parse { lsn, index: row as u64, source }
+}
+
+/// The plain (out-of-stream) encoding of a Relation or Type message.
+fn plain(message: &Message<'_>) -> Option<(u32, Arc<[u8]>, Vec<Oid>)> {
+    let mut buf = Vec::new();
+    match message {
+        Message::Relation(r) => {
+            encode::relation(&Relation { xid: None, ..r.clone() }, &mut buf);
+            Some((r.id, buf.into(), r.columns.iter().map(|c| c.type_oid).collect()))
+        }
+        Message::Type(t) => {
+            encode::type_info(&TypeInfo { xid: None, ..t.clone() }, &mut buf);
+            Some((t.oid, buf.into(), Vec::new()))
+        }
+        _ => None,
+    }
+}
+
+/// A plain Relation or Type body as sent inside Stream Start … Stop for `xid`.
+fn in_stream(body: &[u8], xid: u32) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(body.len() + 4);
+    match parse_message(body, false) {
+        Ok(Message::Relation(r)) => encode::relation(&Relation { xid: Some(xid), ..r }, &mut buf),
+        Ok(Message::Type(t)) => encode::type_info(&TypeInfo { xid: Some(xid), ..t }, &mut buf),
+        // The catalog holds only bodies it encoded itself.
+        _ => buf.extend_from_slice(body),
+    }
+    buf
+}
+
+impl RelationCatalog {
+    /// The catalog of a capture, from its rows (any order; rows of kinds other than
+    /// [`CATALOG_KINDS`] are skipped). `rows` are numbered from 0 in error messages.
+    pub fn from_rows<'a>(rows: impl IntoIterator<Item = CaptureRow<'a>>) -> Result<Self, DecodeError> {
+        let rows: Vec<(usize, CaptureRow<'a>)> = rows
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| r.data.first().is_some_and(|k| CATALOG_KINDS.contains(k)))
+            .collect();
+        let mut streamed = HashSet::new();
+        let mut aborted_top = HashSet::new();
+        let mut aborted_sub = HashSet::new();
+        let mut ends: HashMap<u64, u64> = HashMap::new();
+        let mut sub_aborts: HashMap<u64, LsnMessages> = HashMap::new();
+        let mut end = |xid: u64, lsn: u64| {
+            let e = ends.entry(xid).or_insert(lsn);
+            *e = (*e).min(lsn);
+        };
+        for &(i, r) in &rows {
+            let message = match r.data[0] {
+                b'R' | b'Y' => continue,
+                _ => parse_message(r.data, false).map_err(|e| parse_error(i, r.lsn, e))?,
+            };
+            match message {
+                Message::StreamStart(s) => {
+                    streamed.insert(s.xid as u64);
+                }
+                Message::StreamAbort(a) if a.xid == a.subxid => {
+                    aborted_top.insert(a.xid as u64);
+                }
+                Message::StreamAbort(a) => {
+                    aborted_sub.insert(a.subxid);
+                    sub_aborts.entry(a.xid as u64).or_default().push((r.lsn, Arc::from(r.data)));
+                }
+                Message::RollbackPrepared(rp) => {
+                    aborted_top.insert(rp.xid as u64);
+                }
+                Message::Commit(c) => end(r.xid, c.end_lsn.0),
+                Message::StreamCommit(c) => end(c.xid as u64, c.end_lsn.0),
+                Message::Prepare(p) | Message::StreamPrepare(p) => end(p.xid as u64, p.end_lsn.0),
+                _ => {}
+            }
+        }
+        for aborts in sub_aborts.values_mut() {
+            aborts.sort();
+            aborts.dedup();
+        }
+        let mut catalog = RelationCatalog { streamed, sub_aborts, ..Default::default() };
+        for &(i, r) in &rows {
+            if !matches!(r.data[0], b'R' | b'Y') || aborted_top.contains(&r.xid) {
+                continue;
+            }
+            let stream = catalog.streamed.contains(&r.xid);
+            let message = parse_message(r.data, stream).map_err(|e| parse_error(i, r.lsn, e))?;
+            let xid = match &message {
+                Message::Relation(rel) => rel.xid,
+                Message::Type(t) => t.xid,
+                _ => None,
+            };
+            if xid.is_some_and(|x| aborted_sub.contains(&x)) {
+                continue;
+            }
+            let Some((id, body, type_oids)) = plain(&message) else { continue };
+            let txn_end = ends.get(&r.xid).copied().unwrap_or(u64::MAX);
+            let table = if r.data[0] == b'R' { &mut catalog.relations } else { &mut catalog.types };
+            table.entry(id).or_default().push(Version { txn_end, lsn: r.lsn, body, type_oids });
+        }
+        for versions in catalog.relations.values_mut().chain(catalog.types.values_mut()) {
+            versions.sort_by(|a, b| (a.txn_end, a.lsn, &a.body).cmp(&(b.txn_end, b.lsn, &b.body)));
+        }
+        Ok(catalog)
+    }
+
+    /// The version in force for a change at `lsn` of a transaction that ended at
+    /// `txn_end`: the newest at or before (txn_end, lsn), else the oldest.
+    fn at(versions: &[Version], txn_end: u64, lsn: u64) -> Option<&Version> {
+        let i = versions.partition_point(|v| (v.txn_end, v.lsn) <= (txn_end, lsn));
+        versions.get(i.saturating_sub(1))
+    }
+
+    fn relation_at(&self, relid: RelationId, txn_end: u64, lsn: u64) -> Option<&Version> {
+        match self.relations.get(&relid)?.as_slice() {
+            [only] => Some(only),
+            versions => Self::at(versions, txn_end, lsn),
+        }
+    }
+
+    fn type_at(&self, oid: Oid, txn_end: u64, lsn: u64) -> Option<&Version> {
+        Self::at(self.types.get(&oid)?, txn_end, lsn)
+    }
+
+    /// Number of Relation versions.
+    pub fn relation_versions(&self) -> usize {
+        self.relations.values().map(Vec::len).sum()
+    }
+
+    /// Every Type then every Relation version, in the order they took effect: what a
+    /// decoder is fed first so that it numbers a table's versions and columns as a decoder
+    /// of the whole capture does (a renamed column keeps its id whatever versions a piece
+    /// of the capture holds).
+    pub fn history(&self) -> Vec<Arc<[u8]>> {
+        let sorted = |table: &HashMap<u32, Vec<Version>>| {
+            let mut all: Vec<&Version> = table.values().flatten().collect();
+            all.sort_by(|a, b| (a.txn_end, a.lsn, &a.body).cmp(&(b.txn_end, b.lsn, &b.body)));
+            all.into_iter().map(|v| v.body.clone()).collect::<Vec<_>>()
+        };
+        let mut out = sorted(&self.types);
+        out.extend(sorted(&self.relations));
+        out
+    }
+
+    /// Each table's schema as a decoder of the whole capture makes it (every version of
+    /// the table unified), before any change is decoded.
+    pub fn schemas(&self, options: DecoderOptions) -> Result<BTreeMap<String, SchemaRef>, DecodeError> {
+        schemas_of(self.history(), options)
+    }
+}
+
+fn schemas_of(messages: Vec<Arc<[u8]>>, options: DecoderOptions) -> Result<BTreeMap<String, SchemaRef>, DecodeError> {
+    let mut decoder = Decoder::new(options);
+    for m in messages {
+        decoder.push(0, &Buffer::from(m.to_vec()))?;
+    }
+    Ok(decoder.finish()?.tables.into_iter().map(|(name, t)| (name, t.schema)).collect())
+}
+
+/// The schema the decoder gives a relation of this definition (`types`: the Type messages
+/// its non-built-in column types would come with), without any change decoded.
+pub fn relation_schema(
+    relation: &Relation<'_>,
+    types: &[TypeInfo<'_>],
+    options: DecoderOptions,
+) -> Result<SchemaRef, DecodeError> {
+    let mut messages: Vec<Arc<[u8]>> = Vec::new();
+    for t in types {
+        let mut buf = Vec::new();
+        encode::type_info(&TypeInfo { xid: None, ..t.clone() }, &mut buf);
+        messages.push(buf.into());
+    }
+    let mut buf = Vec::new();
+    encode::relation(&Relation { xid: None, ..relation.clone() }, &mut buf);
+    messages.push(buf.into());
+    let name = crate::catalog::qualified_name(relation.namespace, relation.name);
+    schemas_of(messages, options)?
+        .remove(&name)
+        .ok_or_else(|| DecodeError::Input(format!("no schema came out for {name}")))
+}
+
+/// The relation id of a Relation message (sent inside a stream block or not: its length
+/// tells) or of an Insert, Update or Delete sent outside one; None for other messages.
+pub fn message_relation_id(data: &[u8]) -> Option<RelationId> {
+    if data.first() == Some(&b'R') {
+        return [false, true].into_iter().find_map(|s| match parse_message(data, s) {
+            Ok(Message::Relation(r)) => Some(r.id),
+            _ => None,
+        });
+    }
+    change_relation_id(data, false)
+}
+
+/// Where each kind goes in a rebuilt transaction at one LSN: Begin, then Origin, Type,
+/// Relation, then the changes, then the end of the transaction.
+fn rank(kind: u8) -> u8 {
+    match kind {
+        b'B' | b'b' => 0,
+        b'O' => 1,
+        b'Y' => 2,
+        b'R' => 3,
+        b'C' | b'P' => 7,
+        b'K' | b'r' => 8,
+        _ => 4,
+    }
+}
+
+/// Messages that go inside the Stream Start … Stop of a rebuilt streamed transaction.
+fn stream_inner(kind: u8) -> bool {
+    matches!(kind, b'Y' | b'R' | b'I' | b'U' | b'D' | b'T' | b'M')
+}
+
+/// What the decoder fed by the rebuilt stream currently knows, so that a Relation or Type
+/// message is injected only when it is missing or stale.
+#[derive(Default)]
+struct DecoderState {
+    relations: HashMap<RelationId, Arc<[u8]>>,
+    types: HashMap<Oid, Arc<[u8]>>,
+}
+
+fn same(a: Option<&Arc<[u8]>>, b: &Arc<[u8]>) -> bool {
+    a.is_some_and(|a| Arc::ptr_eq(a, b) || a[..] == b[..])
+}
+
+/// The rebuilt stream: an LSN and a message each.
+pub struct CanonicalStream {
+    pub lsns: Vec<u64>,
+    pub messages: LargeBinaryArray,
+}
+
+struct Out {
+    lsns: Vec<u64>,
+    data: LargeBinaryBuilder,
+}
+
+impl Out {
+    fn push(&mut self, lsn: u64, data: &[u8]) {
+        self.lsns.push(lsn);
+        self.data.append_value(data);
+    }
+}
+
+/// Rebuilds the whole transactions of `rows` (any order) into one self-contained pgoutput
+/// stream (see the module documentation), transactions in commit order. With `history`,
+/// the stream starts with the catalog's [`history`](RelationCatalog::history) at LSN 0,
+/// which a decoder of a piece of the capture needs to type its tables as a decoder of the
+/// whole capture does.
+pub fn canonical_stream(
+    rows: &[CaptureRow<'_>],
+    catalog: &RelationCatalog,
+    history: bool,
+) -> Result<CanonicalStream, DecodeError> {
+    let bytes: usize = rows.iter().map(|r| r.data.len()).sum();
+    let mut out = Out { lsns: Vec::with_capacity(rows.len()), data: LargeBinaryBuilder::with_capacity(rows.len(), bytes) };
+    if history {
+        for m in catalog.history() {
+            out.push(0, &m);
+        }
+    }
+    // The transaction of each row: its xid, but a subtransaction's Stream Abort names its
+    // top-level transaction in its body and the subtransaction in the xid column.
+    // (transaction, row) pairs sorted as such: one contiguous sort, not a sort of row
+    // numbers that looks each key up (the rows of a shuffled capture are in random order).
+    let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        let key = match r.data.first() {
+            None => return Err(DecodeError::Input(format!("row {i} (LSN {}) holds an empty message", pgoutput_proto::Lsn(r.lsn)))),
+            Some(b'A') => match parse_message(r.data, false).map_err(|e| parse_error(i, r.lsn, e))? {
+                Message::StreamAbort(a) => a.xid as u64,
+                _ => r.xid,
+            },
+            Some(_) => r.xid,
+        };
+        let i = u32::try_from(i).map_err(|_| DecodeError::Input("more than 2^32 rows in one rebuild".into()))?;
+        keyed.push((key, i));
+    }
+    keyed.sort_unstable();
+    let order: Vec<usize> = keyed.iter().map(|&(_, i)| i as usize).collect();
+    // Each transaction's rows, and where it ended (non-transactional messages first).
+    let mut txns: Vec<(u64, u64, &[usize])> = Vec::new();
+    let mut start = 0;
+    while start < keyed.len() {
+        let key = keyed[start].0;
+        let len = keyed[start..].partition_point(|&(k, _)| k == key);
+        let group = &order[start..start + len];
+        start += len;
+        let mut end = if key == 0 { 0 } else { u64::MAX };
+        for &i in group {
+            let r = &rows[i];
+            if r.data.first().is_some_and(|k| END_KINDS.contains(k)) {
+                let e = match parse_message(r.data, false).map_err(|e| parse_error(i, r.lsn, e))? {
+                    Message::Commit(c) => c.end_lsn.0,
+                    Message::StreamCommit(c) => c.end_lsn.0,
+                    Message::Prepare(p) | Message::StreamPrepare(p) => p.end_lsn.0,
+                    _ => continue,
+                };
+                end = end.min(e);
+            }
+        }
+        txns.push((end, key, group));
+    }
+    txns.sort_by_key(|&(end, key, _)| (end, key));
+    let mut state = DecoderState::default();
+    let mut scratch: Vec<usize> = Vec::new();
+    for (end, xid, group) in txns {
+        let streamed = xid != 0 && (catalog.streamed.contains(&xid) || group.iter().any(|&i| rows[i].data[0] == b'S'));
+        let order_key = |&i: &usize| {
+            let r = &rows[i];
+            (r.lsn, rank(r.data[0]), r.tiebreak, r.data)
+        };
+        scratch.clear();
+        if !streamed {
+            scratch.extend_from_slice(group);
+            scratch.sort_by_key(order_key);
+            with_catalog(&scratch, rows, xid, end, false, catalog, &mut state, &mut out);
+            continue;
+        }
+        scratch.extend(group.iter().copied().filter(|&i| stream_inner(rows[i].data[0])));
+        if scratch.is_empty() {
+            // Nothing was streamed (an abort of a transaction whose changes never left the
+            // server): there is nothing to decode.
+            continue;
+        }
+        scratch.sort_by_key(order_key);
+        let xid32 = xid as u32;
+        let mut buf = Vec::new();
+        encode::stream_start(xid32, true, &mut buf);
+        out.push(rows[scratch[0]].lsn, &buf);
+        with_catalog(&scratch, rows, xid, end, true, catalog, &mut state, &mut out);
+        buf.clear();
+        encode::stream_stop(&mut buf);
+        out.push(rows[*scratch.last().expect("not empty")].lsn, &buf);
+        // The end: a subtransaction's Stream Abort first, then the transaction's own end.
+        let mut tail: Vec<(u8, u64, i64, &[u8])> = Vec::new();
+        for &i in group {
+            let r = &rows[i];
+            let rank = match r.data[0] {
+                b'A' => match parse_message(r.data, false) {
+                    Ok(Message::StreamAbort(a)) if a.xid != a.subxid => 0,
+                    _ => 1,
+                },
+                b'c' | b'p' => 1,
+                b'K' | b'r' => 2,
+                _ => continue,
+            };
+            tail.push((rank, r.lsn, r.tiebreak, r.data));
+        }
+        // Subtransaction aborts that the split put in another piece.
+        for (lsn, data) in catalog.sub_aborts.get(&xid).into_iter().flatten() {
+            if !tail.iter().any(|t| t.0 == 0 && t.1 == *lsn && t.3 == &data[..]) {
+                tail.push((0, *lsn, 0, data));
+            }
+        }
+        tail.sort();
+        for (_, lsn, _, data) in tail {
+            out.push(lsn, data);
+        }
+    }
+    Ok(CanonicalStream { lsns: out.lsns, messages: out.data.finish() })
+}
+
+/// Appends the messages `body` (indices into `rows`) of transaction `xid` (which ended at
+/// `txn_end`), with the Relation and Type messages the decoder lacks for them injected.
+#[allow(clippy::too_many_arguments)]
+fn with_catalog(
+    body: &[usize],
+    rows: &[CaptureRow<'_>],
+    xid: u64,
+    txn_end: u64,
+    stream: bool,
+    catalog: &RelationCatalog,
+    state: &mut DecoderState,
+    out: &mut Out,
+) {
+    // Relations this transaction sent a Relation message for: the server sent it right
+    // before the change that needed it, so it is right for the changes after it (even
+    // when the catalog leaves it out, as it does for a transaction rolled back).
+    let mut own: Vec<RelationId> = Vec::new();
+    for &i in body {
+        let CaptureRow { lsn, data, .. } = rows[i];
+        let needs: Vec<RelationId> = match data[0] {
+            b'I' | b'U' | b'D' => match change_relation_id(data, stream) {
+                Some(relid) => {
+                    // The common case: a change of a relation the decoder knows as it was then.
+                    match catalog.relation_at(relid, txn_end, lsn) {
+                        Some(wanted) if !own.contains(&relid) && !same(state.relations.get(&relid), &wanted.body) => {
+                            vec![relid]
+                        }
+                        _ => {
+                            out.push(lsn, data);
+                            continue;
+                        }
+                    }
+                }
+                None => Vec::new(),
+            },
+            b'R' | b'Y' => {
+                if let Some((id, body, _)) = parse_message(data, stream).ok().as_ref().and_then(plain) {
+                    let table = if data[0] == b'R' {
+                        own.push(id);
+                        &mut state.relations
+                    } else {
+                        &mut state.types
+                    };
+                    table.insert(id, body);
+                }
+                Vec::new()
+            }
+            b'T' => match parse_message(data, stream) {
+                Ok(Message::Truncate(t)) => t.relation_ids,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        for relid in needs {
+            if own.contains(&relid) {
+                continue;
+            }
+            let Some(wanted) = catalog.relation_at(relid, txn_end, lsn) else { continue };
+            if same(state.relations.get(&relid), &wanted.body) {
+                continue;
+            }
+            for &oid in &wanted.type_oids {
+                if oid < FIRST_NORMAL_OID {
+                    continue;
+                }
+                if let Some(ty) = catalog.type_at(oid, txn_end, lsn) {
+                    if !same(state.types.get(&oid), &ty.body) {
+                        if stream {
+                            out.push(lsn, &in_stream(&ty.body, xid as u32));
+                        } else {
+                            out.push(lsn, &ty.body);
+                        }
+                        state.types.insert(oid, ty.body.clone());
+                    }
+                }
+            }
+            if stream {
+                out.push(lsn, &in_stream(&wanted.body, xid as u32));
+            } else {
+                out.push(lsn, &wanted.body);
+            }
+            state.relations.insert(relid, wanted.body.clone());
+        }
+        out.push(lsn, data);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pgoutput_proto::Column;
+
+    fn relation(columns: &[&str]) -> Vec<u8> {
+        let rel = Relation {
+            xid: None,
+            id: 16384,
+            namespace: "public",
+            name: "t",
+            replica_identity: pgoutput_proto::ReplicaIdentity::Default,
+            columns: columns.iter().map(|&n| Column { is_key: n == "id", name: n, type_oid: 23, type_modifier: -1 }).collect(),
+        };
+        let mut buf = Vec::new();
+        encode::relation(&rel, &mut buf);
+        buf
+    }
+
+    fn begin(xid: u32, lsn: u64) -> Vec<u8> {
+        [&[b'B'][..], &lsn.to_be_bytes(), &0i64.to_be_bytes(), &xid.to_be_bytes()].concat()
+    }
+
+    fn commit(end: u64) -> Vec<u8> {
+        [&[b'C', 0][..], &end.to_be_bytes(), &(end + 1).to_be_bytes(), &0i64.to_be_bytes()].concat()
+    }
+
+    fn insert(values: &[&str]) -> Vec<u8> {
+        let mut buf = vec![b'I'];
+        buf.extend_from_slice(&16384u32.to_be_bytes());
+        buf.push(b'N');
+        buf.extend_from_slice(&(values.len() as i16).to_be_bytes());
+        for v in values {
+            buf.push(b't');
+            buf.extend_from_slice(&(v.len() as i32).to_be_bytes());
+            buf.extend_from_slice(v.as_bytes());
+        }
+        buf
+    }
+
+    /// Torture seed 416 in miniature: after a DDL, A changes the table (LSN 50), B changes it
+    /// (LSN 60) and commits first (70), so the new Relation message is in B, above A's
+    /// change. A alone is rebuilt with the new definition.
+    #[test]
+    fn a_change_takes_the_relation_of_the_transactions_that_committed_before_it() {
+        let (v1, v2) = (relation(&["id"]), relation(&["id", "w"]));
+        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
+            (10, 1, begin(1, 11)),
+            (10, 1, v1.clone()),
+            (10, 1, insert(&["1"])),
+            (11, 1, commit(11)),
+            (60, 3, begin(3, 70)),
+            (60, 3, v2.clone()),
+            (60, 3, insert(&["3", "b"])),
+            (70, 3, commit(70)),
+            (50, 2, begin(2, 80)),
+            (50, 2, insert(&["2", "a"])),
+            (80, 2, commit(80)),
+        ];
+        let rows: Vec<CaptureRow<'_>> =
+            messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak: 0 }).collect();
+        let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+        let only_a: Vec<CaptureRow<'_>> = rows.iter().copied().filter(|r| r.xid == 2).collect();
+        let stream = canonical_stream(&only_a, &catalog, false).unwrap();
+        let got: Vec<&[u8]> = stream.messages.iter().map(|m| m.unwrap()).collect();
+        assert_eq!(got, [&begin(2, 80)[..], &v2, &insert(&["2", "a"]), &commit(80)]);
+        // Everything, shuffled: transactions in commit order, each with what it needs.
+        let mut shuffled = rows.clone();
+        shuffled.reverse();
+        let stream = canonical_stream(&shuffled, &catalog, false).unwrap();
+        let got: Vec<&[u8]> = stream.messages.iter().map(|m| m.unwrap()).collect();
+        let want: Vec<&[u8]> = vec![
+            &messages[0].2, &messages[1].2, &messages[2].2, &messages[3].2,
+            &messages[4].2, &messages[5].2, &messages[6].2, &messages[7].2,
+            &messages[8].2, &messages[9].2, &messages[10].2,
+        ];
+        assert_eq!(got, want);
+    }
+}
