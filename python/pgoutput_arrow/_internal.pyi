@@ -4,7 +4,8 @@ from os import PathLike
 from typing import Any, final
 
 __all__ = [
-    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
+    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "unify_schemas",
+    "conform", "pg_text", "rows_json",
     "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS",
 ]
 
@@ -55,6 +56,17 @@ class Decoder:
     def finish(self) -> dict[str, Any]: ...
 
 @final
+class Renderer:
+    """Decoded changes as text (``"jsonl"`` or ``"pretty"``), group by group, in commit
+    order; pretty cuts text longer than ``max_chars`` characters."""
+
+    def __new__(cls, format: str, *, max_chars: int = 64) -> Renderer: ...
+    def render(
+        self, tables: list[tuple[str, Any]], truncates: list[Any], messages: list[Any]
+    ) -> tuple[bytes, int]: ...
+    def end_transaction(self) -> bytes: ...
+
+@final
 class TxnTracker:
     """Transaction boundaries seen in a pgoutput stream."""
 
@@ -76,6 +88,7 @@ class WalReceiver:
 def unify_schemas(schemas: list[Any]) -> ArrowTable: ...
 def conform(data: Any, schema: Any) -> ArrowTable: ...
 def pg_text(data: Any) -> ArrowTable: ...
+def rows_json(data: Any) -> bytes: ...
 def lsn_to_int(lsn: str) -> int: ...
 def lsn_to_str(lsn: int) -> str: ...
 

@@ -46,6 +46,7 @@ mod error;
 mod idmap;
 mod meta;
 mod options;
+pub mod render;
 mod spill;
 mod table;
 mod txn;
