@@ -32,8 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS in bytes, exit status) of one run, stdout to /dev/null."""
+def run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds (user + system), peak RSS in bytes) of one run, stdout
+    to /dev/null. CPU time says what the run costs on a busy machine, where wall time
+    also counts the waits for a core."""
     with open(os.devnull, "wb") as devnull:
         t0 = time.monotonic()
         proc = subprocess.Popen(cmd, stdout=devnull, stderr=subprocess.PIPE, env=env)
@@ -43,7 +45,7 @@ def run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int]:
         err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
         raise SystemExit(f"{shlex.join(cmd)} failed ({proc.returncode}): {err}")
-    return elapsed, usage.ru_maxrss * 1024, proc.returncode
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
 
 
 def count_changes(cmd: list[str], env: dict[str, str], capture: Path) -> int:
@@ -89,29 +91,32 @@ def main() -> None:
     size = capture.stat().st_size
     print(f"capture {capture} ({size / 1e6:.0f} MB, {changes} changes), "
           f"{args.runs} runs each, medians (min-max)")
-    print("| command | format | wall s | changes/s | peak RSS MB |")
-    print("|---|---|---|---|---|")
+    print("| command | format | wall s | changes/s (wall) | CPU s | changes/s (CPU) | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|")
     results = []
     for fmt in args.formats.split(","):
         for name, cmd in commands:
-            times, peaks = [], []
+            times, cpus, peaks = [], [], []
             for _ in range(args.runs):
                 tmp = Path(tempfile.mkdtemp(prefix="cli-drain-"))
                 try:
                     extra = ["--output", str(tmp / "out")] if fmt in ("parquet", "arrow") else []
-                    t, rss, _ = run_once([*shlex.split(cmd), str(capture), "--format", fmt,
+                    t, cpu, rss = run_once([*shlex.split(cmd), str(capture), "--format", fmt,
                                           "--no-progress", *extra], envs[name])
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
                 times.append(t)
+                cpus.append(cpu)
                 peaks.append(rss)
-            med = statistics.median(times)
+            med, cpu_med = statistics.median(times), statistics.median(cpus)
             row = {"command": name, "format": fmt, "seconds": times, "median_s": med,
-                   "changes_per_s": changes / med, "peak_rss_bytes": peaks,
+                   "changes_per_s": changes / med, "cpu_seconds": cpus, "median_cpu_s": cpu_med,
+                   "changes_per_cpu_s": changes / cpu_med, "peak_rss_bytes": peaks,
                    "median_peak_rss_bytes": statistics.median(peaks)}
             results.append(row)
             print(f"| {name} | {fmt} | {med:.2f} ({min(times):.2f}-{max(times):.2f}) | "
-                  f"{changes / med / 1e3:.0f} k | {statistics.median(peaks) / 1e6:.0f} "
+                  f"{changes / med / 1e3:.0f} k | {cpu_med:.2f} ({min(cpus):.2f}-{max(cpus):.2f}) | "
+                  f"{changes / cpu_med / 1e3:.0f} k | {statistics.median(peaks) / 1e6:.0f} "
                   f"({min(peaks) / 1e6:.0f}-{max(peaks) / 1e6:.0f}) |", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"capture": str(capture), "bytes": size,

@@ -1,6 +1,7 @@
 # Stubs of the native module (crates/pgoutput-py), checked against it with
 # `python -m mypy.stubtest pgoutput_arrow._internal`.
 from os import PathLike
+from collections.abc import Callable
 from typing import Any, final
 
 __all__ = [
@@ -62,8 +63,12 @@ class Renderer:
 
     def __new__(cls, format: str, *, max_chars: int = 64) -> Renderer: ...
     def render(
-        self, tables: list[tuple[str, Any]], truncates: list[Any], messages: list[Any]
-    ) -> tuple[bytes, int]: ...
+        self,
+        tables: list[tuple[str, Any]],
+        truncates: list[Any],
+        messages: list[Any],
+        write: Callable[[bytes], object],
+    ) -> int: ...
     def end_transaction(self) -> bytes: ...
 
 @final

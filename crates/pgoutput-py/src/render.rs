@@ -12,6 +12,9 @@ use pyo3::types::PyBytes;
 use crate::arrow_ffi;
 use crate::errors::panic_error;
 
+/// Bytes of text handed to Python at a time: memory stays bounded whatever the group.
+const PIECE: usize = 1 << 20;
+
 fn arrow_error(e: arrow_schema::ArrowError) -> PyErr {
     PyValueError::new_err(format!("rendering the changes: {e}"))
 }
@@ -35,32 +38,43 @@ impl PyRenderer {
         Ok(PyRenderer { inner: Renderer::new(format, max_chars), out: Vec::new() })
     }
 
-    /// The changes of one group of batches, in commit order, as UTF-8 text; and how many.
+    /// Writes the changes of one group of batches in commit order, as UTF-8 text, by
+    /// calling `write` with pieces of about a megabyte; returns how many changes.
     fn render<'py>(
         &mut self,
         py: Python<'py>,
         tables: Vec<(String, Bound<'py, PyAny>)>,
         truncates: Vec<Bound<'py, PyAny>>,
         messages: Vec<Bound<'py, PyAny>>,
-    ) -> PyResult<(Bound<'py, PyBytes>, usize)> {
+        write: Bound<'py, PyAny>,
+    ) -> PyResult<usize> {
         let tables: Vec<(String, RecordBatch)> =
             tables.iter().map(|(n, b)| Ok((n.clone(), arrow_ffi::import_batch(b)?))).collect::<PyResult<_>>()?;
         let truncates: Vec<RecordBatch> = truncates.iter().map(arrow_ffi::import_batch).collect::<PyResult<_>>()?;
         let messages: Vec<RecordBatch> = messages.iter().map(arrow_ffi::import_batch).collect::<PyResult<_>>()?;
-        let (inner, out) = (&mut self.inner, &mut self.out);
-        out.clear();
+        let inner = &mut self.inner;
         let result = py.detach(|| {
             catch_unwind(AssertUnwindSafe(|| {
                 let tables: Vec<(&str, &RecordBatch)> = tables.iter().map(|(n, b)| (n.as_str(), b)).collect();
                 let truncates: Vec<&RecordBatch> = truncates.iter().collect();
                 let messages: Vec<&RecordBatch> = messages.iter().collect();
-                inner.render(&tables, &truncates, &messages, out)
+                inner.group(&tables, &truncates, &messages)
             }))
         });
-        let n = result.map_err(|payload| panic_error(py, payload))?.map_err(arrow_error)?;
-        let text = PyBytes::new(py, &self.out);
-        self.release();
-        Ok((text, n))
+        let mut group = result.map_err(|payload| panic_error(py, payload))?.map_err(arrow_error)?;
+        loop {
+            self.out.clear();
+            let (inner, out) = (&mut self.inner, &mut self.out);
+            let done = py
+                .detach(|| catch_unwind(AssertUnwindSafe(|| inner.write(&mut group, out, PIECE))))
+                .map_err(|payload| panic_error(py, payload))?;
+            if !self.out.is_empty() {
+                write.call1((PyBytes::new(py, &self.out),))?;
+            }
+            if done {
+                return Ok(group.len());
+            }
+        }
     }
 
     /// Pretty: the COMMIT line of the transaction still open (empty when none is).
@@ -68,15 +82,6 @@ impl PyRenderer {
         self.out.clear();
         self.inner.end_transaction(&mut self.out);
         PyBytes::new(py, &self.out)
-    }
-}
-
-impl PyRenderer {
-    /// Keeps the output buffer between groups, unless one huge group made it large.
-    fn release(&mut self) {
-        if self.out.capacity() > 64 << 20 {
-            self.out = Vec::new();
-        }
     }
 }
 

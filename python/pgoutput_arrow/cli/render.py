@@ -49,9 +49,10 @@ class TextSink:
             self.stream.write(data.decode())
 
     def write(self, chunk: Chunk, end_lsn: int) -> None:
-        data, _ = self.renderer.render([(name, b) for name, _, b in chunk.tables],
-                                       chunk.truncates, chunk.messages)
-        self._emit(data)
+        # Written in pieces of about a megabyte as they are rendered: a group of a million
+        # changes never sits in memory as text.
+        self.renderer.render([(name, b) for name, _, b in chunk.tables], chunk.truncates,
+                             chunk.messages, self._emit)
         # A group holds whole transactions: the COMMIT line now, not when the next begins.
         self._emit(self.renderer.end_transaction())
 

@@ -46,11 +46,24 @@ impl Renderer {
         messages: &[&RecordBatch],
         out: &mut Vec<u8>,
     ) -> Result<usize, ArrowError> {
+        let mut group = self.group(tables, truncates, messages)?;
+        self.write(&mut group, out, usize::MAX);
+        Ok(group.events.len())
+    }
+
+    /// The changes of one group put in commit order, to be written by [`Renderer::write`]
+    /// piece by piece.
+    pub fn group(
+        &mut self,
+        tables: &[(&str, &RecordBatch)],
+        truncates: &[&RecordBatch],
+        messages: &[&RecordBatch],
+    ) -> Result<Group, ArrowError> {
         let style = self.style;
-        let mut tables: Vec<TableSource> =
+        let tables: Vec<TableSource> =
             tables.iter().map(|(name, b)| TableSource::new(name, b, style)).collect::<Result<_, _>>()?;
         let truncates: Vec<TruncateSource> = truncates.iter().map(|b| TruncateSource::new(b)).collect::<Result<_, _>>()?;
-        let mut messages: Vec<MessageSource> =
+        let messages: Vec<MessageSource> =
             messages.iter().map(|b| MessageSource::new(b, style)).collect::<Result<_, _>>()?;
 
         let mut events = Vec::new();
@@ -88,16 +101,26 @@ impl Renderer {
                 self.width = self.width.max(len);
             }
         }
-        let mut line = Line::default();
-        for e in &events {
-            let row = e.row as usize;
-            match e.source {
-                Source::Table(s) => self.table_change(&mut tables[s as usize], row, &mut line, out),
-                Source::Truncate(s) => self.truncate(&truncates[s as usize], row, e.sub as usize, &mut line, out),
-                Source::Message(s) => self.message(&mut messages[s as usize], row, &mut line, out),
+        Ok(Group { tables, truncates, messages, events, next: 0, specials: Vec::new() })
+    }
+
+    /// Writes the group's next changes to `out` until it holds `limit` bytes or more;
+    /// returns whether every change of the group is written.
+    pub fn write(&mut self, group: &mut Group, out: &mut Vec<u8>, limit: usize) -> bool {
+        while group.next < group.events.len() {
+            if out.len() >= limit {
+                return false;
             }
+            let e = &group.events[group.next];
+            let (row, sub) = (e.row as usize, e.sub as usize);
+            match e.source {
+                Source::Table(s) => self.table_change(&mut group.tables[s as usize], row, &mut group.specials, out),
+                Source::Truncate(s) => self.truncate(&group.truncates[s as usize], row, sub, out),
+                Source::Message(s) => self.message(&mut group.messages[s as usize], row, out),
+            }
+            group.next += 1;
         }
-        Ok(events.len())
+        true
     }
 
     /// Pretty: the COMMIT line of the transaction still open (a live group ends with whole
@@ -182,14 +205,14 @@ impl Renderer {
         opt_int(out, meta.xid.get(row), b"null");
     }
 
-    fn table_change(&mut self, t: &mut TableSource, row: usize, line: &mut Line, out: &mut Vec<u8>) {
+    fn table_change(&mut self, t: &mut TableSource, row: usize, specials: &mut Vec<(String, String)>, out: &mut Vec<u8>) {
         let op = t.op.get(row);
         let is_delete = op == Some("delete");
-        line.specials.clear();
+        specials.clear();
         if let Some(special) = &t.special {
             for j in special.offsets[row] as usize..special.offsets[row + 1] as usize {
                 if let (Some(k), Some(v)) = (special.keys.get(j), special.values.get(j)) {
-                    line.specials.push((k.to_string(), v.to_string()));
+                    specials.push((k.to_string(), v.to_string()));
                 }
             }
         }
@@ -201,11 +224,11 @@ impl Renderer {
                 if is_delete {
                     out.extend_from_slice(b"null");
                 } else {
-                    write_values(&mut t.columns, row, &line.specials, "", None, self.style, out);
+                    write_values(&mut t.columns, row, specials, "", None, self.style, out);
                 }
                 out.extend_from_slice(b", \"old\": ");
                 match &mut t.before {
-                    Some(b) if has_old => write_values(&mut b.fields, row, &line.specials, "_before.", None, self.style, out),
+                    Some(b) if has_old => write_values(&mut b.fields, row, specials, "_before.", None, self.style, out),
                     _ => out.extend_from_slice(b"null"),
                 }
                 out.extend_from_slice(b", \"unchanged\": [");
@@ -225,13 +248,13 @@ impl Renderer {
                 out.extend_from_slice(b"  ");
                 let unchanged = t.unchanged.as_ref().map(|u| (u, u.range(row)));
                 if !is_delete {
-                    write_values(&mut t.columns, row, &line.specials, "", unchanged, self.style, out);
+                    write_values(&mut t.columns, row, specials, "", unchanged, self.style, out);
                 }
                 if let Some(b) = t.before.as_mut().filter(|_| has_old) {
                     if !is_delete {
                         out.extend_from_slice(b"  old: ");
                     }
-                    write_values(&mut b.fields, row, &line.specials, "_before.", None, self.style, out);
+                    write_values(&mut b.fields, row, specials, "_before.", None, self.style, out);
                 }
                 trim_end(out, start);
                 out.push(b'\n');
@@ -239,7 +262,7 @@ impl Renderer {
         }
     }
 
-    fn truncate(&mut self, t: &TruncateSource, row: usize, sub: usize, _line: &mut Line, out: &mut Vec<u8>) {
+    fn truncate(&mut self, t: &TruncateSource, row: usize, sub: usize, out: &mut Vec<u8>) {
         let relation = t.relations.get(sub);
         let (cascade, restart) = (t.cascade.get(row), t.restart_identity.get(row));
         match self.format {
@@ -268,7 +291,7 @@ impl Renderer {
         }
     }
 
-    fn message(&mut self, m: &mut MessageSource, row: usize, _line: &mut Line, out: &mut Vec<u8>) {
+    fn message(&mut self, m: &mut MessageSource, row: usize, out: &mut Vec<u8>) {
         let prefix = m.prefix.get(row);
         match self.format {
             Format::Jsonl => {
@@ -325,10 +348,26 @@ pub fn rows_json(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowErro
     Ok(())
 }
 
-/// Scratch space reused across the changes of a group.
-#[derive(Default)]
-struct Line {
+/// The changes of one group in commit order, and how far they are written.
+pub struct Group {
+    tables: Vec<TableSource>,
+    truncates: Vec<TruncateSource>,
+    messages: Vec<MessageSource>,
+    events: Vec<Event>,
+    next: usize,
+    /// Scratch: the special values of the row being written.
     specials: Vec<(String, String)>,
+}
+
+impl Group {
+    /// The number of changes in the group.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
 }
 
 #[derive(Clone, Copy)]

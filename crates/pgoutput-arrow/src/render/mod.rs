@@ -20,4 +20,4 @@ mod changes;
 mod text;
 mod value;
 
-pub use changes::{rows_json, Format, Renderer};
+pub use changes::{rows_json, Format, Group, Renderer};

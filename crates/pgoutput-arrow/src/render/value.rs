@@ -61,7 +61,7 @@ impl Style {
 }
 
 /// Writes the value of row `i`, which is not null.
-trait Encode {
+trait Encode: Send {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>);
 }
 
@@ -304,7 +304,7 @@ struct StrEnc<A> {
     style: Style,
 }
 
-impl<A: StrAt> Encode for StrEnc<A> {
+impl<A: StrAt + Send> Encode for StrEnc<A> {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>) {
         self.style.text(out, self.a.str_at(i));
     }
@@ -339,7 +339,7 @@ struct BinEnc<A> {
     style: Style,
 }
 
-impl<A: BytesAt> Encode for BinEnc<A> {
+impl<A: BytesAt + Send> Encode for BinEnc<A> {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>) {
         let bytes = self.a.bytes_at(i);
         if self.style.pretty {
