@@ -586,7 +586,7 @@ fn is_data_field(f: &Field) -> bool {
 impl TableSource {
     fn new(name: &str, batch: &RecordBatch, style: Style) -> Result<TableSource, ArrowError> {
         let schema = batch.schema();
-        let columns = named_columns(&schema, batch.columns(), style, |f| is_data_field(f))?;
+        let columns = named_columns(&schema, batch.columns(), style, is_data_field)?;
         let before = match batch.column_by_name("_before").map(|c| c.as_struct_opt()) {
             Some(Some(s)) => Some(Before::new(s, &schema, style)?),
             _ => None,

@@ -196,7 +196,7 @@ pub(crate) fn py_float(out: &mut Vec<u8>, v: f64, scratch: &mut String) {
     let (first, rest) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     // digits d1 d2 ... dn with the decimal point after `decpt` digits.
     let decpt = exp + 1;
-    if decpt > 16 || decpt < -3 {
+    if !(-3..=16).contains(&decpt) {
         out.extend_from_slice(first.as_bytes());
         if !rest.is_empty() {
             out.push(b'.');

@@ -228,28 +228,28 @@ struct FloatEnc<T: ArrowPrimitiveType> {
 }
 
 /// Floats of every width as the f64 Python holds them (`float(np.float32(0.1))`).
-trait AsF64 {
-    fn as_f64(self) -> f64;
+trait ToF64 {
+    fn to_f64(self) -> f64;
 }
 
-impl AsF64 for f32 {
-    fn as_f64(self) -> f64 {
+impl ToF64 for f32 {
+    fn to_f64(self) -> f64 {
         self as f64
     }
 }
 
-impl AsF64 for f64 {
-    fn as_f64(self) -> f64 {
+impl ToF64 for f64 {
+    fn to_f64(self) -> f64 {
         self
     }
 }
 
 impl<T: ArrowPrimitiveType> Encode for FloatEnc<T>
 where
-    T::Native: AsF64,
+    T::Native: ToF64,
 {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>) {
-        let v = self.a.value(i).as_f64();
+        let v = self.a.value(i).to_f64();
         if v.is_finite() {
             text::py_float(out, v, &mut self.scratch);
         } else {
