@@ -60,16 +60,24 @@ class LiveSource:
     def __enter__(self) -> LiveSource:
         self.old_handlers = {s: signal.signal(s, self._on_signal)
                              for s in (signal.SIGINT, signal.SIGTERM)}
-        self.stream.__enter__()
+        try:
+            self.stream.__enter__()
+        except BaseException:
+            self._restore()
+            raise
         return self
+
+    def _restore(self) -> None:
+        for s, handler in self.old_handlers.items():
+            signal.signal(s, handler)
+        self.old_handlers = {}
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  tb: TracebackType | None) -> None:
         try:
             self.stream.__exit__(kind, value, tb)
         finally:
-            for s, handler in self.old_handlers.items():
-                signal.signal(s, handler)
+            self._restore()
             self.progress.close()
 
     def groups(self) -> Generator[tuple[list[Output], int | None], None, None]:
