@@ -29,14 +29,26 @@ export VIRTUAL_ENV  := $(CURDIR)/$(VENV)
 # Root runs apt-get directly; anyone else needs sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || { command -v sudo >/dev/null && echo sudo; })
 
-.PHONY: help setup postgresql-15 java develop test demo golden fuzz bench lint torture
+.PHONY: help prerequisites setup postgresql-15 java develop test demo golden fuzz bench lint torture
+
+RUST_VERSION := $(shell sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)
 
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
 	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)' SEED=$(SEED) COUNT=$(COUNT) DURATION=$(DURATION)"
 
-setup: $(SETUP_STAMP) postgresql-15 java ## Make .venv with the dev requirements; ensure PostgreSQL 15 and Java 17+ (idempotent)
+# What a fresh machine must already have: each missing piece said in one line.
+prerequisites:
+	@command -v cargo >/dev/null 2>&1 || { echo "error: no Rust toolchain (cargo) on PATH: install Rust $(RUST_VERSION) or later (https://rustup.rs)" >&2; exit 1; }
+	@have="$$(rustc --version | sed -n 's/^rustc \([0-9.]*\).*/\1/p')"; \
+	  if [ "$$(printf '%s\n%s\n' "$(RUST_VERSION)" "$$have" | sort -V | head -1)" != "$(RUST_VERSION)" ]; then \
+	    echo "error: rustc $$have is older than the required $(RUST_VERSION): rustup update" >&2; exit 1; fi
+	@command -v python3 >/dev/null 2>&1 || { echo "error: no python3 on PATH: install Python 3.11 or later" >&2; exit 1; }
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: $$(python3 --version) is older than the required 3.11" >&2; exit 1; }
+	@[ -x $(PY) ] || python3 -c 'import ensurepip, venv' 2>/dev/null || { echo "error: python3 cannot make virtual environments: install python3-venv (Debian: apt-get install python3-venv)" >&2; exit 1; }
+
+setup: prerequisites $(SETUP_STAMP) postgresql-15 java ## Make .venv with the dev requirements; ensure PostgreSQL 15 and Java 17+ (idempotent)
 
 # Re-run pip only when requirements-dev.txt changes (or the venv is new).
 $(SETUP_STAMP): requirements-dev.txt
@@ -72,8 +84,10 @@ develop: setup ## Build the Python package (release) and install it into .venv
 	@[ -f pyproject.toml ] || { echo "error: no pyproject.toml at the repository root: the Python package is not set up yet, so there is nothing for maturin to build" >&2; exit 1; }
 	$(VENV)/bin/maturin develop --release
 
-test: setup develop ## Rust tests, then pytest against real PostgreSQL 18 and 15
+test: setup develop ## Lints, Rust tests, the benchmarks built, then pytest against real PostgreSQL 18 and 15 and Spark
+	$(MAKE) --no-print-directory lint
 	$(CARGO_TEST)
+	cargo bench --workspace --no-run
 	$(VENV)/bin/pytest tests -q -rs --timeout=900 $(PYTEST_ARGS)
 
 demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture
@@ -110,8 +124,7 @@ bench: setup develop ## Run the benchmarks (benches/run.sh)
 	@[ -x benches/run.sh ] || { echo "error: benches/run.sh does not exist (or is not executable) yet" >&2; exit 1; }
 	benches/run.sh
 
-lint: setup ## cargo clippy (warnings are errors) and mypy on python/ and the test harness
+lint: setup ## cargo clippy (warnings are errors), mypy --strict on python/ and the test harness (stubs: tests/test_python_api.py runs stubtest)
 	cargo clippy --workspace --all-targets -- -D warnings
-	@if [ -d python ] && [ -n "$$(find python -name '*.py' -o -name '*.pyi' | head -1)" ]; then \
-	  $(VENV)/bin/mypy python; else echo "mypy: no Python sources under python/ yet"; fi
+	$(VENV)/bin/mypy --strict python
 	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py

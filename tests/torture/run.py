@@ -101,7 +101,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             cur.execute("SET lock_timeout = '120s'")
             for sql in PRELUDE:
                 cur.execute(sql)
-            cur.execute("CREATE PUBLICATION torture FOR ALL TABLES")
+            cur.execute(workload.publication.create())
             for name, _, two_phase in _sets(pg):
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
                             (_slot(db, name), two_phase))
@@ -114,7 +114,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             cur.execute("SELECT pg_switch_wal()")
             cur.execute("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL, 'include-xids', '0', "
                         "'skip-empty-xacts', '1')", (_slot(db, "td"),))
-            expected = parse_test_decoding(r[0] for r in cur.fetchall())
+            expected = parse_test_decoding((r[0] for r in cur.fetchall()), workload.publication)
             captures = {}
             for name, options, _ in _sets(pg):
                 flat: list[str] = []
@@ -127,11 +127,11 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                                            "xid": pa.array([r[1] for r in rows], pa.int64()),
                                            "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
         for name, capture in captures.items():
-            _check_paths(result, conns[0], expected, capture, f"PG{pg.version} {name}", workload.seed)
+            _check_paths(result, conns[0], expected, capture, f"PG{pg.version} {name}", workload)
         if live:
-            _check_live(result, pg, db, conns[0], expected)
+            _check_live(result, pg, db, conns[0], expected, workload)
         if spark is not None:
-            _check_spark(result, spark, conns[0], expected, captures, workload.seed)
+            _check_spark(result, spark, conns[0], expected, captures, workload)
     finally:
         for c in conns:
             c.close()
@@ -176,21 +176,24 @@ def _drop(pg: PgServer, db: str | None = None) -> None:
 
 
 def _check(result: Result, conn: Any, expected: list[Any], changes: Any, tables: dict[str, pa.Table],
-           label: str) -> None:
+           label: str, workload: Workload) -> None:
     n, problems = compare_changes(expected, decoded_changes(changes), label)
-    m, more = compare_final(conn, tables, changes.truncates, label, expected, skip=raw_text_columns(changes))
+    m, more = compare_final(conn, tables, changes.truncates, label, expected, skip=raw_text_columns(changes),
+                            publication=workload.publication)
     result.values += n + m
     result.runs += 1
     result.problems += problems + more
 
 
-def _check_paths(result: Result, conn: Any, expected: list[Any], capture: pa.Table, label: str, seed: int) -> None:
+def _check_paths(result: Result, conn: Any, expected: list[Any], capture: pa.Table, label: str,
+                 workload: Workload) -> None:
+    seed = workload.seed
     try:
         changes = pgoutput_arrow.decode(capture)
     except Exception as e:  # noqa: BLE001  (any failure of a path is a finding)
         result.problems.append(f"{label} decode(): {type(e).__name__}: {e}")
         return
-    _check(result, conn, expected, changes, changes.tables, f"{label} decode()")
+    _check(result, conn, expected, changes, changes.tables, f"{label} decode()", workload)
     batch_size, memory = 2 + seed % 6, 500 + (seed * 7919) % 20000
     try:
         dec = pgoutput_arrow.Decoder(batch_size=batch_size, memory_limit=memory)
@@ -208,13 +211,13 @@ def _check_paths(result: Result, conn: Any, expected: list[Any], capture: pa.Tab
         if truncates else rest.truncates
     tables = unify_outputs(outputs, rest)
     m, more = compare_final(conn, tables, all_trunc, f"{label} Decoder(batch_size={batch_size})", expected,
-                            skip=raw_text_columns(changes))
+                            skip=raw_text_columns(changes), publication=workload.publication)
     result.values += m
     result.runs += 1
     result.problems += more
 
 
-def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: list[Any]) -> None:
+def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: list[Any], workload: Workload) -> None:
     label = f"PG{pg.version} live stream()"
     with conn.cursor() as cur:
         cur.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8")
@@ -239,14 +242,15 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: list
         tables[name] = pa.concat_tables([pgoutput_arrow.conform(b, last) for b in batches])
     empty = pgoutput_arrow.decode([]).truncates
     trunc = pa.concat_tables([pa.Table.from_batches(truncates), ]) if truncates else empty
-    m, more = compare_final(conn, tables, trunc, label, expected)
+    m, more = compare_final(conn, tables, trunc, label, expected, publication=workload.publication)
     result.values += m
     result.runs += 1
     result.problems += more
 
 
 def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], captures: dict[str, pa.Table],
-                 seed: int) -> None:
+                 workload: Workload) -> None:
+    seed = workload.seed
     from pyspark.sql import functions as F
 
     from pgoutput_arrow import spark as sp
@@ -268,7 +272,7 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], cap
     def comparable(t: pa.DataType) -> bool:
         return not (pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_time(t))
 
-    m, more = compare_final(conn, tables, trunc, label, expected, comparable)
+    m, more = compare_final(conn, tables, trunc, label, expected, comparable, publication=workload.publication)
     result.values += m
     result.runs += 1
     result.problems += more
@@ -283,7 +287,8 @@ def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, live: boo
 
     def fails(candidate: list[Step]) -> bool:
         try:
-            return bool(run_workload(pg, Workload(workload.seed, candidate), live=live, spark=spark).problems)
+            return bool(run_workload(pg, dataclasses.replace(workload, steps=candidate), live=live,
+                                     spark=spark).problems)
         except Exception:  # noqa: BLE001  (a candidate that cannot run, e.g. a missing gid)
             return False
 
@@ -302,7 +307,7 @@ def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, live: boo
                 i += chunk
         if not removed:
             chunk //= 2
-    return Workload(workload.seed, steps)
+    return dataclasses.replace(workload, steps=steps)
 
 
 def main(argv: list[str] | None = None) -> int:

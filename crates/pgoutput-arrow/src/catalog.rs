@@ -24,11 +24,17 @@ pub(crate) struct RelColumn {
     /// Which column of the table this is, across its versions (see [`column_ids`]): a
     /// renamed column keeps its id. Not part of the definition's identity.
     pub id: u32,
+    /// The column's attnum when the reader told it (see [`Catalog::column_attnums`]).
+    pub attnum: Option<i16>,
 }
 
 impl RelColumn {
     fn same(&self, other: &RelColumn) -> bool {
-        self.name == other.name && self.ty == other.ty && self.is_key == other.is_key
+        let attnums_agree = match (self.attnum, other.attnum) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        self.name == other.name && self.ty == other.ty && self.is_key == other.is_key && attnums_agree
     }
 }
 
@@ -72,6 +78,8 @@ pub(crate) struct Catalog {
     table_names: Vec<Arc<str>>,
     /// Names of non-built-in types from Type messages.
     type_names: IdMap<Oid, String>,
+    /// Per relation: each column name's attnum, as the reader learnt from pg_attribute.
+    attnums: IdMap<RelationId, HashMap<String, i16>>,
 }
 
 /// "schema.table" as PostgreSQL names it; the Relation message leaves pg_catalog empty.
@@ -83,55 +91,25 @@ pub(crate) fn qualified_name(namespace: &str, name: &str) -> String {
 /// Gives each column of a new definition the id of the same column in the previous
 /// definition of the relation, or a new id from `next` (returned, advanced).
 ///
-/// A Relation message names columns but carries no attnum, so a rename is told from a
-/// drop plus an add by PostgreSQL's own rules: columns keep their relative order, and
-/// ADD COLUMN appends at the end. Same name: same column. A new name *before* a column
-/// that kept its name (or between two) is a rename of an old column in that gap, paired
-/// in order. At the end, a new name is taken for a renamed old column of that gap only
-/// when the two have the same type; otherwise it is a dropped column and an added one.
-/// What this cannot tell: a column dropped and another of the same type added at the end
-/// between two Relation messages reads as a rename; a rename swapped with another name
-/// (`a`↔`b`) reads as two retyped columns.
+/// A Relation message names columns but carries no attnum, so which new column is which
+/// old one is inferred from PostgreSQL's own rules: columns keep their relative order and
+/// ADD COLUMN appends. So the new definition is a prefix of kept columns, paired in order
+/// with a subsequence of the old ones (the others were dropped), followed by added columns.
+/// Among the pairings that obey this, the one needing the fewest DDL statements wins:
+/// a kept column costs one for a new name (RENAME) and one for a new type (ALTER TYPE),
+/// a dropped or added column one each; on a tie, fewer kept columns (a drop plus an add
+/// rather than a rename that also retypes).
+/// What this cannot tell: a column dropped and another of the same type and name added at
+/// the end between two Relation messages reads as the same column, and one of the same
+/// type and another name as a rename.
 pub(crate) fn column_ids(previous: &[RelColumn], columns: &mut [RelColumn], mut next: u32) -> u32 {
-    let mut old_used = vec![false; previous.len()];
-    // Old index of each new column matched by name.
-    let mut matched: Vec<Option<usize>> = columns
-        .iter()
-        .map(|c| {
-            let i = previous.iter().position(|p| p.name == c.name)?;
-            old_used[i] = true;
-            Some(i)
-        })
-        .collect();
-    let mut j = 0;
-    while j < columns.len() {
-        if matched[j].is_some() {
-            j += 1;
-            continue;
-        }
-        // The run of unmatched new columns j..end, and the old gap it faces.
-        let end = (j..columns.len()).find(|&k| matched[k].is_some()).unwrap_or(columns.len());
-        let lo = matched[..j].iter().rev().find_map(|m| *m).map_or(0, |i| i + 1);
-        let tail = end == columns.len();
-        let hi = if tail { previous.len() } else { matched[end].unwrap_or(previous.len()) };
-        let mut gap: Vec<usize> = (lo..hi.max(lo)).filter(|&i| !old_used[i]).collect();
-        for k in j..end {
-            let pick = if tail {
-                // At the end: only the next old column of the gap, and only of the same type.
-                gap.first().copied().filter(|&i| previous[i].ty.oid == columns[k].ty.oid)
-            } else {
-                gap.iter().copied().find(|&i| previous[i].ty.oid == columns[k].ty.oid).or(gap.first().copied())
-            };
-            if let Some(i) = pick {
-                gap.retain(|&g| g != i);
-                old_used[i] = true;
-                matched[k] = Some(i);
-            } else if tail {
-                break;
-            }
-        }
-        j = end;
-    }
+    let known = |cols: &[RelColumn]| cols.iter().all(|c| c.attnum.is_some());
+    let matched = if !previous.is_empty() && known(previous) && known(columns) {
+        // The catalog said which column each one is: no inference.
+        columns.iter().map(|c| previous.iter().position(|p| p.attnum == c.attnum)).collect()
+    } else {
+        align(previous, columns)
+    };
     for (c, m) in columns.iter_mut().zip(&matched) {
         c.id = match m {
             Some(i) => previous[*i].id,
@@ -142,6 +120,57 @@ pub(crate) fn column_ids(previous: &[RelColumn], columns: &mut [RelColumn], mut 
         };
     }
     next
+}
+
+/// For each new column, the old column it continues (see [`column_ids`]).
+fn align(previous: &[RelColumn], columns: &[RelColumn]) -> Vec<Option<usize>> {
+    // Costs are (DDL statements, kept columns), compared in that order.
+    type Cost = (u32, u32);
+    const NONE: Cost = (u32::MAX, u32::MAX);
+    let (m, l) = (columns.len(), previous.len());
+    let pair = |n: &RelColumn, o: &RelColumn| -> Cost {
+        (u32::from(n.name != o.name) + u32::from(n.ty.oid != o.ty.oid), 1)
+    };
+    let add = |a: Cost, b: Cost| -> Cost {
+        if a == NONE || b == NONE {
+            NONE
+        } else {
+            (a.0 + b.0, a.1 + b.1)
+        }
+    };
+    // best[i][j]: the cheapest pairing of new[..i] (all kept) into old[..j], the old
+    // columns not paired being dropped; paired[i][j]: whether it pairs new[i-1] with old[j-1].
+    let mut best = vec![vec![NONE; l + 1]; m + 1];
+    let mut paired = vec![vec![false; l + 1]; m + 1];
+    for (j, cost) in best[0].iter_mut().enumerate() {
+        *cost = (j as u32, 0);
+    }
+    for i in 1..=m {
+        for j in i..=l {
+            let drop = add(best[i][j - 1], (1, 0));
+            let keep = add(best[i - 1][j - 1], pair(&columns[i - 1], &previous[j - 1]));
+            if keep < drop {
+                best[i][j] = keep;
+                paired[i][j] = true;
+            } else {
+                best[i][j] = drop;
+            }
+        }
+    }
+    // How many new columns are kept: the rest were added.
+    let kept = (0..=m.min(l))
+        .min_by_key(|&k| add(best[k][l], ((m - k) as u32, 0)))
+        .unwrap_or(0);
+    let mut matched = vec![None; m];
+    let (mut i, mut j) = (kept, l);
+    while i > 0 {
+        if paired[i][j] {
+            matched[i - 1] = Some(j - 1);
+            i -= 1;
+        }
+        j -= 1;
+    }
+    matched
 }
 
 impl Catalog {
@@ -158,10 +187,20 @@ impl Catalog {
         self.type_names.insert(oid, shown);
     }
 
+    /// Tells which attnum each column name of `relation_id` has (from `pg_attribute`, by a
+    /// reader with a connection to the server): the Relation messages that follow are
+    /// matched to the earlier definitions by attnum, so that a rename is never taken for a
+    /// drop plus an add, nor the reverse. Names the catalog no longer has (renamed or
+    /// dropped since) leave that definition to the positional rule of [`column_ids`].
+    pub fn column_attnums(&mut self, relation_id: RelationId, columns: impl IntoIterator<Item = (String, i16)>) {
+        self.attnums.insert(relation_id, columns.into_iter().collect());
+    }
+
     /// Takes a Relation message into account; `scope` is the top-level xid of the
     /// streamed transaction it arrived in. Returns the schema id now in force.
     pub fn relation(&mut self, rel: &Relation<'_>, scope: Option<Xid>) -> u32 {
         let table = qualified_name(rel.namespace, rel.name);
+        let attnums = self.attnums.get(&rel.id);
         let columns: Vec<RelColumn> = rel
             .columns
             .iter()
@@ -174,6 +213,7 @@ impl Catalog {
                 },
                 is_key: c.is_key,
                 id: 0,
+                attnum: attnums.and_then(|a| a.get(c.name).copied()),
             })
             .collect();
         let same = |v: &RelVersion| v.same_definition(rel.id, &table, rel.replica_identity, &columns);
@@ -302,6 +342,7 @@ mod tests {
                 ty: PgColumnType { oid, typmod: -1, type_name: None },
                 is_key: false,
                 id: 0,
+                attnum: None,
             })
             .collect()
     }
@@ -341,6 +382,52 @@ mod tests {
         assert_eq!(ids(&[("id", INT), ("a", INT)], &[("id", INT), ("b", TEXT)]), [0, 2]);
         // DROP a, ADD b text, ADD c int: after the first new column, the rest are new too.
         assert_eq!(ids(&[("id", INT), ("a", INT)], &[("id", INT), ("b", TEXT), ("c", INT)]), [0, 2, 3]);
+    }
+
+    #[test]
+    fn a_kept_name_after_renamed_columns_is_a_new_column() {
+        // Torture seed 558: RENAME c44 TO x, RENAME c46 TO y, DROP c43, ADD c43 text. The
+        // new c43 comes after x and y, so it was added: x and y are the renamed columns.
+        const PAIR: u32 = 16_390;
+        const BYTEA: u32 = 17;
+        assert_eq!(
+            ids(
+                &[("id", INT), ("c42", INT), ("c43", PAIR), ("c44", TEXT), ("c46", BYTEA)],
+                &[("id", INT), ("c42", INT), ("x", TEXT), ("y", BYTEA), ("c43", TEXT)]
+            ),
+            [0, 1, 3, 4, 5]
+        );
+    }
+
+    #[test]
+    fn swapped_names_are_two_renames() {
+        assert_eq!(ids(&[("id", INT), ("a", INT), ("b", TEXT)], &[("id", INT), ("b", INT), ("a", TEXT)]), [0, 1, 2]);
+    }
+
+    #[test]
+    fn attnums_decide_when_every_column_has_one() {
+        // DROP a, ADD b of the same type: the positional rule reads a rename, attnums do not.
+        let with = |spec: &[(&str, i16)]| -> Vec<RelColumn> {
+            let mut c = cols(&spec.iter().map(|&(n, _)| (n, INT)).collect::<Vec<_>>());
+            for (c, &(_, a)) in c.iter_mut().zip(spec) {
+                c.attnum = Some(a);
+            }
+            c
+        };
+        let mut v1 = with(&[("id", 1), ("a", 2)]);
+        let next = column_ids(&[], &mut v1, 0);
+        let mut v2 = with(&[("id", 1), ("b", 3)]);
+        column_ids(&v1, &mut v2, next);
+        assert_eq!(v2.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
+        // A rename: the same attnum under another name.
+        let mut v3 = with(&[("id", 1), ("c", 3)]);
+        column_ids(&v2, &mut v3, 3);
+        assert_eq!(v3.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
+        // One column without an attnum: the positional rule for the whole definition.
+        let mut v4 = with(&[("id", 1), ("d", 4)]);
+        v4[1].attnum = None;
+        column_ids(&v3, &mut v4, 3);
+        assert_eq!(v4.iter().map(|c| c.id).collect::<Vec<_>>(), [0, 2]);
     }
 
     #[test]

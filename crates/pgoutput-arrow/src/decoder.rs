@@ -1036,6 +1036,14 @@ impl Decoder {
         })
     }
 
+    /// Which attnum each column of `relation_id` has, as `pg_attribute` says now: the
+    /// Relation messages that follow are matched to the relation's earlier definitions by
+    /// attnum rather than by PostgreSQL's ordering rules (a reader with a connection to the
+    /// server tells it before it feeds a Relation message; see the catalog's rule).
+    pub fn column_attnums(&mut self, relation_id: u32, columns: impl IntoIterator<Item = (String, i16)>) {
+        self.catalog.column_attnums(relation_id, columns);
+    }
+
     /// The LSN up to which every transaction is decoded and handed out (or
     /// discarded): what a consumer may confirm to PostgreSQL once it has stored the
     /// batches taken so far. It counts batches still in the builders as not handed
