@@ -5,7 +5,6 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StructArray};
 use arrow_buffer::{NullBuffer, OffsetBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Schema};
-use pgoutput_proto::Lsn;
 
 use super::text;
 use super::value::{key, Column, Style};
@@ -27,13 +26,21 @@ pub struct Renderer {
     open: Option<(Option<i64>, i64)>,
     /// Pretty: the width of the table names column so far (it only grows).
     width: usize,
+    /// jsonl: the last commit time written, and its text.
+    ts_text: (Option<i64>, Vec<u8>),
 }
 
 impl Renderer {
     /// `max_chars`: in the pretty format, text longer than this many characters is cut
     /// (and bytea longer than half as many bytes), saying how long it was.
     pub fn new(format: Format, max_chars: usize) -> Renderer {
-        Renderer { format, style: Style { pretty: format == Format::Pretty, max_chars }, open: None, width: 0 }
+        Renderer {
+            format,
+            style: Style { pretty: format == Format::Pretty, max_chars },
+            open: None,
+            width: 0,
+            ts_text: (None, Vec::new()),
+        }
     }
 
     /// Appends the changes of one group to `out`, in commit order: `tables` are
@@ -162,13 +169,11 @@ impl Renderer {
         if self.open.is_some() {
             out.extend_from_slice(b"  ");
         }
-        let mut at = [0u8; 24];
+        let mut at = Vec::with_capacity(20);
         let lsn_text = match meta.lsn.get(row) {
             Some(l) => {
-                let mut cursor = std::io::Cursor::new(&mut at[..]);
-                let _ = std::io::Write::write_fmt(&mut cursor, format_args!("{}", Lsn(l as u64)));
-                let n = cursor.position() as usize;
-                std::str::from_utf8(&at[..n]).unwrap_or("-")
+                lsn(&mut at, l);
+                std::str::from_utf8(&at).unwrap_or("-")
             }
             None => "-",
         };
@@ -180,7 +185,7 @@ impl Renderer {
     }
 
     /// jsonl: the keys every change has, up to `xid`, after `{`.
-    fn json_head(&self, meta: &Meta, row: usize, op: Option<&str>, name: &str, out: &mut Vec<u8>) {
+    fn json_head(&mut self, meta: &Meta, row: usize, op: Option<&str>, name: &str, out: &mut Vec<u8>) {
         let (schema, table) = split_name(name);
         out.extend_from_slice(b"{\"op\": ");
         opt_str(out, op);
@@ -195,9 +200,16 @@ impl Renderer {
         out.extend_from_slice(b", \"commit_ts\": ");
         match meta.ts.get(row) {
             Some(ts) => {
-                out.push(b'"');
-                text::iso_timestamp(out, ts as i128, true, b'T');
-                out.push(b'"');
+                // Every change of a transaction has its commit time: formatted once.
+                let cache = &mut self.ts_text;
+                if cache.0 != Some(ts) {
+                    cache.1.clear();
+                    cache.1.push(b'"');
+                    text::iso_timestamp(&mut cache.1, ts as i128, true, b'T');
+                    cache.1.push(b'"');
+                    cache.0 = Some(ts);
+                }
+                out.extend_from_slice(&cache.1);
             }
             None => out.extend_from_slice(b"null"),
         }
@@ -738,9 +750,30 @@ fn opt_bool(out: &mut Vec<u8>, v: Option<bool>) {
     });
 }
 
+/// `X/Y` as PostgreSQL writes an LSN (pgoutput_proto's `Lsn` display), without going
+/// through `fmt` on the hot path.
 fn lsn(out: &mut Vec<u8>, v: i64) {
-    use std::io::Write as _;
-    let _ = write!(out, "{}", Lsn(v as u64));
+    let v = v as u64;
+    hex_digits(out, v >> 32);
+    out.push(b'/');
+    hex_digits(out, v & 0xFFFF_FFFF);
+}
+
+/// Uppercase hex without leading zeros.
+fn hex_digits(out: &mut Vec<u8>, v: u64) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut buf = [0u8; 16];
+    let mut i = buf.len();
+    let mut n = v;
+    loop {
+        i -= 1;
+        buf[i] = HEX[(n & 15) as usize];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
 }
 
 fn opt_lsn(out: &mut Vec<u8>, v: Option<i64>) {
