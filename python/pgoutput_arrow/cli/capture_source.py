@@ -65,6 +65,8 @@ class CaptureSource:
             outputs = decoder.take()
             if outputs:
                 yield outputs, None
+            # Not held while the next batch is decoded: memory holds one group at a time.
+            del outputs, batch
         rest = _outputs_of(decoder.finish())
         if rest:
             yield rest, None

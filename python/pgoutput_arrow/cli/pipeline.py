@@ -102,3 +102,5 @@ def _drain(source: CaptureSource | LiveSource, filters: Filters, sinks: list[Sin
             if args.to_lsn is not None and chunk.max_commit_lsn is not None \
                     and chunk.max_commit_lsn > args.to_lsn:
                 break
+            # Not held while the source makes the next group: one group at a time in memory.
+            del outputs, chunk
