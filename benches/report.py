@@ -2,7 +2,7 @@
 
 Reads ``<data>/manifest.json`` (gen_captures.py), the criterion results under
 ``<target>/criterion/**/new/{benchmark,estimates}.json``, ``<data>/compare.json``
-(compare.py) and ``<data>/live.json`` (live.py). Every number printed comes from those
+(compare.py), ``<data>/live.json`` (live.py) and ``<data>/cli.json`` (cli_drain.py). Every number printed comes from those
 files; a missing part is reported as not run.
 
 MB is 10^6 bytes of pgoutput message payload.
@@ -84,6 +84,7 @@ def main() -> None:
     crit = criterion_results(Path(args.criterion))
     compare = load_json(data / "compare.json") or {"results": []}
     live = load_json(data / "live.json")
+    cli = load_json(data / "cli.json")
     m = machine()
     lines: list[str] = []
     w = lines.append
@@ -226,6 +227,34 @@ def main() -> None:
         ours = med.get("pgoutput_arrow", {}).get("changes_per_s")
         targets[f"live ≥ {LIVE_TARGET:.0%} of pg_recvlogical"] = (
             ours / base >= LIVE_TARGET if ours and base else None)
+
+    # ---------------------------------------------------------------- CLI
+    w("## pgoutput-dump drained to /dev/null (`benches/cli_drain.py`)")
+    w("")
+    if not cli or not cli.get("results"):
+        w("Not run.")
+    else:
+        w(f"{Path(cli['capture']).name}: {cli['bytes'] / 1e6:.0f} MB, {cli['changes']:,} changes; "
+          f"median (min–max) of {cli['runs']} runs. CPU = the process's user+sys time: on this "
+          "shared machine the wall time also counts waits for a core. Peak RSS from `wait4`.")
+        w("")
+        w("| command | format | wall s | changes/s | CPU s | changes per CPU s | peak RSS MB |")
+        w("|---|---|---:|---:|---:|---:|---:|")
+        for r in cli["results"]:
+            t, c, m = r["seconds"], r["cpu_seconds"], r["peak_rss_bytes"]
+            w(f"| {r['command']} | {r['format']} | {r['median_s']:.2f} ({min(t):.2f}–{max(t):.2f}) "
+              f"| {r['changes_per_s']:,.0f} | {r['median_cpu_s']:.2f} ({min(c):.2f}–{max(c):.2f}) "
+              f"| {r['changes_per_cpu_s']:,.0f} | {r['median_peak_rss_bytes'] / 1e6:.0f} "
+              f"({min(m) / 1e6:.0f}–{max(m) / 1e6:.0f}) |")
+        w("")
+        jsonl = [r for r in cli["results"] if r["format"] == "jsonl"]
+        if jsonl:
+            last = jsonl[-1]
+            targets["pgoutput-dump jsonl ≥ 1 M changes/s (wall)"] = last["changes_per_s"] >= 1e6
+            targets["pgoutput-dump jsonl ≥ 1 M changes per CPU second"] = \
+                last["changes_per_cpu_s"] >= 1e6
+            targets["pgoutput-dump jsonl peak RSS < 500 MB"] = \
+                max(last["peak_rss_bytes"]) < 500e6
 
     # ---------------------------------------------------------------- targets
     w("## Targets (issue 7)")

@@ -6,7 +6,7 @@
 # (Python runs per median, default 5), PGOUTPUT_LIVE_CHANGES (default 1000000),
 # PGOUTPUT_LIVE_REPS (default 3), PGOUTPUT_BENCH_DATA (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare live profile report"), BENCH_COMMAND (what
+# BENCH_STEPS (default "gen criterion compare cli live profile report"), BENCH_COMMAND (what
 # BENCHMARKS.md says was run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ PY=${PY:-.venv/bin/python}
 export PGOUTPUT_BENCH_DATA=${PGOUTPUT_BENCH_DATA:-$PWD/bench-data}
 export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
-STEPS=${BENCH_STEPS:-gen criterion compare live profile report}
+STEPS=${BENCH_STEPS:-gen criterion compare cli live profile report}
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 COMMAND=${BENCH_COMMAND:-"make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"}
 
@@ -36,6 +36,11 @@ fi
 if step compare; then
   echo "== Python: pgoutput_arrow.decode vs pypgoutput vs a kind-byte loop"
   "$PY" benches/compare.py --data "$PGOUTPUT_BENCH_DATA"
+fi
+if step cli; then
+  echo "== pgoutput-dump drained to /dev/null: jsonl, pretty, parquet"
+  "$PY" benches/cli_drain.py --capture "$PGOUTPUT_BENCH_DATA/pgbench-binary.parquet" \
+    --runs "${PGOUTPUT_BENCH_RUNS:-3}" --out "$PGOUTPUT_BENCH_DATA/cli.json"
 fi
 if step live; then
   echo "== live: draining a slot"

@@ -110,10 +110,11 @@ def comparable(table: pa.Table) -> list[dict[str, object]]:
     """The rows of a decoded table as JSON-safe values (as pgoutput-dump prints them), so
     that tables compare value by value whatever their physical types (string_view or
     string) and even where ``to_pylist`` cannot go (dates before year 1)."""
-    from pgoutput_arrow._render import column_values
+    import json
 
-    cols = {f.name: column_values(table.column(f.name), False, f) for f in table.schema}
-    return [dict(zip(cols, row)) for row in zip(*cols.values())]
+    from pgoutput_arrow._internal import rows_json
+
+    return [json.loads(line) for line in rows_json(table).splitlines()]
 
 
 def dump_command() -> str:

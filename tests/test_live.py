@@ -889,8 +889,7 @@ def test_cli_jsonl_to_a_file_is_fsynced_before_acknowledging(
 ) -> None:
     """With stdout a regular file, each group is written, flushed and fsynced before its end
     is acknowledged: the flushed position the server is told is on disk."""
-    from pgoutput_arrow.cli import build_parser
-    from pgoutput_arrow.live_cli import run_live
+    from pgoutput_arrow.cli import build_parser, run
 
     pg = pg18
     t = f"{unique_name}_t"
@@ -916,7 +915,7 @@ def test_cli_jsonl_to_a_file_is_fsynced_before_acknowledging(
     args = build_parser().parse_args(["--dsn", pg.dsn, "--slot", unique_name, "--publication",
                                       unique_name, "--format", "jsonl", "--idle-timeout", "1"])
     with path.open("w") as out:
-        assert run_live(args, out) == 0
+        assert run(args, out) == 0
     assert len(path.read_text().splitlines()) == 3
     acks = [i for i, (what, _) in enumerate(events) if what == "ack"]
     assert acks, events

@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from . import conform, unify_schemas
 
-__all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "DATA_SUFFIXES"]
+__all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "fsync_dir",
+           "DATA_SUFFIXES"]
 
 DATA_SUFFIXES = (".parquet", ".arrow")
 
@@ -181,7 +182,7 @@ def write_atomically(table: pa.Table, path: Path, fmt: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _without_ids(schema: pa.Schema) -> pa.Schema:
@@ -252,7 +253,7 @@ class TableDirectory:
                 unified = to
             else:  # begun for a group that does not count: no file was rewritten yet
                 journal.unlink()
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
         if unified is None:
             distinct: list[pa.Schema] = []
             for path in self.files():
@@ -329,7 +330,7 @@ class TableDirectory:
         journal = self.directory / JOURNAL
         if journal.exists():
             journal.unlink()
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         self._pending = None
 
     def _see(self, schema: pa.Schema) -> None:
@@ -383,7 +384,7 @@ def _write_journal(path: Path, held: pa.Schema, unified: pa.Schema, lsn: int | N
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _read_journal(path: Path) -> tuple[pa.Schema, pa.Schema, int | None]:
@@ -393,7 +394,7 @@ def _read_journal(path: Path) -> tuple[pa.Schema, pa.Schema, int | None]:
     return held, unified, data["lsn"]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,10 +1,12 @@
 # Stubs of the native module (crates/pgoutput-py), checked against it with
 # `python -m mypy.stubtest pgoutput_arrow._internal`.
 from os import PathLike
+from collections.abc import Callable
 from typing import Any, final
 
 __all__ = [
-    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "WalReceiver", "TxnTracker", "unify_schemas", "conform", "pg_text",
+    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "unify_schemas",
+    "conform", "pg_text", "rows_json",
     "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
     "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS", "END_KINDS",
 ]
@@ -56,6 +58,21 @@ class Decoder:
     def finish(self) -> dict[str, Any]: ...
 
 @final
+class Renderer:
+    """Decoded changes as text (``"jsonl"`` or ``"pretty"``), group by group, in commit
+    order; pretty cuts text longer than ``max_chars`` characters."""
+
+    def __new__(cls, format: str, *, max_chars: int = 64) -> Renderer: ...
+    def render(
+        self,
+        tables: list[tuple[str, Any]],
+        truncates: list[Any],
+        messages: list[Any],
+        write: Callable[[bytes], object],
+    ) -> int: ...
+    def end_transaction(self) -> bytes: ...
+
+@final
 class TxnTracker:
     """Transaction boundaries seen in a pgoutput stream."""
 
@@ -82,6 +99,7 @@ class WalReceiver:
 def unify_schemas(schemas: list[Any]) -> ArrowTable: ...
 def conform(data: Any, schema: Any) -> ArrowTable: ...
 def pg_text(data: Any) -> ArrowTable: ...
+def rows_json(data: Any) -> bytes: ...
 def lsn_to_int(lsn: str) -> int: ...
 def lsn_to_str(lsn: int) -> str: ...
 

@@ -89,7 +89,9 @@ def _open_parquet(path: Path) -> Capture:
     import pyarrow.parquet as pq
 
     try:
-        pf = pq.ParquetFile(path, memory_map=True)
+        # Read, not memory-mapped: Parquet pages are decoded into new buffers anyway, and
+        # mapped pages would stay in the process's resident memory up to the file's size.
+        pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except (pa.ArrowException, OSError) as e:
         raise CaptureError(f"{path}: unreadable Parquet file: {e}") from None
     schema = pf.schema_arrow

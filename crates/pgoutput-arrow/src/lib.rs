@@ -49,6 +49,7 @@ mod idmap;
 mod meta;
 mod options;
 mod output;
+pub mod render;
 mod spill;
 mod table;
 mod txn;

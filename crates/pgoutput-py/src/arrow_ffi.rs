@@ -100,3 +100,40 @@ pub fn import_schema(obj: &Bound<'_, PyAny>) -> PyResult<arrow_schema::Schema> {
     let ffi = unsafe { &*pointer.as_ptr().cast::<FFI_ArrowSchema>() };
     arrow_schema::Schema::try_from(ffi).map_err(arrow_error)
 }
+
+/// Imports one batch from any object implementing `__arrow_c_array__` (a pyarrow
+/// RecordBatch): a struct array whose children are the columns. Nothing is copied; the
+/// buffers are released through the producer's callbacks when the batch is dropped.
+pub fn import_batch(obj: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
+    if !obj.hasattr("__arrow_c_array__")? {
+        return Err(PyTypeError::new_err(format!(
+            "expected an object with __arrow_c_array__ (a pyarrow RecordBatch), got {}",
+            obj.get_type().name()?
+        )));
+    }
+    let pair = obj.call_method0("__arrow_c_array__")?;
+    let (schema, array): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
+    let schema = schema
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("__arrow_c_array__ did not return a schema PyCapsule"))?;
+    let array = array
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("__arrow_c_array__ did not return an array PyCapsule"))?;
+    let schema_pointer = schema.pointer_checked(Some(SCHEMA_CAPSULE))?;
+    let array_pointer = array.pointer_checked(Some(ARRAY_CAPSULE))?;
+    // SAFETY: the capsule is named "arrow_schema", so by the PyCapsule interface its pointer
+    // is a valid, aligned, initialised `struct ArrowSchema` (the layout of `FFI_ArrowSchema`,
+    // #[repr(C)]). It is only borrowed, while `schema` keeps the capsule alive.
+    let ffi_schema = unsafe { &*schema_pointer.as_ptr().cast::<FFI_ArrowSchema>() };
+    // SAFETY: the capsule is named "arrow_array", so its pointer is a valid, aligned,
+    // initialised `struct ArrowArray` (the layout of `FFI_ArrowArray`). `from_raw` moves it
+    // out and leaves a released one behind, so the capsule's destructor does not release
+    // it again; the capsule stays alive (held by `array`) during the move.
+    let ffi_array = unsafe { FFI_ArrowArray::from_raw(array_pointer.as_ptr().cast::<FFI_ArrowArray>()) };
+    // SAFETY: `ffi_array` was produced for the type `ffi_schema` describes (they come from
+    // one `__arrow_c_array__` call), as `from_ffi` requires.
+    let data = unsafe { arrow_array::ffi::from_ffi(ffi_array, ffi_schema) }.map_err(arrow_error)?;
+    let schema = arrow_schema::Schema::try_from(ffi_schema).map_err(arrow_error)?;
+    let columns = StructArray::from(data);
+    RecordBatch::try_new(std::sync::Arc::new(schema), columns.columns().to_vec()).map_err(arrow_error)
+}

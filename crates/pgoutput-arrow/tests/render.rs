@@ -1,0 +1,138 @@
+//! The text formats on the golden captures of real PostgreSQL 15 and 18 streams: every
+//! change is one jsonl line of valid JSON with the documented keys in order, in commit
+//! order, and the pretty format frames each transaction with BEGIN and COMMIT. (The exact
+//! bytes of both formats on these captures are checked by tests/test_render.py.)
+
+use std::path::{Path, PathBuf};
+
+use arrow_array::cast::AsArray;
+use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
+use pgoutput_arrow::render::{Format, Renderer};
+use pgoutput_arrow::{Decoder, DecoderOptions, Output};
+use serde_json::Value;
+
+/// (LSN, message) as the server sent them.
+type Messages = Vec<(u64, Vec<u8>)>;
+
+fn captures() -> Vec<(String, Messages)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/captures");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("golden captures {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    assert!(!paths.is_empty(), "no golden captures in {}", dir.display());
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let raw = std::fs::read(&p).unwrap();
+            let mut messages = Vec::new();
+            let mut at = 0;
+            while at + 16 <= raw.len() {
+                let lsn = u64::from_be_bytes(raw[at..at + 8].try_into().unwrap());
+                let len = u32::from_be_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
+                messages.push((lsn, raw[at + 16..at + 16 + len].to_vec()));
+                at += 16 + len;
+            }
+            (p.file_stem().unwrap().to_string_lossy().into_owned(), messages)
+        })
+        .collect()
+}
+
+/// The decoder's groups: what `take_ready` hands out after every 11 messages.
+fn groups(messages: &[(u64, Vec<u8>)]) -> Vec<Vec<Output>> {
+    let mut d = Decoder::new(DecoderOptions::default());
+    let mut out = Vec::new();
+    for (i, (lsn, m)) in messages.iter().enumerate() {
+        d.push(*lsn, &Buffer::from(m.clone())).unwrap();
+        if i % 11 == 10 || i + 1 == messages.len() {
+            d.flush().unwrap();
+            out.push(d.take_ready());
+        }
+    }
+    out
+}
+
+/// (text, changes) of the groups in `format`.
+fn render(groups: &[Vec<Output>], format: Format) -> (String, usize) {
+    let mut r = Renderer::new(format, 64);
+    let mut out = Vec::new();
+    let mut changes = 0;
+    for g in groups {
+        let mut tables: Vec<(&str, &RecordBatch)> = Vec::new();
+        let (mut truncates, mut messages) = (Vec::new(), Vec::new());
+        for o in g {
+            match o {
+                Output::Table { name, batch, .. } => tables.push((name.as_str(), batch)),
+                Output::Truncates(b) => truncates.push(b),
+                Output::Messages(b) => messages.push(b),
+                _ => {}
+            }
+            if let Output::Truncates(b) = o {
+                changes += b.column_by_name("relations").unwrap().as_list::<i32>().values().len();
+            } else if let Output::Table { batch, .. } | Output::Messages(batch) = o {
+                changes += batch.num_rows();
+            }
+        }
+        // Written in small pieces, as the Python binding does.
+        let mut group = r.group(&tables, &truncates, &messages).unwrap();
+        loop {
+            let limit = out.len() + 100;
+            if r.write(&mut group, &mut out, limit) {
+                break;
+            }
+        }
+    }
+    r.end_transaction(&mut out);
+    (String::from_utf8(out).expect("UTF-8 output"), changes)
+}
+
+const KEYS: [&str; 10] = ["op", "schema", "table", "lsn", "commit_lsn", "commit_ts", "xid", "new", "old", "unchanged"];
+
+#[test]
+fn jsonl_of_every_golden_capture() {
+    let mut total = 0;
+    for (name, messages) in captures() {
+        let (text, changes) = render(&groups(&messages), Format::Jsonl);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), changes, "{name}: one line per change");
+        let mut last_commit = 0u64;
+        for line in lines {
+            let v: serde_json::Map<String, Value> =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {line}"));
+            let extra = match v["op"].as_str().unwrap() {
+                "truncate" => vec!["cascade", "restart_identity"],
+                "message" => vec!["prefix", "content", "transactional"],
+                _ => vec![],
+            };
+            let want: Vec<&str> = KEYS.iter().copied().chain(extra).collect();
+            let mut keys: Vec<&str> = v.keys().map(String::as_str).collect();
+            keys.sort_by_key(|k| want.iter().position(|w| w == k));
+            assert_eq!(keys, want, "{name}: {line}");
+            // In that order: each key's first appearance in the line comes after the previous.
+            let at: Vec<usize> = want.iter().map(|k| line.find(&format!("\"{k}\": ")).unwrap()).collect();
+            assert!(at.windows(2).all(|w| w[0] < w[1]), "{name}: key order: {line}");
+            if let Some(c) = v["commit_lsn"].as_str() {
+                let c = pgoutput_arrow::Lsn::from_ascii(c.as_bytes()).unwrap().0;
+                assert!(c >= last_commit, "{name}: commit order: {line}");
+                last_commit = c;
+            }
+        }
+        total += changes;
+    }
+    assert!(total > 1000, "{total} changes");
+}
+
+#[test]
+fn pretty_frames_each_transaction() {
+    for (name, messages) in captures() {
+        let (text, changes) = render(&groups(&messages), Format::Pretty);
+        let begins = text.lines().filter(|l| l.starts_with("BEGIN ")).count();
+        let commits = text.lines().filter(|l| l.starts_with("COMMIT ")).count();
+        assert_eq!(begins, commits, "{name}");
+        let lines = text.lines().count() - begins - commits;
+        assert_eq!(lines, changes, "{name}: one line per change");
+    }
+}

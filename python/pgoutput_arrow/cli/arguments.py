@@ -1,0 +1,253 @@
+"""``pgoutput-dump``'s command line: the options, and the combinations argparse cannot
+check by itself (usage errors, exit status 2, found before anything is read, connected to
+or created)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import IO
+
+from .. import __version__
+from .._internal import lsn_to_int
+
+__all__ = ["PROG", "UsageError", "build_parser", "output_format", "publications"]
+
+PROG = "pgoutput-dump"
+
+DESCRIPTION = """\
+Decode a pgoutput capture and print its changes (one line each, in commit order), or store
+them as Parquet or Arrow files, one directory per table.
+
+A capture is what pg_logical_slot_get_binary_changes() returns (columns lsn, xid, data),
+saved as Parquet, Arrow IPC or CSV; the format is recognised from the file's content."""
+
+EPILOG = """\
+examples:
+  pgoutput-dump capture.parquet                          aligned lines, BEGIN/COMMIT shown
+  pgoutput-dump capture.parquet --format jsonl | jq .    one JSON object per change
+  pgoutput-dump capture.parquet --table 'public.order*' --from-lsn 0/16B3748 --limit 100
+  pgoutput-dump capture.parquet --format parquet --output out/
+                     writes out/public.orders/00000000016B3748-00000000016C0000.parquet ...
+  pgoutput-dump capture.parquet --stats                  counts per table and operation
+  some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
+  pgoutput-dump --dsn 'host=db user=repl dbname=shop' --slot shop --create-slot \\
+      --create-publication public.orders --format parquet --output out/
+                     streams the slot live (made with a publication for public.orders if
+                     missing); files as above, acknowledged once durable; Ctrl-C stops
+
+capturing with plain SQL (wal_level = logical):
+  CREATE PUBLICATION pub FOR ALL TABLES;
+  SELECT pg_create_logical_replication_slot('cap', 'pgoutput');
+  -- run the workload, then:
+  COPY (SELECT lsn, xid, data FROM pg_logical_slot_get_binary_changes('cap', NULL, NULL,
+        'proto_version', '1', 'publication_names', 'pub')) TO '/tmp/capture.csv' (FORMAT csv);
+
+jsonl objects have the keys op (insert, update, delete, truncate, message), schema, table,
+lsn and commit_lsn ('X/Y'), commit_ts (ISO 8601, UTC), xid, new, old (the old key or row, when
+the server sent one), unchanged (columns whose TOAST value an UPDATE left unchanged: null in
+new, but not NULL). Values are JSON-safe: 64-bit integers and decimals as strings, bytes as
+hex, NaN and Infinity as strings, dates and times ISO 8601.
+
+exit status: 0 success, 1 unreadable input, decoding or connection error, or a missing
+Python package (one line on stderr; --debug for the traceback), 2 usage error."""
+
+_FORMATS = ("pretty", "jsonl", "parquet", "arrow")
+
+
+FORMATS = ("pretty", "jsonl", "parquet", "arrow")
+
+
+class UsageError(Exception):
+    """An argument combination argparse cannot check by itself (exit status 2)."""
+
+
+def lsn_arg(text: str) -> int:
+    try:
+        return lsn_to_int(text) if "/" in text else int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an LSN: {text!r} (expected X/Y as 16/B374D848, or an integer)"
+        ) from None
+
+
+def positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "input", metavar="CAPTURE", nargs="?",
+        help="capture file (Parquet, Arrow IPC file or stream, CSV), or - for an Arrow IPC "
+        "stream on stdin; or --dsn/--slot for a live replication slot",
+    )
+    _add_live_arguments(p)
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "-f", "--format", choices=FORMATS, default=None,
+        help="pretty: aligned lines with BEGIN/COMMIT (the default when stdout is a terminal); "
+        "jsonl: one JSON object per change (the default otherwise); parquet, arrow: files "
+        "under --output, one directory per table",
+    )
+    out.add_argument(
+        "-o", "--output", metavar="DIR", type=Path,
+        help="directory for --format parquet/arrow: DIR/schema.table/FIRST-LAST.parquet, named "
+        "by the commit LSNs of the first and last rows (16 hex digits each, so names sort); "
+        "truncates, messages and transactions go to DIR/_truncates, DIR/_messages, "
+        "DIR/_transactions. Files appear atomically (written as hidden .tmp files, then "
+        "renamed)",
+    )
+    out.add_argument(
+        "--rows-per-file", metavar="N", type=positive, default=1_000_000,
+        help="with --output, start a new file of a table once it holds N rows or more; a "
+        "transaction is never split across files (default 1000000)",
+    )
+    out.add_argument(
+        "--stats", action="store_true",
+        help="print counts per table and operation instead of the changes (after writing "
+        "the files with --format parquet/arrow)",
+    )
+    flt = p.add_argument_group("filters")
+    flt.add_argument(
+        "-t", "--table", metavar="GLOB", action="append", default=[],
+        help="only tables whose schema.table matches GLOB (fnmatch: *, ?, [abc]); repeat for "
+        "several; messages are left out when given",
+    )
+    flt.add_argument(
+        "--from-lsn", metavar="LSN", type=lsn_arg,
+        help="only transactions that commit at or after LSN (X/Y or an integer)",
+    )
+    flt.add_argument(
+        "--to-lsn", metavar="LSN", type=lsn_arg,
+        help="only transactions that commit at or before LSN; reading stops after it",
+    )
+    flt.add_argument(
+        "-n", "--limit", metavar="N", type=positive,
+        help="stop after N changes (after filtering)",
+    )
+    dec = p.add_argument_group("decoding")
+    dec.add_argument(
+        "--special-values", choices=("keep", "error", "null", "text"), default="keep",
+        help="values PostgreSQL accepted that no Arrow value of the column's type can hold "
+        "(time 24:00:00, NaN in numeric(p,s), timestamps beyond int64 microseconds, arrays "
+        "whose lower bound is not 1): keep them (the default: jsonl and pretty print "
+        "PostgreSQL's text in the value's place, Parquet/Arrow keep it in the _special "
+        "column), fail, store NULL (the value is lost), or decode such columns as "
+        "PostgreSQL's text; +-infinity dates and timestamps are kept as the type's extreme "
+        "values and printed as infinity",
+    )
+    dec.add_argument(
+        "--no-views", action="store_true",
+        help="copy text and binary values into plain string/binary columns instead of view "
+        "arrays pointing into the messages",
+    )
+    dec.add_argument(
+        "--memory-limit", metavar="BYTES", type=positive,
+        help="buffered changes of open transactions beyond BYTES spill to disk",
+    )
+    dec.add_argument("--spill-dir", metavar="DIR", help="where to spill (default: a temp dir)")
+    misc = p.add_argument_group("other")
+    misc.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="a progress line on stderr (default: when stderr is a terminal and the input "
+        "takes more than a second)",
+    )
+    misc.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    misc.add_argument("-V", "--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+def _add_live_arguments(p: argparse.ArgumentParser) -> None:
+    """The live source's options (used when --dsn is given instead of a capture)."""
+    g = p.add_argument_group(
+        "live source (streaming replication; instead of CAPTURE)",
+        "Stream a logical replication slot (plugin pgoutput) as the changes happen.")
+    g.add_argument("--dsn", metavar="DSN",
+                   help="libpq connection string or URI (host, port, user, password or "
+                   "PGPASSWORD/passfile, sslmode up to verify-full, sslrootcert, ...)")
+    g.add_argument("--slot", metavar="NAME", help="the logical replication slot")
+    g.add_argument("--create-slot", action="store_true",
+                   help="create the slot if it does not exist")
+    g.add_argument("--temporary", action="store_true",
+                   help="with --create-slot: a temporary slot, dropped when the connection "
+                   "ends (no resume after a disconnect)")
+    g.add_argument("--two-phase", action="store_true",
+                   help="decode prepared transactions (the slot is created with two_phase)")
+    g.add_argument("--publication", metavar="NAME", action="append",
+                   help="publication to stream (repeat for several; default with "
+                   "--create-publication/--all-tables: the slot's name)")
+    g.add_argument("--create-publication", metavar="TABLE", nargs="+",
+                   help="create the publication for these tables if it does not exist")
+    g.add_argument("--all-tables", action="store_true",
+                   help="create the publication FOR ALL TABLES if it does not exist")
+    g.add_argument("--proto-version", type=int, choices=(1, 2, 3, 4),
+                   help="pgoutput protocol (default: the highest the server speaks)")
+    g.add_argument("--binary", action="store_true", help="values in binary send format")
+    g.add_argument("--streaming", choices=("on", "parallel", "off"),
+                   help="stream in-progress transactions (default: on from protocol 2)")
+    g.add_argument("--messages", action="store_true",
+                   help="include logical decoding messages (pg_logical_emit_message)")
+    g.add_argument("--origin", choices=("any", "none"), help="changes of which origin")
+    g.add_argument("--start-lsn", metavar="X/Y", type=lsn_arg,
+                   help="start at this LSN (never before the slot's confirmed position)")
+    g.add_argument("--status-interval", metavar="S", type=float, default=10.0,
+                   help="seconds between standby status updates (default 10)")
+    g.add_argument("--connect-timeout", metavar="S", type=float, default=10.0,
+                   help="seconds to wait for a connection (default 10)")
+    g.add_argument("--reconnect-attempts", metavar="N", type=int, default=8,
+                   help="reconnect attempts after the connection is lost (default 8)")
+    g.add_argument("--reconnect-timeout", metavar="S", type=float, default=120.0,
+                   help="give up reconnecting after S seconds (default 120)")
+    g.add_argument("--commit-interval", metavar="S", type=float, default=1.0,
+                   help="with --output: gather up to S seconds of transactions per file "
+                   "group (default 1)")
+    g.add_argument("--idle-timeout", metavar="S", type=float,
+                   help="stop after S seconds without changes")
+    g.add_argument("--stop-after", metavar="S", type=float, help="stop after S seconds")
+
+
+def publications(args: argparse.Namespace) -> tuple[list[str] | None, list[str] | str | None]:
+    """(publications to stream, publication to create: tables, "ALL" or None)."""
+    create: list[str] | str | None = None
+    if args.all_tables:
+        create = "ALL"
+    elif args.create_publication:
+        create = args.create_publication
+    return args.publication or (None if create is None else [args.slot]), create
+
+
+def output_format(args: argparse.Namespace, out: IO[str]) -> str:
+    """The output format (pretty on a terminal, else jsonl, unless --format says), after
+    checking the combinations of options: raises :class:`UsageError`."""
+    fmt: str = args.format or ("pretty" if out.isatty() else "jsonl")
+    if args.dsn is not None and args.input is not None:
+        raise UsageError("give a CAPTURE or --dsn, not both")
+    if args.dsn is None and args.input is None:
+        raise UsageError("a CAPTURE file (or - for stdin), or --dsn and --slot, is required")
+    if fmt in ("parquet", "arrow") and args.output is None:
+        raise UsageError(f"--format {fmt} needs --output DIR")
+    if args.output is not None and fmt not in ("parquet", "arrow"):
+        raise UsageError("--output is for --format parquet or arrow")
+    if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
+        raise UsageError("--from-lsn is after --to-lsn: nothing can match")
+    if args.dsn is not None:
+        if not args.slot:
+            raise UsageError("--dsn needs --slot NAME")
+        if publications(args)[0] is None:
+            raise UsageError("--dsn needs --publication NAME (or --create-publication TABLE ... "
+                             "or --all-tables)")
+        if args.temporary and not args.create_slot:
+            raise UsageError("--temporary goes with --create-slot")
+    return fmt

@@ -1,0 +1,101 @@
+"""The capture source: a capture file (or an Arrow IPC stream on stdin) decoded batch by
+batch, in groups of whole committed transactions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any
+
+from .. import Changes, Decoder, Output, OutputKind
+from ..capture import Capture, open_capture, open_stream
+from .arguments import UsageError
+from .progress import Progress, si
+
+__all__ = ["CaptureSource", "decoder_options"]
+
+
+def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The decoding options of the command line, as :class:`pgoutput_arrow.Decoder` takes them."""
+    return {
+        "special_values": args.special_values,
+        "views": not args.no_views,
+        "memory_limit": args.memory_limit,
+        "spill_dir": args.spill_dir,
+    }
+
+
+class CaptureSource:
+    """Decodes the capture one batch of messages at a time (65536 rows from Parquet and CSV,
+    the file's own batches from Arrow IPC), flushing the decoder after each, so that each
+    group holds the transactions committed in it and memory holds one group at a time
+    (and the messages of transactions still open)."""
+
+    #: A capture is not acknowledged to anyone.
+    acknowledges = False
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        if args.input == "-":
+            if sys.stdin.isatty():
+                raise UsageError("input is - but stdin is a terminal: pipe an Arrow IPC stream in")
+            self.capture: Capture = open_stream(sys.stdin.buffer)
+        else:
+            self.capture = open_capture(args.input)
+        self.options = decoder_options(args)
+        self.progress = Progress(args.progress)
+        self.done = 0
+
+    def __enter__(self) -> CaptureSource:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.close()
+
+    def groups(self) -> Generator[tuple[list[Output], int | None], None, None]:
+        """(batches of whole committed transactions, None: nothing to acknowledge)."""
+        decoder = Decoder(**self.options)
+        for batch in self.capture.reader:
+            decoder.feed_batch(batch)
+            decoder.flush()
+            self._update(batch.num_rows)
+            outputs = decoder.take()
+            if outputs:
+                yield outputs, None
+            # Not held while the next batch is decoded: memory holds one group at a time.
+            del outputs, batch
+        rest = _outputs_of(decoder.finish())
+        if rest:
+            yield rest, None
+
+    def ack(self, lsn: int) -> None:
+        pass
+
+    def _update(self, n: int) -> None:
+        """``\\r 42% 1.2M/2.9M messages 350k/s``."""
+        self.done += n
+        if not self.progress.due():
+            return
+        rate = self.done / max(time.monotonic() - self.progress.start, 1e-9)
+        total = self.capture.num_rows
+        if total:
+            self.progress.show(f"{100.0 * self.done / total:5.1f}% {si(self.done)}/{si(total)} "
+                               f"messages {si(rate)}/s")
+        else:
+            self.progress.show(f"{si(self.done)} messages {si(rate)}/s")
+
+
+def _outputs_of(changes: Changes) -> list[Output]:
+    out: list[Output] = []
+    for name, versions in changes.table_versions.items():
+        for i, table in enumerate(versions, 1):
+            version = int((table.schema.metadata or {}).get(b"pg.version", i))
+            out += [Output("table", name, version, b) for b in table.to_batches() if b.num_rows]
+    kind: OutputKind
+    for kind in ("truncates", "messages", "transactions"):
+        out += [Output(kind, None, None, b) for b in getattr(changes, kind).to_batches()
+                if b.num_rows]
+    return out

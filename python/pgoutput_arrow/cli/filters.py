@@ -1,0 +1,144 @@
+"""The filters between source and sinks: tables by name (``--table``), transactions by
+commit LSN (``--from-lsn``, ``--to-lsn``), and the first N changes (``--limit``). A group's
+kept rows stay zero-copy slices of the decoded batches."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import Output
+
+__all__ = ["Chunk", "Filters", "filter_chunk", "limit_chunk"]
+
+
+@dataclass
+class Filters:
+    tables: list[str]
+    from_lsn: int | None
+    to_lsn: int | None
+
+    def table_ok(self, name: str) -> bool:
+        return not self.tables or any(fnmatch.fnmatchcase(name, g) for g in self.tables)
+
+    def mask(self, batch: pa.RecordBatch, column: str = "_commit_lsn") -> pa.Array | None:
+        """Rows inside the LSN range (None: all)."""
+        if self.from_lsn is None and self.to_lsn is None:
+            return None
+        lsn = batch.column(column)
+        if "_lsn" in batch.schema.names:  # a non-transactional message: its own LSN
+            lsn = pc.coalesce(lsn, batch.column("_lsn"))
+        conds = []
+        if self.from_lsn is not None:
+            conds.append(pc.greater_equal(lsn, pa.scalar(self.from_lsn, lsn.type)))
+        if self.to_lsn is not None:
+            conds.append(pc.less_equal(lsn, pa.scalar(self.to_lsn, lsn.type)))
+        m = conds[0] if len(conds) == 1 else pc.and_(conds[0], conds[1])
+        return pc.fill_null(m, False)
+
+
+@dataclass
+class Chunk:
+    """One group of decoded, filtered batches."""
+
+    tables: list[tuple[str, int, pa.RecordBatch]] = field(default_factory=list)
+    truncates: list[pa.RecordBatch] = field(default_factory=list)
+    messages: list[pa.RecordBatch] = field(default_factory=list)
+    transactions: list[pa.RecordBatch] = field(default_factory=list)
+    max_commit_lsn: int | None = None
+
+
+def filter_chunk(outputs: list[Output], filters: Filters) -> Chunk:
+    chunk = Chunk()
+    commits: list[int] = []
+    for out in outputs:
+        batch = out.batch
+        if "_commit_lsn" in batch.schema.names and batch.num_rows:
+            m = pc.max(batch.column("_commit_lsn")).as_py()
+            if m is not None:
+                commits.append(int(m))
+        if out.kind == "table":
+            assert out.table is not None
+            if not filters.table_ok(out.table):
+                continue
+        elif out.kind == "truncates":
+            batch = _truncates_for(batch, filters)
+        elif out.kind == "messages" and filters.tables:
+            continue
+        mask = filters.mask(batch) if "_commit_lsn" in batch.schema.names else None
+        for part in (_select(batch, mask.to_pylist()) if mask is not None else [batch]):
+            if not part.num_rows:
+                continue
+            if out.kind == "table":
+                chunk.tables.append((out.table or "", out.version or 0, part))
+            else:
+                getattr(chunk, out.kind).append(part)
+    chunk.max_commit_lsn = max(commits) if commits else None
+    return chunk
+
+
+def _select(batch: pa.RecordBatch, keep: list[bool]) -> list[pa.RecordBatch]:
+    """The kept rows as zero-copy slices, one per run of kept rows. (``filter`` would copy,
+    and pyarrow has no take kernel for view arrays.) Filters by LSN and limits keep one
+    run per batch, since a batch's rows are in commit order."""
+    parts = []
+    start = None
+    for i, k in enumerate([*keep, False]):
+        if k and start is None:
+            start = i
+        elif not k and start is not None:
+            parts.append(batch.slice(start, i - start))
+            start = None
+    return parts
+
+
+def _truncates_for(batch: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
+    """Truncates that touch a selected table (with only those tables in ``relations``)."""
+    if not filters.tables:
+        return batch
+    rels = batch.column("relations").to_pylist()
+    kept = [[r for r in rs if filters.table_ok(r)] for rs in rels]
+    keep = pa.array([bool(k) for k in kept])
+    cols = [pa.array(kept, batch.schema.field("relations").type) if n == "relations" else c
+            for n, c in zip(batch.schema.names, batch.columns)]
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema).filter(keep)
+
+
+def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
+    """The first ``remaining`` changes of the chunk in commit order; returns how many."""
+    keys: list[tuple[int, int]] = []
+    for _, _, b in chunk.tables:
+        keys += zip(_ints(b, "_commit_lsn"), _ints(b, "_seq"))
+    for b in chunk.truncates:
+        keys += ((c, s) for c, s, r in zip(_ints(b, "_commit_lsn"), _ints(b, "_seq"),
+                                           b.column("relations").to_pylist()) for _ in r)
+    for b in chunk.messages:
+        keys += zip(_message_keys(b), _ints(b, "_seq"))
+    if len(keys) <= remaining:
+        return chunk, len(keys)
+    keys.sort()
+    cut = keys[remaining - 1]
+
+    def upto(b: pa.RecordBatch, commit: list[int]) -> pa.RecordBatch:
+        seq = _ints(b, "_seq")
+        return _select(b, [(c, s) <= cut for c, s in zip(commit, seq)])
+
+    out = Chunk(max_commit_lsn=chunk.max_commit_lsn, transactions=chunk.transactions)
+    out.tables = [(n, v, p) for n, v, b in chunk.tables for p in upto(b, _ints(b, "_commit_lsn"))]
+    out.truncates = [p for b in chunk.truncates for p in upto(b, _ints(b, "_commit_lsn"))]
+    out.messages = [p for b in chunk.messages for p in upto(b, _message_keys(b))]
+    return out, remaining
+
+
+def _ints(batch: pa.RecordBatch, name: str) -> list[int]:
+    return [0 if v is None else int(v) for v in batch.column(name).to_pylist()]
+
+
+def _message_keys(batch: pa.RecordBatch) -> list[int]:
+    """Where a message sorts: its transaction's commit LSN, or its own LSN when it is not
+    transactional."""
+    commit = batch.column("_commit_lsn").to_pylist()
+    own = batch.column("_lsn").to_pylist()
+    return [int(c) if c is not None else int(o or 0) for c, o in zip(commit, own)]
