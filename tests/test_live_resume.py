@@ -4,6 +4,7 @@ and 15 (the ``pg`` fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 import time
@@ -121,3 +122,24 @@ def test_txn_tracker(kinds: list[bytes], idle: bool, floor: int | None) -> None:
     for message in kinds:
         tracker.see(message)
     assert (tracker.idle, tracker.prepared_floor()) == (idle, floor)
+
+
+def test_stream_options_group_the_keyword_options() -> None:
+    """``stream(dsn, slot=..., **options)`` checks its options once into a frozen
+    StreamOptions; what is not an option of the stream goes to the decoder."""
+    from pgoutput_arrow.live import LiveStream, StreamOptions
+
+    o = StreamOptions.of(slot="s", publication="a, b", start_lsn="0/10", temporary_slot=True,
+                         flush_interval=2.0, batch_size=7)
+    assert o.publications == ("a", "b") and o.start_lsn == 16 and o.create_slot
+    assert o.flush_interval == 2.0 and dict(o.decoder_options) == {"batch_size": 7}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.slot = "t"  # type: ignore[misc]
+    s = pgoutput_arrow.stream("host=nowhere", slot="s", publication="a, b", start_lsn="0/10",
+                              temporary_slot=True, flush_interval=2.0, batch_size=7)  # not opened
+    assert s.options == o and (s.slot, s.publications, s.flush_interval) == ("s", ["a", "b"], 2.0)
+    assert LiveStream("host=nowhere", o).options is o
+    with pytest.raises(ValueError, match="publication is required"):
+        StreamOptions.of(slot="s")
+    with pytest.raises(ValueError, match="streaming must be"):
+        pgoutput_arrow.stream("host=nowhere", slot="s", publication="p", streaming="maybe")
