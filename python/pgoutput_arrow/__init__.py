@@ -14,7 +14,7 @@ handed over through the Arrow C stream interface, without copying.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, NamedTuple, cast
 
 import pyarrow as pa
@@ -226,6 +226,14 @@ class Decoder:
         """Completes the pending batches of committed changes, even if smaller than
         ``batch_size``, so that the next :meth:`take` returns them."""
         self._native.flush()
+
+    def column_attnums(self, relation_id: int, columns: Mapping[str, int]) -> None:
+        """Tells which attnum (``pg_attribute.attnum``) each column of ``relation_id`` has,
+        as the catalog says now. The Relation messages fed after this are matched to the
+        relation's earlier definitions by attnum, so that a rename is never taken for a drop
+        plus an add or the reverse (without it, PostgreSQL's column order decides; see
+        README, "Known limits"). The live source does this by itself."""
+        self._native.column_attnums(relation_id, list(columns), list(columns.values()))
 
     @property
     def safe_lsn(self) -> int:

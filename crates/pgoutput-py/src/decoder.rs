@@ -232,6 +232,22 @@ impl PyDecoder {
         self.run(py, |decoder| Ok(decoder.flush()?))
     }
 
+    /// Which attnum (`pg_attribute.attnum`) each named column of `relation_id` has: the
+    /// Relation messages fed after this are matched to earlier definitions by attnum.
+    fn column_attnums(&self, py: Python<'_>, relation_id: u32, names: Vec<String>, attnums: Vec<i16>) -> PyResult<()> {
+        if names.len() != attnums.len() {
+            return Err(PyValueError::new_err(format!(
+                "column_attnums: {} names but {} attnums",
+                names.len(),
+                attnums.len()
+            )));
+        }
+        self.run(py, move |decoder| {
+            decoder.column_attnums(relation_id, names.into_iter().zip(attnums));
+            Ok(())
+        })
+    }
+
     /// The LSN up to which every change has been handed out by `take()`: what a consumer
     /// may confirm to the server once it has stored them.
     #[getter]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arrow_array::builder::BinaryBuilder;
 use arrow_array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
-use pgoutput_proto::{parse_copy_data, parse_message, Lsn, ReplicationMessage, StandbyStatusUpdate, TxnFraming};
+use pgoutput_proto::{parse_copy_data, parse_message, Lsn, Message, ReplicationMessage, StandbyStatusUpdate, TxnFraming};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -48,12 +48,24 @@ const FAILED: i32 = -2;
 #[derive(Default)]
 pub struct TxnTracker {
     framing: TxnFraming<()>,
+    /// Relation ids of the Relation messages seen since the reader last asked
+    /// ([`TxnTracker::take_relations`]), so that it can tell the decoder their attnums first.
+    relations: Vec<u32>,
 }
 
 impl TxnTracker {
     fn see_message(&mut self, data: &[u8]) {
         // Row changes, Relation, Type, Truncate, Message and Origin never move a boundary,
         // and are the bulk of the stream: decided by their first byte.
+        if data.first() == Some(&b'R') {
+            // Inside a stream block a Relation message carries the transaction's xid first.
+            if let Ok(Message::Relation(r)) = parse_message(data, self.framing.stream_block().is_some()) {
+                if !self.relations.contains(&r.id) {
+                    self.relations.push(r.id);
+                }
+            }
+            return;
+        }
         if !matches!(data.first(), Some(b'B' | b'b' | b'C' | b'P' | b'K' | b'r' | b'S' | b'E' | b'c' | b'A' | b'p')) {
             return;
         }
@@ -86,6 +98,11 @@ impl TxnTracker {
     /// The lowest prepare LSN of prepared transactions not yet resolved.
     fn prepared_floor(&self) -> Option<u64> {
         self.framing.prepared_floor()
+    }
+
+    /// The relation ids of the Relation messages seen since the last call, each once.
+    fn take_relations(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.relations)
     }
 }
 

@@ -34,8 +34,9 @@ _CONNECTION_BAD = 1
 _lib: Any = None
 
 
-def connect(dsn: str, connect_timeout: float) -> Any:
-    """A psycopg2 replication connection to ``dsn`` (a ``LogicalReplicationConnection``);
+def connect(dsn: str, connect_timeout: float, *, replication: bool = True) -> Any:
+    """A psycopg2 replication connection to ``dsn`` (a ``LogicalReplicationConnection``),
+    or with ``replication=False`` a plain one in autocommit mode (for catalog queries);
     failures as the package's exceptions, naming the host and port."""
     import psycopg2
     import psycopg2.extensions
@@ -51,11 +52,15 @@ def connect(dsn: str, connect_timeout: float) -> Any:
     kwargs: dict[str, Any] = {}
     if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
         kwargs["connect_timeout"] = max(1, int(round(connect_timeout)))
+    if replication:
+        kwargs["connection_factory"] = psycopg2.extras.LogicalReplicationConnection
     try:
-        return psycopg2.connect(
-            dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection, **kwargs)
+        conn = psycopg2.connect(dsn, **kwargs)
     except psycopg2.Error as e:
         raise classify_connect_error(e, where) from None
+    if not replication:
+        conn.autocommit = True
+    return conn
 
 
 class CopyBothEnded(Exception):

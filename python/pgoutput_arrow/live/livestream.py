@@ -36,6 +36,7 @@ import collections
 import dataclasses
 import select
 import time
+import warnings
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -179,6 +180,9 @@ class LiveStream:
         self._start_lsn = o.start_lsn
         self._conn: Any = None
         self._copy: Any = None
+        # A plain connection for pg_attribute (see _tell_attnums), opened on first use.
+        self._catalog: Any = None
+        self._catalog_warned = False
         # Reads frames natively, many messages per call, as one Arrow batch for the decoder.
         self._receiver: Any = None
         self._decoder: Any = None
@@ -425,11 +429,46 @@ class LiveStream:
 
     def _disconnect(self) -> None:
         conn, self._conn, self._copy, self._receiver = self._conn, None, None, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        for c in (conn, self._catalog):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+        self._catalog = None
+
+    def _tell_attnums(self, relation_ids: list[int]) -> None:
+        """Tells the decoder which attnum each column of these relations has, before it
+        reads their Relation messages, so that a renamed column is told from a dropped and
+        an added one by the catalog rather than by the columns' order. The catalog is read
+        now, after the messages were sent: a column renamed or dropped since then is not
+        found by its old name, and that definition falls back to the order rule. Best
+        effort: when pg_attribute cannot be read, the order rule applies (said once)."""
+        try:
+            if self._catalog is None:
+                self._catalog = connect(self.dsn, self.connect_timeout, replication=False)
+            with self._catalog.cursor() as cur:
+                cur.execute("SELECT attrelid::int8, attname, attnum FROM pg_attribute WHERE attrelid = "
+                            "ANY(%s::oid[]) AND attnum > 0 AND NOT attisdropped", (relation_ids,))
+                rows = cur.fetchall()
+        except Exception as e:  # noqa: BLE001  (a hint: the stream goes on without it)
+            if self._catalog is not None:
+                try:
+                    self._catalog.close()
+                except Exception:
+                    pass
+                self._catalog = None
+            if not self._catalog_warned:
+                self._catalog_warned = True
+                warnings.warn(f"pgoutput live stream: cannot read pg_attribute ({one_line(str(e))}): "
+                              "renamed columns are told from dropped and added ones by their order only",
+                              RuntimeWarning, stacklevel=2)
+            return
+        columns: dict[int, dict[str, int]] = {relid: {} for relid in relation_ids}
+        for relid, name, attnum in rows:
+            columns[int(relid)][name] = int(attnum)
+        for relid, by_name in columns.items():
+            self._decoder.column_attnums(relid, by_name)
 
     def _reconnect(self, cause: BaseException) -> None:
         """Reconnect with exponential backoff, resuming after what was handed out."""
@@ -490,6 +529,9 @@ class LiveStream:
         while True:
             batch, count, nbytes, end, reply, status, error = receiver.read(txns, 1024)
             if count:
+                relations = txns.take_relations()
+                if relations:
+                    self._tell_attnums(relations)
                 feed_batch(batch)
                 self._messages += count
                 self._bytes += nbytes
