@@ -353,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                          .config("spark.sql.execution.arrow.pyspark.validateSchema.enabled", "true")
                          .config("spark.sql.session.timeZone", "UTC")
                          .config("spark.sql.shuffle.partitions", "3").config("spark.ui.enabled", "false")
+                         .config("spark.ui.showConsoleProgress", "false")
                          .getOrCreate())
             for pg in servers:
                 live = bool(args.live_every and seed % args.live_every == 0)
