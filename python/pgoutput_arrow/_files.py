@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import conform, unify_schemas
+from .decoding import conform, unify_schemas
 
 __all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "fsync_dir",
            "DATA_SUFFIXES"]

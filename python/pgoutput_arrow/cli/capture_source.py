@@ -10,7 +10,7 @@ from collections.abc import Generator
 from types import TracebackType
 from typing import Any
 
-from .. import Changes, Decoder, Output, OutputKind
+from ..decoding import Changes, Decoder, Output, OutputKind
 from ..capture import Capture, open_capture, open_stream
 from .arguments import UsageError
 from .progress import Progress, si

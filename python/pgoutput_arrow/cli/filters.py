@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import Output
+from ..decoding import Output
 
 __all__ = ["Chunk", "Filters", "filter_chunk", "limit_chunk"]
 

@@ -15,7 +15,7 @@ from collections.abc import Generator
 from types import FrameType, TracebackType
 from typing import Any, cast
 
-from .. import Output, OutputKind
+from ..decoding import Output, OutputKind
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
 from .arguments import publications

@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from .. import _internal
 from .._internal import TxnTracker, lsn_to_str
+from ..decoding import Decoder
 from .._pg import SqlError, classify_connect_error, one_line
 from ..exceptions import (
     AuthenticationFailed,
@@ -414,8 +415,6 @@ class LiveStream:
         return start
 
     def _new_decoder(self) -> None:
-        from .. import Decoder  # the package's incremental decoder
-
         # The stream's mode is known here: no need to detect it from the first change.
         self._decoder = Decoder(**{"binary": self.binary, **self.options.decoder_options})
         # Column ids (pg.column_id) are one decoder's own: what earlier decoders' batches
