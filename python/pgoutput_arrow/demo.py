@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ._embedded import EmbeddedPostgres
+from ._internal import META_COLUMNS
 from .live import lsn_to_str, parse_lsn
 
 TABLES = ("public.customers", "public.orders")
@@ -292,10 +293,11 @@ def _spark_pipeline(pg: EmbeddedPostgres, pipeline: Path, out: Path) -> bool:
         replica = pq.read_table(spark_out / "replica" / table, coerce_int96_timestamp_unit="us")
         n_changes = sum(pq.ParquetFile(f).metadata.num_rows
                         for f in sorted((spark_out / "changes" / table).glob("*.parquet")))
-        cols = replica.column_names
+        # The table's own columns: a replica also keeps the metadata column _special.
+        cols = [c for c in replica.column_names if c not in META_COLUMNS]
         want = {r[0]: dict(zip(cols, r)) for r in
                 pg.execute(f"SELECT {', '.join(cols)} FROM {table.split('.', 1)[1]}")}
-        got = {r["id"]: r for r in replica.to_pylist()}
+        got = {r["id"]: r for r in replica.select(cols).to_pylist()}
         same = _normalise(got) == _normalise(want)
         ok &= same
         print(f"  {table:<18} {n_changes:>6} changes -> replica {replica.num_rows:>6} rows"
