@@ -762,6 +762,14 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
     assert [(r["_op"], r["id"], r["v"], r["_seq"]) for r in batches[3]] == \
         [("update", 1, "two", 0), ("delete", 2, None, 1)]
     assert _slot_position(pg, slot) == initial  # polling and reading moved nothing
+    # The last poll's messages travel in the partition (the server decodes a batch once);
+    # without them (a restarted query's first batch) each range is peeked: the same rows.
+    ranges = ((start, first), (first, second), (second, third), (third, last))
+    assert all(reader.partitions(a, b)[0].messages is not None for a, b in ranges)
+    fresh = PgoutputStreamReader(opts, reader.schema)
+    assert fresh.partitions(third, last)[0].messages is None
+    assert [_read_range(fresh, a, b) for a, b in ranges] == batches
+    fresh.stop()
 
     reader.commit(second)
     assert _slot_position(pg, slot) == sp.lsn_to_int(second["lsn"])
@@ -814,7 +822,9 @@ def test_stream_reader_reconnects_after_a_server_restart(unique_name: str) -> No
 
 def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_name: str) -> None:
     """A walsender still holding the slot (the previous query's, exiting) makes a read wait
-    and then succeed, not fail."""
+    and then succeed, not fail. (A batch whose messages the driver's poll already peeked does
+    not touch the slot again: it is read at once. A restarted query's first batch, planned
+    without a poll, peeks: that read waits.)"""
     import threading
 
     import psycopg2.extras
@@ -834,12 +844,17 @@ def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_na
     holder.cursor().start_replication(slot_name=slot, decode=False, options={
         "proto_version": "1", "publication_names": pub})  # never confirms anything
     assert pg18.scalar("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    t0 = time.monotonic()
+    assert [r["id"] for r in _read_range(reader, start, end)] == [1]  # carried: no peek
+    assert time.monotonic() - t0 < 1.0
+    restarted = PgoutputStreamReader(opts, reader.schema)  # no poll of its own
     release = threading.Timer(1.5, holder.close)
     release.start()
     t0 = time.monotonic()
-    assert [r["id"] for r in _read_range(reader, start, end)] == [1]
+    assert [r["id"] for r in _read_range(restarted, start, end)] == [1]
     assert time.monotonic() - t0 >= 1.0
     release.join()
+    restarted.stop()
     reader.stop()
 
 
