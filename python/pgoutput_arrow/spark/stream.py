@@ -18,8 +18,9 @@ How a micro-batch is cut and read (docs/spark.md, "Streaming from a replication 
 * ``latestOffset`` reads the slot with ``pg_logical_slot_peek_binary_changes`` up to the
   server's flushed WAL position (peeking does not consume), and returns that position, or the
   end of the last whole transaction that fits the read limit. It keeps the messages it
-  peeked, and ``partitions`` hands those of the batch to the executor inside the partition:
-  the server decodes a micro-batch's WAL once. A batch planned without that peek (a query
+  peeked (under a limit, READ_AHEAD batches' worth: the next polls cut their batches from
+  them without a peek), and ``partitions`` hands those of the batch to the executor inside
+  the partition: the server decodes a micro-batch's WAL once. A batch planned without that peek (a query
   restarted from its checkpoint re-runs its last batch) is read by peeking again up to the
   batch's end. Either way ``read`` decodes the transactions that commit inside the batch,
   with the same code: re-reading a batch after a restart gives the same rows.
@@ -518,10 +519,10 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if known is not None:
                     return upto, known, False
                 if max_rows is not None and begin <= peeked.covered:
-                    held = peeked.commits_before(peeked.covered)
+                    held = peeked.commits_before(min(upto, peeked.covered))
                     pending, before = _after(held, begin)
                     if pending and pending[-1][2] - before > max_rows:
-                        return upto, [c for c in held if c[0] < upto], True
+                        return upto, held, True
             if max_rows is None:
                 return upto, self._commits(cur, begin, upto, None)[0], False
             # With a limit, the server is asked to stop after the transaction in which the
