@@ -796,6 +796,36 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
     reader.stop()
 
 
+def test_stream_reader_keeps_a_prefix_of_a_large_peek(pg: Any, unique_name: str,
+                                                     monkeypatch: Any) -> None:
+    """A poll that peeked more than MAX_CARRIED_BYTES keeps the whole transactions that fit;
+    the batches past them are peeked again by their read: the same rows either way."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pgoutput_arrow.spark import stream
+    from pgoutput_arrow.spark.stream import PgoutputStreamReader, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); CREATE PUBLICATION {pub} FOR TABLE {t}")
+    pg.create_slot(slot)
+    opts = {"dsn": pg.dsn, "slot": slot, "publication": pub, "table": f"public.{t}", "pollInterval": "0"}
+    reader = PgoutputStreamReader(opts, stream_schema(opts))
+    start = reader.initialOffset()
+    for i in range(1, 9):
+        pg.execute(f"INSERT INTO {t} VALUES ({i}, repeat('x', 100))")
+    monkeypatch.setattr(stream, "_FETCH_ROWS", 2)
+    monkeypatch.setattr(stream, "MAX_CARRIED_BYTES", 1200)
+    carried, got = [], []
+    while (end := reader.latestOffset(start, ReadMaxRows(1))) != start:  # as Spark does
+        parts = reader.partitions(start, end)
+        carried.append(parts[0].messages is not None)
+        got.append([r["id"] for p in parts for b in reader.read(p) for r in b.to_pylist()])
+        start = end
+    assert any(carried) and not all(carried), carried
+    assert got == [[i] for i in range(1, 9)]
+    reader.stop()
+
+
 def test_stream_reader_reconnects_after_a_server_restart(unique_name: str) -> None:
     """The driver's connection dies with a server restart between two micro-batches; the
     next call (here the commit) reconnects, and the slot kept its position."""
