@@ -762,6 +762,14 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
     assert [(r["_op"], r["id"], r["v"], r["_seq"]) for r in batches[3]] == \
         [("update", 1, "two", 0), ("delete", 2, None, 1)]
     assert _slot_position(pg, slot) == initial  # polling and reading moved nothing
+    # The last poll's messages travel in the partition (the server decodes a batch once);
+    # without them (a restarted query's first batch) each range is peeked: the same rows.
+    ranges = ((start, first), (first, second), (second, third), (third, last))
+    assert all(reader.partitions(a, b)[0].messages is not None for a, b in ranges)
+    fresh = PgoutputStreamReader(opts, reader.schema)
+    assert fresh.partitions(third, last)[0].messages is None
+    assert [_read_range(fresh, a, b) for a, b in ranges] == batches
+    fresh.stop()
 
     reader.commit(second)
     assert _slot_position(pg, slot) == sp.lsn_to_int(second["lsn"])
@@ -785,6 +793,36 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
     pg.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, taken["lsn"]))
     with pytest.raises(ReplicationError, match="consumed by someone else"):
         _read_range(reader, idle, taken)
+    reader.stop()
+
+
+def test_stream_reader_keeps_a_prefix_of_a_large_peek(pg: Any, unique_name: str,
+                                                     monkeypatch: Any) -> None:
+    """A poll that peeked more than MAX_CARRIED_BYTES keeps the whole transactions that fit;
+    the batches past them are peeked again by their read: the same rows either way."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pgoutput_arrow.spark import stream
+    from pgoutput_arrow.spark.stream import PgoutputStreamReader, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); CREATE PUBLICATION {pub} FOR TABLE {t}")
+    pg.create_slot(slot)
+    opts = {"dsn": pg.dsn, "slot": slot, "publication": pub, "table": f"public.{t}", "pollInterval": "0"}
+    reader = PgoutputStreamReader(opts, stream_schema(opts))
+    start = reader.initialOffset()
+    for i in range(1, 9):
+        pg.execute(f"INSERT INTO {t} VALUES ({i}, repeat('x', 100))")
+    monkeypatch.setattr(stream, "_FETCH_ROWS", 2)
+    monkeypatch.setattr(stream, "MAX_CARRIED_BYTES", 1200)
+    carried, got = [], []
+    while (end := reader.latestOffset(start, ReadMaxRows(1))) != start:  # as Spark does
+        parts = reader.partitions(start, end)
+        carried.append(parts[0].messages is not None)
+        got.append([r["id"] for p in parts for b in reader.read(p) for r in b.to_pylist()])
+        start = end
+    assert any(carried) and not all(carried), carried
+    assert got == [[i] for i in range(1, 9)]
     reader.stop()
 
 
@@ -814,7 +852,9 @@ def test_stream_reader_reconnects_after_a_server_restart(unique_name: str) -> No
 
 def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_name: str) -> None:
     """A walsender still holding the slot (the previous query's, exiting) makes a read wait
-    and then succeed, not fail."""
+    and then succeed, not fail. (A batch whose messages the driver's poll already peeked does
+    not touch the slot again: it is read at once. A restarted query's first batch, planned
+    without a poll, peeks: that read waits.)"""
     import threading
 
     import psycopg2.extras
@@ -834,12 +874,17 @@ def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_na
     holder.cursor().start_replication(slot_name=slot, decode=False, options={
         "proto_version": "1", "publication_names": pub})  # never confirms anything
     assert pg18.scalar("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    t0 = time.monotonic()
+    assert [r["id"] for r in _read_range(reader, start, end)] == [1]  # carried: no peek
+    assert time.monotonic() - t0 < 1.0
+    restarted = PgoutputStreamReader(opts, reader.schema)  # no poll of its own
     release = threading.Timer(1.5, holder.close)
     release.start()
     t0 = time.monotonic()
-    assert [r["id"] for r in _read_range(reader, start, end)] == [1]
+    assert [r["id"] for r in _read_range(restarted, start, end)] == [1]
     assert time.monotonic() - t0 >= 1.0
     release.join()
+    restarted.stop()
     reader.stop()
 
 

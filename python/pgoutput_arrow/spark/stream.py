@@ -17,9 +17,13 @@ How a micro-batch is cut and read (docs/spark.md, "Streaming from a replication 
   the transactions whose commit record starts before the slot's ``confirmed_flush_lsn``.
 * ``latestOffset`` reads the slot with ``pg_logical_slot_peek_binary_changes`` up to the
   server's flushed WAL position (peeking does not consume), and returns that position, or the
-  end of the last whole transaction that fits the read limit. ``read`` peeks again up to the
-  batch's end and keeps the transactions that commit inside the batch: re-reading a batch
-  after a restart gives the same rows.
+  end of the last whole transaction that fits the read limit. It keeps the messages it
+  peeked (under a limit, READ_AHEAD batches' worth: the next polls cut their batches from
+  them without a peek), and ``partitions`` hands those of the batch to the executor inside
+  the partition: the server decodes a micro-batch's WAL once. A batch planned without that peek (a query
+  restarted from its checkpoint re-runs its last batch) is read by peeking again up to the
+  batch's end. Either way ``read`` decodes the transactions that commit inside the batch,
+  with the same code: re-reading a batch after a restart gives the same rows.
 * ``commit(end)`` — called by Spark once the micro-batch is in its commit log — is the only
   place the slot moves: ``pg_replication_slot_advance(slot, end)``. The server may then
   discard the WAL before ``end``.
@@ -55,7 +59,8 @@ from ._common import is_table_column, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import cast_for_spark, to_spark_arrow_schema
 
-__all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "stream_schema"]
+__all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "Peeked", "stream_schema",
+           "read_range", "decode_range"]
 
 #: Without changes to the publication, the offset still moves once the server has written
 #: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
@@ -70,8 +75,19 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 #: another depth from its own first array; arrays of another depth are kept in _special.
 DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1}
 
-#: Change messages (Insert, Update, Delete, Truncate), counted by the server for read limits.
+#: Change messages (Insert, Update, Delete, Truncate), counted for read limits.
 _CHANGE_KINDS = tuple(_internal.CHANGE_KINDS)
+
+#: ``latestOffset`` keeps what it peeked for the batch's partition up to this many bytes of
+#: messages; a bigger batch is peeked again by its executor (driver memory stays bounded).
+MAX_CARRIED_BYTES = 256 << 20
+
+#: Under maxChangesPerTrigger a poll peeks this many batches' worth of changes ahead (within
+#: MAX_CARRIED_BYTES), and the next polls cut their batches from what it kept.
+READ_AHEAD = 4
+
+#: The messages of a peek are fetched from the server in chunks of this many.
+_FETCH_ROWS = 20000
 
 #: Types with an oid below this are built in; pgoutput sends a Type message for the others.
 _FIRST_GENBKI_OID = 10000
@@ -338,12 +354,75 @@ def stream_schema(options: Mapping[str, str]) -> Any:
 # --------------------------------------------------------------------------- the reader
 
 class LsnRange(InputPartition):
-    """One micro-batch: the transactions whose commit LSN is in ``[start, end)``."""
+    """One micro-batch: the transactions whose commit LSN is in ``[start, end)``, with the
+    slot's messages for it (``lsn``, ``data``) when the driver peeked them already, or None
+    (then ``read`` peeks the slot)."""
 
-    def __init__(self, start: int, end: int) -> None:
+    def __init__(self, start: int, end: int, messages: pa.RecordBatch | None = None) -> None:
         super().__init__((start, end))
         self.start = start
         self.end = end
+        self.messages = messages
+
+
+@dataclasses.dataclass(frozen=True)
+class Peeked:
+    """What ``latestOffset`` read from the slot: every message of the transactions committing
+    from the slot's position (at most ``first``) up to ``covered`` (exclusive), in order, and
+    where each transaction's Commit is: ``commit_rows`` (row numbers), ``commit_lsns``,
+    ``end_lsns`` and ``changes`` (changes up to and including it, counted from the first)."""
+
+    first: int
+    covered: int
+    messages: pa.RecordBatch
+    commit_rows: np.ndarray
+    commit_lsns: np.ndarray
+    end_lsns: np.ndarray
+    changes: np.ndarray
+
+    def commits(self, begin: int, upto: int) -> list[tuple[int, int, int]] | None:
+        """What a peek up to ``upto`` would say of the transactions from ``begin`` on (as
+        ``_commits``), if this one holds them all; else None."""
+        if begin < self.first or upto > self.covered:
+            return None
+        return self.commits_before(upto)
+
+    def commits_before(self, upto: int) -> list[tuple[int, int, int]]:
+        n = int(np.searchsorted(self.commit_lsns, upto, side="left"))
+        return list(zip(self.commit_lsns[:n].tolist(), self.end_lsns[:n].tolist(),
+                        self.changes[:n].tolist()))
+
+    def cut(self, start: int, end: int) -> pa.RecordBatch | None:
+        """The messages a batch ``[start, end)`` needs, or None if this peek does not hold it:
+        up to the Commit of its last transaction; the changes of the transactions before
+        ``start`` left out (their Begin, Relation, Type and Commit messages stay, so that the
+        decoder knows the relations the batch's changes refer to)."""
+        if start < self.first or end > self.covered:
+            return None
+        last = int(np.searchsorted(self.commit_lsns, end, side="left"))  # commits before end
+        if last == 0 or self.commit_lsns[last - 1] < start:
+            return self.messages.slice(0, 0)
+        upto = int(self.commit_rows[last - 1]) + 1
+        batch = self.messages.slice(0, upto)
+        before = int(np.searchsorted(self.commit_lsns, start, side="left"))
+        if before == 0:
+            return batch
+        # Rows up to the Commit of the last transaction before start: keep all but changes.
+        split = int(self.commit_rows[before - 1]) + 1
+        kinds = _first_bytes(batch.column(1).slice(0, split))
+        keep = np.r_[~np.isin(kinds, _CHANGE_KINDS), np.ones(upto - split, bool)]
+        return batch.filter(pa.array(keep))
+
+
+def _first_bytes(data: pa.Array) -> np.ndarray:
+    """Each message's kind byte (0 for an empty one)."""
+    first = pc.binary_slice(data, 0, 1)
+    flat = np.frombuffer(first.buffers()[2] or b"", np.uint8) if len(first) else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(first.buffers()[1], np.int32)[first.offset:first.offset + len(first) + 1]
+    out = np.zeros(len(first), np.uint8)
+    present = np.diff(offsets) > 0
+    out[present] = flat[offsets[:-1][present]]
+    return out
 
 
 def _after(commits: list[tuple[int, int, int]], begin: int
@@ -382,10 +461,12 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: Any = None
         self._target: int | None = None  # Trigger.AvailableNow: never past this LSN
         self._next_poll = 0.0
+        self._peeked: Peeked | None = None  # the last poll's messages, for partitions()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_conn"] = None
+        state["_peeked"] = None  # the executors get theirs in the partition
         return state
 
     def _on_server(self, fn: Callable[[Any], _T]) -> _T:
@@ -431,17 +512,33 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 upto = min(upto, self._target)
             if upto <= begin:
                 return upto, [], False
+            peeked = self._peeked
+            if peeked is not None and peeked.first <= begin:
+                # The last poll read ahead: if what it holds decides this cut, no new peek.
+                known = peeked.commits(begin, upto)
+                if known is not None:
+                    return upto, known, False
+                if max_rows is not None and begin <= peeked.covered:
+                    held = peeked.commits_before(min(upto, peeked.covered))
+                    pending, before = _after(held, begin)
+                    if pending and pending[-1][2] - before > max_rows:
+                        return upto, held, True
             if max_rows is None:
-                return upto, self._commits(cur, upto, None)[0], False
+                return upto, self._commits(cur, begin, upto, None)[0], False
             # With a limit, the server is asked to stop after the transaction in which the
             # bound-th message falls, so that a poll does not decode the whole backlog. The
             # bound grows until the peek either reached `upto` or saw a transaction that
             # no longer fits: then the cut is the same as with everything read. (A quarter
             # more than the limit, for Begin, Commit and Relation messages and the next
             # transaction, usually does it at once.)
-            bound = max_rows + max_rows // 4 + 16
+            # The slot trails the query by a batch (Spark commits batch N when it plans N+1):
+            # the messages before `begin` that the last poll saw count on top, or the first
+            # peek would mostly read the batch before and have to be done again.
+            # It reads READ_AHEAD batches' worth, so that the next polls are answered from
+            # what it kept, and the server decodes the batch before again only once in a while.
+            bound = READ_AHEAD * (max_rows + max_rows // 4 + 16) + self._rows_before(begin)
             while True:
-                commits, messages = self._commits(cur, upto, bound)
+                commits, messages = self._commits(cur, begin, upto, bound)
                 pending, before = _after(commits, begin)
                 limited = messages >= bound
                 if not limited or (pending and pending[-1][2] - before > max_rows):
@@ -462,29 +559,84 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._next_poll = time.monotonic() + (self.source.poll_interval if end == begin else 0.0)
         return _offset(end)
 
-    def _commits(self, cur: Any, upto: int, bound: int | None) -> tuple[list[tuple[int, int, int]], int]:
+    def _rows_before(self, lsn: int) -> int:
+        """How many messages the last poll read before the transactions committing at or
+        after ``lsn`` (0 if it did not reach ``lsn``)."""
+        peeked = self._peeked
+        if peeked is None or peeked.covered < lsn:
+            return 0
+        n = int(np.searchsorted(peeked.commit_lsns, lsn, side="left"))
+        return int(peeked.commit_rows[n - 1]) + 1 if n else 0
+
+    def _commits(self, cur: Any, begin: int, upto: int, bound: int | None
+                 ) -> tuple[list[tuple[int, int, int]], int]:
         """The transactions the slot has before ``upto`` (at most up to the one in which the
         ``bound``-th message falls): (commit LSN, end LSN, changes up to and including it,
-        counted from the slot's position) each, and the number of messages read."""
+        counted from the slot's position) each, and the number of messages read. The messages
+        are kept in ``self._peeked`` (if they fit MAX_CARRIED_BYTES) for ``partitions``."""
+        conn = cur.connection
+
         def run() -> tuple[list[tuple[int, int, int]], int]:
-            cur.execute(
-                "SELECT data, changes, n FROM ("
-                "  SELECT data, n, sum((get_byte(data, 0) IN (%s, %s, %s, %s))::int) "
-                "                  OVER (ORDER BY n) AS changes"
-                "  FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s) "
-                "       WITH ORDINALITY AS m(lsn, xid, data, n)) s "
-                "WHERE get_byte(data, 0) = %s ORDER BY n",
-                (*_CHANGE_KINDS, self.source.slot, lsn_to_str(upto), bound,
-                 self.source.peek_options(), ord("C")))
-            rows = cur.fetchall()
-            if not rows:
-                return [], 0
-            ends = pa.table(_internal.describe_messages(
-                pa.table({"data": pa.array([bytes(r[0]) for r in rows], pa.binary())})))
-            commits = [(c, e, int(r[1])) for c, e, r in zip(ends.column("commit_lsn").to_pylist(),
-                                                           ends.column("end_lsn").to_pylist(), rows)]
-            # Whole transactions: the last message is a Commit.
-            return commits, int(rows[-1][2])
+            self._peeked = None
+            chunks: list[pa.RecordBatch] = []
+            carried = 0
+            commit_rows: list[np.ndarray] = []
+            commit_lsns: list[np.ndarray] = []
+            end_lsns: list[np.ndarray] = []
+            counts: list[np.ndarray] = []
+            changes = rows_read = 0
+            # A server-side cursor (it needs a transaction): the messages come in chunks.
+            conn.autocommit = False
+            try:
+                named = conn.cursor(name="pgoutput_stream_poll")
+                named.execute(
+                    "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM "
+                    "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s)",
+                    (self.source.slot, lsn_to_str(upto), bound, self.source.peek_options()))
+                while rows := named.fetchmany(_FETCH_ROWS):
+                    batch = pa.record_batch(
+                        [pa.array([r[0] for r in rows], pa.int64()),
+                         pa.array([bytes(r[1]) for r in rows], pa.binary())], names=["lsn", "data"])
+                    kinds = _first_bytes(batch.column(1))
+                    cumulative = changes + np.cumsum(np.isin(kinds, _CHANGE_KINDS))
+                    at = np.flatnonzero(kinds == ord("C"))
+                    if len(at):
+                        ends = _internal.describe_messages(
+                            pa.table({"data": batch.column(1).take(pa.array(at))}))
+                        ends = pa.table(ends)
+                        commit_rows.append(at + rows_read)
+                        commit_lsns.append(ends.column("commit_lsn").to_numpy())
+                        end_lsns.append(ends.column("end_lsn").to_numpy())
+                        counts.append(cumulative[at])
+                    changes = int(cumulative[-1])
+                    rows_read += len(rows)
+                    carried += batch.nbytes
+                    if carried <= MAX_CARRIED_BYTES:
+                        chunks.append(batch)
+                named.close()
+            finally:
+                conn.rollback()  # read only: ends the transaction, failed or not
+                conn.autocommit = True
+            if not commit_rows:
+                return [], rows_read
+            c_rows, c_lsns = np.concatenate(commit_rows), np.concatenate(commit_lsns)
+            e_lsns, c_counts = np.concatenate(end_lsns), np.concatenate(counts)
+            commits = list(zip(c_lsns.tolist(), e_lsns.tolist(), c_counts.tolist()))
+            kept = sum(c.num_rows for c in chunks)
+            whole = int(np.searchsorted(c_rows, kept, side="left"))  # commits among them
+            if whole:
+                # Whole transactions: the last message is a Commit. Without a bound the peek
+                # holds every transaction committing before upto; with one, up to its last;
+                # past MAX_CARRIED_BYTES, up to the last one kept.
+                if whole < len(c_rows):
+                    covered = int(e_lsns[whole - 1])
+                else:
+                    covered = upto if bound is None or rows_read < bound else int(e_lsns[-1])
+                upto_row = int(c_rows[whole - 1]) + 1
+                batch = pa.Table.from_batches(chunks).slice(0, upto_row).combine_chunks().to_batches()[0]
+                self._peeked = Peeked(begin, covered, batch, c_rows[:whole], c_lsns[:whole],
+                                      e_lsns[:whole], c_counts[:whole])
+            return commits, rows_read
 
         result: tuple[list[tuple[int, int, int]], int] = _retry_in_use(run)
         return result
@@ -492,7 +644,13 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LsnRange]:
         # One partition: the slot is one ordered stream, read by one peek.
         first, last = _offset_lsn(start), _offset_lsn(end)
-        return [LsnRange(first, last)] if last > first else []
+        if last <= first:
+            return []
+        messages = self._peeked.cut(first, last) if self._peeked is not None else None
+        if messages is not None:
+            # The executor will not look at the slot: check here that nobody consumed it.
+            self._on_server(lambda cur: self.source.check_not_consumed(cur, first))
+        return [LsnRange(first, last, messages)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -500,7 +658,10 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, LsnRange):
             raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
         target = to_arrow_schema(self.schema, timezone="UTC")
-        changes = read_range(self.source, partition.start, partition.end)
+        if partition.messages is None:
+            changes = read_range(self.source, partition.start, partition.end)
+        else:
+            changes = decode_range([partition.messages], partition.start, partition.end)
         if self.source.table is None:
             yield from _generic_batches(changes, target)
         else:
@@ -540,19 +701,15 @@ class RangeChanges:
 
 def read_range(source: StreamSource, start: int, end: int) -> RangeChanges:
     """Peek the slot up to ``end`` and decode the transactions whose commit LSN is in
-    ``[start, end)``. ``_seq`` becomes the row's rank within its transaction (in the
-    transaction's order: LSN, then the decoder's order), so that a batch read again after a
-    restart gives the same rows whatever the slot's position was when it was read."""
-    import pgoutput_arrow
-
+    ``[start, end)`` (``decode_range``)."""
     conn = source.connect(autocommit=False)
     try:
         cur = conn.cursor()
         source.check_not_consumed(cur, start)
         conn.commit()
 
-        def peek() -> Any:
-            decoder = pgoutput_arrow.Decoder(**DECODER_OPTIONS)  # a fresh one for each attempt
+        def peek() -> list[pa.RecordBatch]:
+            chunks = []  # gathered anew for each attempt
             try:
                 # A server-side cursor: the rows come in chunks, not all at once.
                 named = conn.cursor(name="pgoutput_stream_peek")
@@ -560,18 +717,33 @@ def read_range(source: StreamSource, start: int, end: int) -> RangeChanges:
                     "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM "
                     "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, VARIADIC %s)",
                     (source.slot, lsn_to_str(end), source.peek_options()))
-                while rows := named.fetchmany(20000):
-                    decoder.feed_batch(pa.record_batch(
+                while rows := named.fetchmany(_FETCH_ROWS):
+                    chunks.append(pa.record_batch(
                         [pa.array([r[0] for r in rows], pa.int64()),
                          pa.array([bytes(r[1]) for r in rows], pa.binary())], names=["lsn", "data"]))
                 named.close()
             finally:
                 conn.rollback()  # read only: ends the transaction, failed or not
-            return decoder.finish()
+            return chunks
 
-        decoded = _retry_in_use(peek)
+        messages: list[pa.RecordBatch] = _retry_in_use(peek)
     finally:
         conn.close()
+    return decode_range(messages, start, end)
+
+
+def decode_range(messages: list[pa.RecordBatch], start: int, end: int) -> RangeChanges:
+    """Decode the slot's messages (``lsn``, ``data``, from the slot's position on, whole
+    transactions) and keep the transactions whose commit LSN is in ``[start, end)``.
+    ``_seq`` becomes the row's rank within its transaction (in the transaction's order: LSN,
+    then the decoder's order), so that a batch read again after a restart gives the same rows
+    whatever the slot's position was when it was read."""
+    import pgoutput_arrow
+
+    decoder = pgoutput_arrow.Decoder(**DECODER_OPTIONS)
+    for batch in messages:
+        decoder.feed_batch(batch)
+    decoded = decoder.finish()
 
     def inside(t: pa.Table) -> pa.Table:
         commit = t.column("_commit_lsn")
