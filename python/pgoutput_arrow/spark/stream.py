@@ -76,7 +76,9 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1}
 
 #: Change messages (Insert, Update, Delete, Truncate), counted for read limits.
-_CHANGE_KINDS = tuple(_internal.CHANGE_KINDS)
+#: describe_messages' `kind` names of the row changes, and of a Commit.
+_CHANGE_KIND_NAMES = pa.array(["insert", "update", "delete", "truncate"])
+_COMMIT = "commit"
 
 #: ``latestOffset`` keeps what it peeked for the batch's partition up to this many bytes of
 #: messages; a bigger batch is peeked again by its executor (driver memory stays bounded).
@@ -409,20 +411,19 @@ class Peeked:
             return batch
         # Rows up to the Commit of the last transaction before start: keep all but changes.
         split = int(self.commit_rows[before - 1]) + 1
-        kinds = _first_bytes(batch.column(1).slice(0, split))
-        keep = np.r_[~np.isin(kinds, _CHANGE_KINDS), np.ones(upto - split, bool)]
+        kinds = _described(batch.column(1).slice(0, split)).column("kind")
+        keep = np.r_[~_is_change(kinds), np.ones(upto - split, bool)]
         return batch.filter(pa.array(keep))
 
 
-def _first_bytes(data: pa.Array) -> np.ndarray:
-    """Each message's kind byte (0 for an empty one)."""
-    first = pc.binary_slice(data, 0, 1)
-    flat = np.frombuffer(first.buffers()[2] or b"", np.uint8) if len(first) else np.zeros(0, np.uint8)
-    offsets = np.frombuffer(first.buffers()[1], np.int32)[first.offset:first.offset + len(first) + 1]
-    out = np.zeros(len(first), np.uint8)
-    present = np.diff(offsets) > 0
-    out[present] = flat[offsets[:-1][present]]
-    return out
+def _described(data: pa.Array) -> pa.Table:
+    """Each message's kind name, and a commit's LSNs, as the crates read them."""
+    return pa.table(_internal.describe_messages(pa.table({"data": data})))
+
+
+def _is_change(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    mask = pc.is_in(kinds, value_set=_CHANGE_KIND_NAMES).fill_null(False)
+    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _after(commits: list[tuple[int, int, int]], begin: int
@@ -597,13 +598,13 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     batch = pa.record_batch(
                         [pa.array([r[0] for r in rows], pa.int64()),
                          pa.array([bytes(r[1]) for r in rows], pa.binary())], names=["lsn", "data"])
-                    kinds = _first_bytes(batch.column(1))
-                    cumulative = changes + np.cumsum(np.isin(kinds, _CHANGE_KINDS))
-                    at = np.flatnonzero(kinds == ord("C"))
+                    described = _described(batch.column(1))
+                    kinds = described.column("kind")
+                    cumulative = changes + np.cumsum(_is_change(kinds))
+                    is_commit = pc.equal(kinds, _COMMIT).fill_null(False).to_numpy(zero_copy_only=False)
+                    at = np.flatnonzero(np.asarray(is_commit, dtype=bool))
                     if len(at):
-                        ends = _internal.describe_messages(
-                            pa.table({"data": batch.column(1).take(pa.array(at))}))
-                        ends = pa.table(ends)
+                        ends = described.take(pa.array(at))
                         commit_rows.append(at + rows_read)
                         commit_lsns.append(ends.column("commit_lsn").to_numpy())
                         end_lsns.append(ends.column("end_lsn").to_numpy())
