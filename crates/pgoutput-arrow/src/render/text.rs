@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use crate::types::civil_from_days;
+
 /// `"` + `s` escaped as JSON (non-ASCII kept as is, as `json.dumps(ensure_ascii=False)`
 /// writes it: `\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, other controls `\u00xx`) + `"`.
 pub(crate) fn json_str(out: &mut Vec<u8>, s: &str) {
@@ -277,24 +279,11 @@ pub(crate) fn decimal(out: &mut Vec<u8>, unscaled: &str, scale: i8) {
 
 pub(crate) const US_PER_DAY: i128 = 86_400_000_000;
 
-/// Days since 1970-01-01 → proleptic Gregorian (year, month, day), for any year
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i128) -> (i128, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
 /// ISO 8601 date: four-digit years, expanded with a sign outside 0000-9999 (year 0 is 1 BC).
 pub(crate) fn iso_date(out: &mut Vec<u8>, days: i128) {
-    let (y, m, d) = civil_from_days(days);
+    // Any day count here fits i64: the widest comes from i64 seconds, about 1e14 days.
+    let (y, m, d) = civil_from_days(days as i64);
+    let y = i128::from(y);
     if (0..=9999).contains(&y) {
         padded(out, y, 4);
     } else {

@@ -16,6 +16,8 @@ mod render;
 mod store;
 mod value;
 
+pub(crate) use datetime::civil_from_days;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
