@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .._internal import META_COLUMNS
 
-__all__ = ["spark_schema", "table_columns", "is_table_column", "META_COLUMNS"]
+__all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS"]
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -29,3 +30,15 @@ def is_table_column(field: pa.Field) -> bool:
 def table_columns(schema: pa.Schema) -> list[str]:
     """The names of the table's own columns of a decoder schema, in order."""
     return [f.name for f in schema if is_table_column(f)]
+
+
+def rank_within_commit(commit: np.ndarray, *minor: np.ndarray) -> np.ndarray:
+    """Each row's rank among the rows of the same ``commit`` (0, 1, ...), ordered by the
+    ``minor`` keys, most significant first: Spark's ``_seq``."""
+    order = np.lexsort((*reversed(minor), commit))
+    c_sorted = commit[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order)) - group_start
+    return rank

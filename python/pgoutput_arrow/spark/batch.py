@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
-from ._common import spark_schema
+from ._common import rank_within_commit, spark_schema
 from .types import cast_for_spark, to_spark_arrow_schema
 
 __all__ = ["decode", "decode_table_locally", "decode_rows_locally", "canonical_stream",
@@ -128,12 +128,7 @@ def _ranked_seq(tables: dict[str, pa.Table], truncates: pa.Table) -> dict[str, n
         return {}
     commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
     seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
-    order = np.lexsort((seq, commit))
-    c_sorted = commit[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order)) - group_start
+    rank = rank_within_commit(commit, seq)
     out: dict[str, np.ndarray] = {}
     offset = 0
     for name, t in parts:

@@ -55,7 +55,7 @@ from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
 from .._pg import classify_connect_error, quote_ident
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
-from ._common import is_table_column, spark_schema
+from ._common import is_table_column, rank_within_commit, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import cast_for_spark, to_spark_arrow_schema
 
@@ -771,12 +771,7 @@ def _renumber_seq(tables: dict[str, pa.Table], truncates: pa.Table
     lsn = np.concatenate([t.column("_lsn").to_numpy() for _, t in parts])
     seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
     kind = np.concatenate([np.full(t.num_rows, 0 if name == "" else 1) for name, t in parts])
-    order = np.lexsort((seq, kind, lsn, commit))
-    c_sorted = commit[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(c_sorted)) + 1]
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order)) - group_start
+    rank = rank_within_commit(commit, lsn, kind, seq)
     out: dict[str, pa.Table] = {}
     offset = 0
     for name, t in parts:
