@@ -13,7 +13,7 @@ from .exceptions import (
     WalLevelNotLogical,
 )
 
-__all__ = ["quote_ident", "quote_literal", "one_line", "classify_connect_error", "SqlError"]
+__all__ = ["quote_ident", "quote_literal", "one_line", "classify_connect_error", "SqlError", "check_slot"]
 
 
 def quote_ident(name: str) -> str:
@@ -60,3 +60,16 @@ def classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
     if "timeout expired" in lower:
         return ConnectionFailed(f"{where}: timed out ({text})", sqlstate=sqlstate)
     return ConnectionFailed(f"{where}: {text}", sqlstate=sqlstate)
+
+
+def check_slot(slot: str, plugin: str, slot_type: str, database: str, dbname: str, where: str = "") -> None:
+    """Refuses a slot (a row of pg_replication_slots) that is not a logical pgoutput slot
+    of the connection's database ``dbname``; ``where`` prefixes the message."""
+    if slot_type != "logical" or plugin != "pgoutput":
+        raise ReplicationError(
+            f'{where}replication slot "{slot}" is a {slot_type} slot with plugin {plugin}; '
+            f"expected a logical slot with plugin pgoutput")
+    if database != dbname:
+        raise ReplicationError(
+            f'{where}replication slot "{slot}" belongs to database {database}, '
+            f"but the connection is to {dbname}")

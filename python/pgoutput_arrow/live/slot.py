@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._internal import lsn_to_str
-from .._pg import classify_connect_error, one_line, quote_ident, quote_literal
+from .._pg import check_slot, classify_connect_error, one_line, quote_ident, quote_literal
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound, WalLevelNotLogical
 from .options import StreamOptions, default_proto_version
 
@@ -55,14 +55,7 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
                 e, f'cannot create replication slot "{opts.slot}"') from None
         return
     plugin, slot_type, database, active_pid = row
-    if slot_type != "logical" or plugin != "pgoutput":
-        raise ReplicationError(
-            f'replication slot "{opts.slot}" is a {slot_type} slot with plugin {plugin}; '
-            f"expected a logical slot with plugin pgoutput")
-    if database != dbname:
-        raise ReplicationError(
-            f'replication slot "{opts.slot}" belongs to database {database}, '
-            f"but the connection is to {dbname}")
+    check_slot(opts.slot, plugin, slot_type, database, dbname)
     if active_pid is not None:
         raise SlotInUse(
             f'replication slot "{opts.slot}" is active for PID {active_pid} '

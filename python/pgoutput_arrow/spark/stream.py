@@ -53,7 +53,7 @@ from pyspark.sql.streaming.datasource import (
 from .. import _internal
 from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
-from .._pg import classify_connect_error, quote_ident
+from .._pg import check_slot, classify_connect_error, quote_ident
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
 from ._common import is_table_column, rank_within_commit, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
@@ -170,14 +170,7 @@ class StreamSource:
                 f"{dbname} (create it with SELECT pg_create_logical_replication_slot("
                 f"'{self.slot}', 'pgoutput'))")
         plugin, slot_type, database, is_two_phase, active_pid, confirmed = row
-        if slot_type != "logical" or plugin != "pgoutput":
-            raise ReplicationError(
-                f'pgoutput stream: replication slot "{self.slot}" is a {slot_type} slot with '
-                f"plugin {plugin}; expected a logical slot with plugin pgoutput")
-        if database != dbname:
-            raise ReplicationError(
-                f'pgoutput stream: replication slot "{self.slot}" belongs to database '
-                f"{database}, but the connection is to {dbname}")
+        check_slot(self.slot, plugin, slot_type, database, dbname, "pgoutput stream: ")
         if is_two_phase:
             raise ReplicationError(
                 f'pgoutput stream: replication slot "{self.slot}" was created with two_phase: '
