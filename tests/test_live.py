@@ -1001,3 +1001,44 @@ def test_two_phase_prepared_transaction_survives_a_consumer_restart(
         runner.join(timeout=30)
         s.close()
     assert items == [1]
+
+
+@pytest.mark.timeout(60)
+def test_publication_created_by_another_client_meanwhile(pg: PgServer, unique_name: str) -> None:
+    """Two streams started together with create_publication (make demo's two consumers): the
+    second CREATE PUBLICATION waits on the first's uncommitted one and then fails on the
+    catalog's unique index; the stream takes the publication the other one made."""
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY)")
+    pg.create_slot(unique_name)
+    other = pg.connect()
+    try:
+        other.autocommit = False
+        with other.cursor() as cur:
+            cur.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")  # not committed yet
+        opened: list[BaseException | None] = []
+
+        def start() -> None:
+            try:
+                s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name,
+                                          create_publication=[t])
+                s.open()
+                s.close()
+                opened.append(None)
+            except BaseException as e:  # noqa: BLE001  (reported below)
+                opened.append(e)
+
+        thread = threading.Thread(target=start)
+        thread.start()
+        # The stream's CREATE PUBLICATION is waiting for this transaction's.
+        deadline = time.monotonic() + 20
+        while not pg.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND query LIKE 'CREATE PUBLICATION%%'"):
+            assert time.monotonic() < deadline, "the stream's CREATE PUBLICATION never waited"
+            time.sleep(0.05)
+        other.commit()
+        thread.join(30)
+        assert opened == [None], opened
+    finally:
+        other.close()
+    wait_slot_inactive(pg, unique_name)

@@ -89,8 +89,15 @@ def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
         try:
             cur.execute(f"CREATE PUBLICATION {quote_ident(name)} {what}")
         except psycopg2.Error as e:
-            if getattr(e, "pgcode", None) == "42710":
+            code = getattr(e, "pgcode", None)
+            if code == "42710":
                 continue
+            if code == "23505":
+                # Another client created it between the check above and this CREATE (two
+                # streams started together): the catalog's unique index refused the second.
+                cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,))
+                if cur.fetchone() is not None:
+                    continue
             raise ReplicationError(
                 f"cannot create publication {name}: {one_line(str(e))}") from None
 
