@@ -213,8 +213,9 @@ class StreamSource:
                                    "invalidated (no confirmed_flush_lsn): its WAL is gone")
         return parse_lsn(row[0])
 
-    def check_not_consumed(self, cur: Any, start: int) -> None:
-        """The slot must not be past ``start``: what lies between was consumed elsewhere."""
+    def check_not_consumed(self, cur: Any, start: int) -> int:
+        """The slot must not be past ``start``: what lies between was consumed elsewhere.
+        Returns the slot's position."""
         confirmed = self.confirmed_flush(cur)
         if confirmed > start:
             raise ReplicationError(
@@ -223,6 +224,7 @@ class StreamSource:
                 "consumed by someone else (another query on the same slot, or "
                 "pg_replication_slot_advance / pg_logical_slot_get_changes); exactly-once output "
                 "is no longer possible from this checkpoint")
+        return confirmed
 
 
 def _int_option(opts: Mapping[str, str], key: str, default: int | None,
@@ -500,7 +502,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
 
         def poll(cur: Any) -> tuple[int, list[tuple[int, int, int]], bool]:
-            self.source.check_not_consumed(cur, begin)
+            slot_at = self.source.check_not_consumed(cur, begin)
             upto = _flushed_wal(cur)
             if self._target is not None:
                 upto = min(upto, self._target)
@@ -518,7 +520,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if pending and pending[-1][2] - before > max_rows:
                         return upto, held, True
             if max_rows is None:
-                return upto, self._commits(cur, begin, upto, None)[0], False
+                return upto, self._commits(cur, slot_at, upto, None)[0], False
             # With a limit, the server is asked to stop after the transaction in which the
             # bound-th message falls, so that a poll does not decode the whole backlog. The
             # bound grows until the peek either reached `upto` or saw a transaction that
@@ -532,7 +534,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # what it kept, and the server decodes the batch before again only once in a while.
             bound = READ_AHEAD * (max_rows + max_rows // 4 + 16) + self._rows_before(begin)
             while True:
-                commits, messages = self._commits(cur, begin, upto, bound)
+                commits, messages = self._commits(cur, slot_at, upto, bound)
                 pending, before = _after(commits, begin)
                 limited = messages >= bound
                 if not limited or (pending and pending[-1][2] - before > max_rows):
@@ -562,9 +564,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         n = int(np.searchsorted(peeked.commit_lsns, lsn, side="left"))
         return int(peeked.commit_rows[n - 1]) + 1 if n else 0
 
-    def _commits(self, cur: Any, begin: int, upto: int, bound: int | None
+    def _commits(self, cur: Any, slot_at: int, upto: int, bound: int | None
                  ) -> tuple[list[tuple[int, int, int]], int]:
-        """The transactions the slot has before ``upto`` (at most up to the one in which the
+        """The transactions the slot (at ``slot_at``) has before ``upto`` (at most up to the one in which the
         ``bound``-th message falls): (commit LSN, end LSN, changes up to and including it,
         counted from the slot's position) each, and the number of messages read. The messages
         are kept in ``self._peeked`` (if they fit MAX_CARRIED_BYTES) for ``partitions``."""
@@ -628,7 +630,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     covered = upto if bound is None or rows_read < bound else int(e_lsns[-1])
                 upto_row = int(c_rows[whole - 1]) + 1
                 batch = pa.Table.from_batches(chunks).slice(0, upto_row).combine_chunks().to_batches()[0]
-                self._peeked = Peeked(begin, covered, batch, c_rows[:whole], c_lsns[:whole],
+                self._peeked = Peeked(slot_at, covered, batch, c_rows[:whole], c_lsns[:whole],
                                       e_lsns[:whole], c_counts[:whole])
             return commits, rows_read
 
