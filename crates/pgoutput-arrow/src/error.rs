@@ -38,6 +38,11 @@ pub enum DecodeError {
     /// is skipped; the decoder can go on.
     #[error("relation id {relation_id} at LSN {} was not announced by a Relation message before it (did decoding start in the middle of the stream?)", Lsn(*lsn))]
     UnknownRelation { relation_id: u32, lsn: u64 },
+    /// The binary COPY data of a snapshot is malformed or truncated, or a value in it could
+    /// not be decoded. `row` counts from 1 (the row being read), `offset` is the byte offset
+    /// within the whole COPY data.
+    #[error("COPY data of {table}, row {row}{}, byte offset {offset}: {message}", column.as_ref().map(|c| format!(", column {c:?}")).unwrap_or_default())]
+    Copy { table: String, row: u64, column: Option<String>, offset: u64, message: String },
     /// A message that is well formed but does not fit the stream so far (a Commit
     /// without Begin, a Stream Commit for an unknown xid, a tuple with the wrong number
     /// of columns). The message is skipped; the decoder can go on.

@@ -9,7 +9,8 @@
 //! * **One table per relation**, keyed `"schema.table"` (an empty namespace in the
 //!   Relation message is pg_catalog). Columns: the published columns in order,
 //!   typed by [`ColumnBuilder`], then
-//!   `_op` utf8 (`insert` | `update` | `delete`), `_lsn` int64 (the LSN the change
+//!   `_op` utf8 (`insert` | `update` | `delete`, and `snapshot` for the rows of an
+//!   initial snapshot, see [`CopyDecoder`]), `_lsn` int64 (the LSN the change
 //!   came with), `_commit_lsn` int64, `_commit_ts` timestamp\[us, UTC\], `_xid` int64
 //!   (the top-level transaction), `_seq` int64 (the message's number in the decoded
 //!   stream: ordering by `_commit_lsn` then `_seq` is commit order), `_before` struct
@@ -43,6 +44,7 @@ mod assemble;
 pub mod canonical;
 pub mod capture;
 mod catalog;
+pub mod copy;
 mod decoder;
 mod error;
 mod idmap;
@@ -56,6 +58,7 @@ mod txn;
 pub mod types;
 mod unify;
 
+pub use copy::{CopyDecoder, SnapshotPosition};
 pub use decoder::Decoder;
 pub use error::DecodeError;
 pub use meta::{messages_schema, transactions_schema, truncates_schema};

@@ -28,9 +28,11 @@ pub(crate) enum Op {
     Insert = 0,
     Update = 1,
     Delete = 2,
+    /// A row read from the initial snapshot (COPY), before every change of the stream.
+    Snapshot = 3,
 }
 
-const OP_NAMES: [&str; 3] = ["insert", "update", "delete"];
+const OP_NAMES: [&str; 4] = ["insert", "update", "delete", "snapshot"];
 
 /// The transaction facts every row of a change carries.
 #[derive(Clone, Copy, Debug)]
@@ -271,6 +273,11 @@ impl TableBuilder {
         self.len
     }
 
+    /// Per column: whether its values can be given in their type's send format.
+    pub fn send_format_columns(&self) -> Vec<bool> {
+        self.columns.iter().map(|c| c.takes_send_format()).collect()
+    }
+
     /// Whether the batch should be cut: `batch_size` rows, or [`MAX_BATCH_VALUE_BYTES`] of
     /// values, so that a batch of large values stays bounded in memory and a utf8 or
     /// binary column (32-bit offsets, without views) never passes 2 GiB.
@@ -309,43 +316,7 @@ impl TableBuilder {
                 ),
             }));
         }
-        if self.len == 0 && self.reserve > 0 {
-            let n = std::mem::take(&mut self.reserve);
-            self.ops.reserve(n);
-            self.lsn.reserve(n);
-            self.commit_lsn.reserve(n);
-            self.commit_ts.reserve(n);
-            self.xid.reserve(n);
-            self.seq.reserve(n);
-            self.unchanged_offsets.reserve(n);
-        }
-        let track_unchanged = op != Op::Delete;
-        for (i, (cell, col)) in row.cells().zip(self.columns.iter_mut()).enumerate() {
-            match cell {
-                Cell::Null => col.append_null(),
-                Cell::UnchangedToast => {
-                    col.append_null();
-                    if track_unchanged {
-                        self.unchanged.push(i as u16);
-                        self.value_bytes += UNCHANGED_NAME_BYTES;
-                    }
-                }
-                Cell::Text(v) => {
-                    self.value_bytes += v.len();
-                    if let Err(e) = col.append_text(v, ctx.source(v)) {
-                        let keep = self.keep_special.then_some((&mut self.special, self.len, ""));
-                        cell_error(&self.rel, i, col, ctx, v, false, e, keep)?;
-                    }
-                }
-                Cell::Binary(v) => {
-                    self.value_bytes += v.len();
-                    if let Err(e) = col.append_binary(v, ctx.source(v)) {
-                        let keep = self.keep_special.then_some((&mut self.special, self.len, ""));
-                        cell_error(&self.rel, i, col, ctx, v, true, e, keep)?;
-                    }
-                }
-            }
-        }
+        self.append_cells(row.cells(), op != Op::Delete, ctx)?;
         match old {
             Some(old) => {
                 for c in &mut self.before {
@@ -385,6 +356,78 @@ impl TableBuilder {
                 }
             }
         }
+        self.append_meta(op, ctx, txn);
+        Ok(())
+    }
+
+    /// Appends one row of the initial snapshot: `cells` fill the published columns, no old
+    /// values; `_op` is `snapshot`. The caller checked the number of cells.
+    pub fn append_snapshot<'c>(
+        &mut self,
+        cells: impl Iterator<Item = Cell<'c>>,
+        ctx: &MessageCtx<'_>,
+        txn: &TxnMeta,
+    ) -> Fallible<()> {
+        self.append_cells(cells, true, ctx)?;
+        self.before_pending += 1;
+        if let Some(valid) = &mut self.before_valid {
+            valid.append(false);
+        }
+        self.append_meta(Op::Snapshot, ctx, txn);
+        Ok(())
+    }
+
+    /// The published columns of one row (`track_unchanged`: an unchanged TOAST cell is
+    /// listed in `_unchanged`).
+    #[inline(always)]
+    fn append_cells<'c>(
+        &mut self,
+        cells: impl Iterator<Item = Cell<'c>>,
+        track_unchanged: bool,
+        ctx: &MessageCtx<'_>,
+    ) -> Fallible<()> {
+        if self.len == 0 && self.reserve > 0 {
+            let n = std::mem::take(&mut self.reserve);
+            self.ops.reserve(n);
+            self.lsn.reserve(n);
+            self.commit_lsn.reserve(n);
+            self.commit_ts.reserve(n);
+            self.xid.reserve(n);
+            self.seq.reserve(n);
+            self.unchanged_offsets.reserve(n);
+        }
+        for (i, (cell, col)) in cells.zip(self.columns.iter_mut()).enumerate() {
+            match cell {
+                Cell::Null => col.append_null(),
+                Cell::UnchangedToast => {
+                    col.append_null();
+                    if track_unchanged {
+                        self.unchanged.push(i as u16);
+                        self.value_bytes += UNCHANGED_NAME_BYTES;
+                    }
+                }
+                Cell::Text(v) => {
+                    self.value_bytes += v.len();
+                    if let Err(e) = col.append_text(v, ctx.source(v)) {
+                        let keep = self.keep_special.then_some((&mut self.special, self.len, ""));
+                        cell_error(&self.rel, i, col, ctx, v, false, e, keep)?;
+                    }
+                }
+                Cell::Binary(v) => {
+                    self.value_bytes += v.len();
+                    if let Err(e) = col.append_binary(v, ctx.source(v)) {
+                        let keep = self.keep_special.then_some((&mut self.special, self.len, ""));
+                        cell_error(&self.rel, i, col, ctx, v, true, e, keep)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The metadata columns of the row whose published columns were just appended.
+    #[inline(always)]
+    fn append_meta(&mut self, op: Op, ctx: &MessageCtx<'_>, txn: &TxnMeta) {
         self.ops.push(op as u8);
         self.lsn.push(ctx.lsn as i64);
         match (txn.commit_lsn, txn.commit_ts) {
@@ -407,7 +450,6 @@ impl TableBuilder {
             subxid.append_option(ctx.subxid.map(i64::from));
         }
         self.len += 1;
-        Ok(())
     }
 
     /// The commit LSN and time of the rows from `from` on (the open transaction's,

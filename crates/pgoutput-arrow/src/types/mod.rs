@@ -284,6 +284,18 @@ impl ColumnBuilder {
         }
     }
 
+    /// Whether a value of this column can be given in its type's send format (COPY's binary
+    /// format): false for a type whose binary value this crate can neither render as the
+    /// text the column holds nor keep as bytes (a text-mode column of such a type, or an
+    /// array of it), whose value must be read as text (`col::text`).
+    pub fn takes_send_format(&self) -> bool {
+        match &self.col {
+            Col::Str { kind: StrKind::Unrendered, .. } => false,
+            Col::List(l) => l.child.takes_send_format(),
+            _ => true,
+        }
+    }
+
     pub fn data_type(&self) -> &DataType {
         &self.data_type
     }
