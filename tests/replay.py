@@ -4,7 +4,7 @@
 per-table Arrow table and the TRUNCATEs) in commit order (``_commit_lsn``, then ``_seq``) to
 an in-memory state per table, keyed by the table's key columns:
 
-* insert adds the row;
+* insert (and a snapshot's row, ``_op = 'snapshot'``) adds the row;
 * update removes the row under its old key (``_before`` when the message carried one,
   else the new row's key) and adds the new row; a column listed in ``_unchanged`` (an
   unchanged TOAST value, sent as nothing) keeps the previous row's value;
@@ -156,7 +156,7 @@ def replay(changes: pgoutput_arrow.Changes,
             continue
         op, row, before, unch = ev
         state = states[name]
-        if op == "insert":
+        if op in ("insert", "snapshot"):  # a snapshot's row: an insert before every change
             state.insert(row)
         elif op == "update":
             state.update(row, before, unch)

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from typing import Any, final
 
 __all__ = [
-    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "unify_schemas",
+    "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "CopyDecoder", "unify_schemas",
     "conform", "pg_text", "rows_json",
     "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
     "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS", "END_KINDS",
@@ -97,6 +97,44 @@ class WalReceiver:
     def send_status(
         self, written: int, flushed: int, applied: int, reply_requested: bool = False, timeout: float = 30.0
     ) -> bool: ...
+
+@final
+class CopyDecoder:
+    """The binary COPY data of one relation's snapshot decoded into its batches."""
+
+    def __new__(
+        cls,
+        relation_id: int,
+        namespace: str,
+        name: str,
+        replica_identity: str,
+        columns: list[tuple[str, int, int, bool]],
+        types: list[tuple[int, str, str]],
+        *,
+        lsn: int,
+        commit_ts: int,
+        first_seq: int,
+        special_values: str = "keep",
+        views: bool = True,
+        binary: bool | None = None,
+        array_ndims: int | None = None,
+        batch_size: int | None = None,
+    ) -> CopyDecoder: ...
+    @property
+    def text_columns(self) -> list[bool]: ...
+    @property
+    def schema(self) -> ArrowTable: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def done(self) -> bool: ...
+    def push(self, data: bytes) -> None: ...
+    def take(self) -> list[ArrowBatch]: ...
+    def finish(self) -> list[ArrowBatch]: ...
+    def start(self, conn: int, sql: str, functions: list[int]) -> None: ...
+    def read(self, max_bytes: int = ...) -> list[ArrowBatch]: ...
 
 def unify_schemas(schemas: list[Any]) -> ArrowTable: ...
 def conform(data: Any, schema: Any) -> ArrowTable: ...

@@ -13,6 +13,7 @@ __all__ = [
     "ParseError",
     "DecodeValueError",
     "SchemaError",
+    "CopyDataError",
     "UnknownRelationError",
     "ProtocolError",
     "SpillError",
@@ -115,6 +116,33 @@ class SchemaError(PgoutputError):
         super().__init__(message, lsn=lsn)
         self.table = table
         self.column = column
+
+
+class CopyDataError(PgoutputError, ValueError):
+    """The binary COPY data of a snapshot is truncated or malformed, or a value in it cannot
+    be decoded. ``row`` counts from 1 (the row being read), ``column`` is the column's name
+    when the error is about one value, ``offset`` the byte offset in the whole COPY data."""
+
+    table: str | None
+    row: int | None
+    column: str | None
+    offset: int | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lsn: int | None = None,
+        table: str | None = None,
+        row: int | None = None,
+        column: str | None = None,
+        offset: int | None = None,
+    ) -> None:
+        super().__init__(message, lsn=lsn)
+        self.table = table
+        self.row = row
+        self.column = column
+        self.offset = offset
 
 
 class UnknownRelationError(PgoutputError):

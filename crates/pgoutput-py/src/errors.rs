@@ -81,6 +81,12 @@ pub fn decode_error(py: Python<'_>, err: DecodeError) -> PyErr {
             message,
             &[("lsn", Some(lsn)), ("index", Some(index))],
         ),
+        DecodeError::Copy { table, row, column, offset, .. } => new_error_with(py, "CopyDataError", message, |kw| {
+            kw.set_item("table", table)?;
+            kw.set_item("row", row)?;
+            kw.set_item("column", column)?;
+            kw.set_item("offset", offset)
+        }),
         DecodeError::Spill(_) => new_error(py, "SpillError", message, &[]),
         DecodeError::Schema { table, column, .. } => {
             new_error_with(py, "SchemaError", message, |kw| {

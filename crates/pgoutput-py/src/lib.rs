@@ -5,6 +5,7 @@
 mod arrow_ffi;
 mod canonical;
 mod changes;
+mod copyout;
 mod decoder;
 mod errors;
 mod lsn;
@@ -24,6 +25,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<render::PyRenderer>()?;
     m.add_class::<walreceiver::WalReceiver>()?;
     m.add_class::<walreceiver::TxnTracker>()?;
+    m.add_class::<copyout::PyCopyDecoder>()?;
     m.add_function(wrap_pyfunction!(schema::unify_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(schema::conform, m)?)?;
     m.add_function(wrap_pyfunction!(schema::pg_text, m)?)?;

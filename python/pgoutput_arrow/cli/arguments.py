@@ -183,6 +183,14 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temporary", action="store_true",
                    help="with --create-slot: a temporary slot, dropped when the connection "
                    "ends (no resume after a disconnect)")
+    g.add_argument("--snapshot", action="store_true",
+                   help="with --create-slot: first every published table's rows as of the "
+                   "slot's creation (_op 'snapshot'; with --output, snapshot-*.parquet files), "
+                   "then the changes from there")
+    g.add_argument("--snapshot-connections", metavar="N", type=int, default=4,
+                   help="connections that read the snapshot in parallel (default 4)")
+    g.add_argument("--snapshot-chunk-bytes", metavar="N", type=int, default=64 << 20,
+                   help="bytes of table each connection reads at a time (default 64 MiB)")
     g.add_argument("--two-phase", action="store_true",
                    help="decode prepared transactions (the slot is created with two_phase)")
     g.add_argument("--publication", metavar="NAME", action="append",
@@ -250,4 +258,8 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
                              "or --all-tables)")
         if args.temporary and not args.create_slot:
             raise UsageError("--temporary goes with --create-slot")
+        if args.snapshot and not args.create_slot:
+            raise UsageError("--snapshot goes with --create-slot (the snapshot is taken as the slot is created)")
+        if args.snapshot_connections < 1:
+            raise UsageError("--snapshot-connections must be at least 1")
     return fmt

@@ -4,7 +4,11 @@
 :class:`LiveFileSink` (live, exactly once across kill -9) writes each group of whole
 transactions as one file per table (hidden ``.name.tmp``, fsync, rename, fsync of the
 directory), then replaces ``DIR/_checkpoint.json`` atomically with the group's end LSN, and
-only then is that LSN acknowledged. On start the checkpoint says where the output ends:
+only then is that LSN acknowledged. The initial snapshot (``--snapshot``) goes to
+``snapshot-LSN-N.parquet`` files beside the change files, recorded in ``DIR/_snapshot.json``;
+its last group moves the checkpoint to its consistent point, and only then does it count: a
+snapshot cut short is deleted and taken again (see docs/snapshot.md). On start the checkpoint
+says where the output ends:
 ``.tmp`` leftovers are deleted, so are data files of a group that was cut short (their
 first commit LSN is at or after the checkpoint), and streaming resumes right after the
 checkpoint, so no change is lost or written twice.
@@ -32,9 +36,13 @@ from .._files import TableDirectory, fsync_dir, storable, write_atomically
 from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
-__all__ = ["FileSink", "LiveFileSink", "read_checkpoint", "CHECKPOINT"]
+__all__ = ["FileSink", "LiveFileSink", "read_checkpoint", "CHECKPOINT", "SNAPSHOT_RECORD"]
 
 CHECKPOINT = "_checkpoint.json"
+#: The initial snapshot the directory holds: its slot and consistent point. The snapshot is
+#: complete once the checkpoint reached that point (its last group writes it).
+SNAPSHOT_RECORD = "_snapshot.json"
+_SNAPSHOT_FILE = re.compile(r"^snapshot-([0-9A-F]{16})-(\d+)\.(parquet|arrow)$")
 _DATA_FILE = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})(-\d+)?\.(parquet|arrow)$")
 
 
@@ -143,6 +151,9 @@ class LiveFileSink:
         except BlockingIOError:
             raise OSError(f"{root} is being written by another pgoutput-dump") from None
         self.checkpoint = self._recover()
+        self._snapshot_lsn: int | None = None
+        self._snapshot_files = sum(1 for d in root.iterdir() if d.is_dir()
+                                   for f in d.iterdir() if _SNAPSHOT_FILE.match(f.name))
         # Every table directory under one schema: a rewrite a kill interrupted is finished
         # if its group counts, else forgotten (the group is streamed again).
         self.dirs = {d.name: TableDirectory(d, fmt, self.checkpoint)
@@ -189,6 +200,52 @@ class LiveFileSink:
         os.replace(tmp, path)
         fsync_dir(self.root)
 
+    # ------------------------------------------------------------------ the snapshot
+
+    def snapshot_record(self) -> dict[str, object] | None:
+        """The snapshot this directory holds or was taking: ``{"slot", "lsn"}`` (``lsn`` None
+        while the slot was being created), with ``"done"`` (the checkpoint reached it)."""
+        try:
+            record: dict[str, object] = json.loads((self.root / SNAPSHOT_RECORD).read_text())
+        except FileNotFoundError:
+            return None
+        lsn = record.get("lsn")
+        record["lsn"] = lsn_to_int(str(lsn)) if lsn is not None else None
+        record["done"] = record["lsn"] is not None and self.checkpoint >= int(record["lsn"])  # type: ignore[call-overload]
+        return record
+
+    def begin_snapshot(self, slot: str, lsn: int | None) -> None:
+        """Records, durably, the snapshot being taken: before its slot is created (``lsn``
+        None), then with the slot's consistent point."""
+        record = {"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn)}
+        tmp = self.root / f".{SNAPSHOT_RECORD}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / SNAPSHOT_RECORD)
+        fsync_dir(self.root)
+        self._snapshot_lsn = lsn
+
+    def discard_snapshot(self) -> int:
+        """Deletes the files and the record of a snapshot that never finished (its exported
+        snapshot died with the process that read it). Returns the number of files deleted."""
+        removed = 0
+        for d in [d for d in self.root.iterdir() if d.is_dir()]:
+            for f in d.iterdir():
+                if _SNAPSHOT_FILE.match(f.name):
+                    f.unlink()
+                    removed += 1
+            fsync_dir(d)
+        (self.root / SNAPSHOT_RECORD).unlink(missing_ok=True)
+        fsync_dir(self.root)
+        self._snapshot_files = 0
+        # The directories' schemas were read from those files too: read them again.
+        self.dirs = {d.name: TableDirectory(d, self.fmt, self.checkpoint)
+                     for d in sorted(self.root.iterdir())
+                     if d.is_dir() and not d.name.startswith(("_", "."))}
+        return removed
+
     def write(self, chunk: Chunk, end_lsn: int) -> None:
         """Writes every table of the group, then moves the checkpoint to ``end_lsn``."""
         parts: dict[str, list[pa.RecordBatch]] = {}
@@ -215,6 +272,10 @@ class LiveFileSink:
                 directory_path.mkdir(exist_ok=True)
                 suffix = f"-{n}" if n else ""
                 path = directory_path / f"{first:016X}-{last:016X}{suffix}.{self.ext}"
+                if not key.startswith("_") and _is_snapshot(table):
+                    # Rows of the initial snapshot, all at its consistent point: numbered.
+                    self._snapshot_files += 1
+                    path = directory_path / f"snapshot-{first:016X}-{self._snapshot_files:06d}.{self.ext}"
                 write_atomically(table, path, self.fmt)
                 self.files.append(path)
         if end_lsn > self.checkpoint:
@@ -231,6 +292,11 @@ class LiveFileSink:
 
     def close(self) -> None:
         self._lock.close()
+
+
+def _is_snapshot(table: pa.Table) -> bool:
+    """Whether ``table`` holds rows of the initial snapshot (a group holds only those, or none)."""
+    return table.num_rows > 0 and "_op" in table.schema.names and table.column("_op")[0].as_py() == "snapshot"
 
 
 def _by_schema(batches: list[pa.RecordBatch]) -> list[list[pa.RecordBatch]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 from collections.abc import Generator
 from types import FrameType, TracebackType
 from typing import Any, cast
@@ -18,7 +19,9 @@ from typing import Any, cast
 from ..decoding import Output, OutputKind
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
+from ..live.snapshot import drop_unfinished_slot
 from .arguments import publications
+from .file_sinks import LiveFileSink
 from .capture_source import decoder_options
 from .progress import Progress, nbytes, si
 
@@ -33,9 +36,18 @@ class LiveSource:
     #: Groups are acknowledged to the server once the sinks made them durable.
     acknowledges = True
 
-    def __init__(self, args: argparse.Namespace, start_lsn: int | None, linger: float) -> None:
+    def __init__(self, args: argparse.Namespace, start_lsn: int | None, linger: float,
+                 files: LiveFileSink | None = None) -> None:
         publication, create = publications(args)
+        snapshot = bool(args.snapshot) and self._needs_snapshot(args, files)
         starts = [x for x in (start_lsn, args.start_lsn) if x]
+        snapshot_options = {}
+        if snapshot:
+            snapshot_options = {"snapshot": True, "snapshot_connections": args.snapshot_connections,
+                                "snapshot_chunk_bytes": args.snapshot_chunk_bytes}
+            if files is not None:
+                files.begin_snapshot(args.slot, None)
+                snapshot_options["on_snapshot"] = files.begin_snapshot
         self.stream: LiveStream = stream(
             args.dsn, slot=args.slot, publication=publication, create_slot=args.create_slot,
             temporary_slot=args.temporary, two_phase=args.two_phase,
@@ -44,12 +56,38 @@ class LiveSource:
             start_lsn=max(starts) if starts else None, status_interval=args.status_interval,
             connect_timeout=args.connect_timeout, reconnect_attempts=args.reconnect_attempts,
             reconnect_timeout=args.reconnect_timeout, idle_timeout=args.idle_timeout,
-            stop_after=args.stop_after, **decoder_options(args))
+            stop_after=args.stop_after, **snapshot_options, **decoder_options(args))
         self.linger = linger
         self.progress = Progress(args.progress, interval=0.5, delay=0.0)
         self.rows = 0
         self.signals = 0
         self.old_handlers: dict[int, Any] = {}
+
+    @staticmethod
+    def _needs_snapshot(args: argparse.Namespace, files: LiveFileSink | None) -> bool:
+        """With ``--output``, whether the snapshot is still to be taken: not when the
+        directory holds a complete one; a snapshot a kill cut short is deleted first, with its
+        slot (if it never advanced), since its exported snapshot died with the process."""
+        if files is None:
+            return True
+        record = files.snapshot_record()
+        if record is None:
+            if files.checkpoint:
+                raise OSError(f"{files.root} holds changes streamed without a snapshot: "
+                              "--snapshot needs an empty directory")
+            return True
+        if record["done"]:
+            return False
+        lsn = record["lsn"]
+        slot = str(record["slot"])
+        dropped = drop_unfinished_slot(args.dsn, slot, lsn if isinstance(lsn, int) else None,
+                                       args.connect_timeout)
+        removed = files.discard_snapshot()
+        where = f" at {lsn_to_str(lsn)}" if isinstance(lsn, int) else ""
+        sys.stderr.write(f"pgoutput-dump: the snapshot of slot {slot}{where} was interrupted and its "
+                         f"exported snapshot ended with that process: starting it over ({removed} files "
+                         f"deleted{', slot dropped' if dropped else ''})\n")
+        return True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
                 files = LiveFileSink(args.output, fmt)
                 sinks.append(files)
             source = LiveSource(args, files.checkpoint if isinstance(files, LiveFileSink) else None,
-                                linger=args.commit_interval if files is not None else 0.0)
+                                linger=args.commit_interval if files is not None else 0.0,
+                                files=files if isinstance(files, LiveFileSink) else None)
         else:
             source = CaptureSource(args)
             if fmt in ("parquet", "arrow"):

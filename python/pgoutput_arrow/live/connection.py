@@ -24,7 +24,7 @@ from typing import Any
 from .._pg import classify_connect_error, one_line
 from ..exceptions import ReplicationError
 
-__all__ = ["connect", "CopyBoth", "CopyBothEnded", "load_libpq"]
+__all__ = ["connect", "CopyBoth", "CopyBothEnded", "load_libpq", "copy_out_functions"]
 
 _PGRES_COPY_BOTH = 8
 _PGRES_COMMAND_OK = 1
@@ -110,6 +110,7 @@ def load_libpq() -> Any:
         ("PQserverVersion", i, [vp]),
         ("PQerrorMessage", cp, [vp]),
         ("PQgetResult", vp, [vp]),
+        ("PQsendQuery", i, [vp, cp]),
         ("PQresultStatus", i, [vp]),
         ("PQresultErrorMessage", cp, [vp]),
         ("PQresultErrorField", cp, [vp, i]),
@@ -121,6 +122,22 @@ def load_libpq() -> Any:
         fn.argtypes = argtypes
     _lib = lib
     return lib
+
+
+def _address(fn: Any) -> int:
+    return ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+
+def copy_out_functions(conn: Any) -> list[int]:
+    """The addresses of the libpq functions ``_internal.CopyDecoder.start`` calls on the
+    psycopg2 connection ``conn`` to run a ``COPY ... TO STDOUT`` (checked to be the libpq
+    that psycopg2 uses)."""
+    lib = load_libpq()
+    if lib.PQserverVersion(ctypes.c_void_p(conn.pgconn_ptr)) != conn.server_version:
+        raise OSError("the libpq found is not the one psycopg2 uses")
+    return [_address(getattr(lib, name)) for name in (
+        "PQsendQuery", "PQgetResult", "PQresultStatus", "PQresultErrorMessage", "PQclear",
+        "PQgetCopyData", "PQfreemem", "PQerrorMessage")]
 
 
 class CopyBoth:
@@ -138,9 +155,7 @@ class CopyBoth:
         if self._lib.PQserverVersion(self._pg) != conn.server_version:
             raise OSError("the libpq found is not the one psycopg2 uses")
 
-        def address(fn: Any) -> int:
-            return ctypes.cast(fn, ctypes.c_void_p).value or 0
-
+        address = _address
         lib = self._lib
         self.receiver = WalReceiver(conn.pgconn_ptr, address(lib.PQgetCopyData),
                                     address(lib.PQconsumeInput), address(lib.PQfreemem),

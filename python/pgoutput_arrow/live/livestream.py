@@ -58,6 +58,7 @@ from ..exceptions import (
 from .connection import CopyBoth, CopyBothEnded, connect
 from .options import StreamOptions, parse_lsn
 from .slot import preflight, start_command
+from .snapshot import ExportedSnapshot, SnapshotReader, export_snapshot, plan_snapshot, snapshot_table
 
 __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats"]
 
@@ -76,6 +77,8 @@ class LiveBatch:
     version: int | None
     batch: pa.RecordBatch
     ack_lsn: int
+    #: Rows of the initial snapshot (``_op = 'snapshot'``), not changes.
+    snapshot: bool = False
 
     @property
     def name(self) -> str:
@@ -221,6 +224,15 @@ class LiveStream:
         self._reconnects = 0
         self._t0 = time.monotonic()
         self._last_data = self._t0
+        # The initial snapshot while it is read (see _start_snapshot), its exporting
+        # connection, and the last chunk's batches, held until the next one shows whether
+        # it is the last (its last batch then carries the consistent point as ack_lsn).
+        self._snapshot: SnapshotReader | None = None
+        self._exported: ExportedSnapshot | None = None
+        self._held: list[LiveBatch] | None = None
+        #: Per table: rows of transactions committed below this LSN are dropped (a table
+        #: whose own snapshot was taken at that point, see snapshot_table).
+        self._table_floors: dict[str, int] = {}
         self._rate_window: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=12)
         self._fed_since_flush = 0
         self._last_flush = self._t0
@@ -266,7 +278,9 @@ class LiveStream:
                 return
             batches, ack = list(group[0]), group[1]
             t_first = time.monotonic()
-            while linger > 0 and time.monotonic() - t_first < linger and not self._stop:
+            # A snapshot's chunk stays a group of its own (a sink names its files apart).
+            while (linger > 0 and time.monotonic() - t_first < linger and not self._stop
+                   and not any(b.snapshot for b in batches) and self._snapshot is None):
                 more = self._next_group(wait=False)
                 if more is None:
                     continue
@@ -281,6 +295,9 @@ class LiveStream:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
         when nothing arrived during one short read)."""
         while not self._pending:
+            if self._snapshot is not None and not (self._closed or self._stop):
+                self._pump_snapshot()
+                continue
             if self._closed or self._stop:
                 self._finish_stream()
                 if self._pending:
@@ -297,7 +314,10 @@ class LiveStream:
         if self._started:
             return
         self._started = True
-        self._connect_and_start(first=True)
+        if self.options.snapshot:
+            self._start_snapshot()
+        else:
+            self._connect_and_start(first=True)
 
     def ack(self, lsn: int | str | None = None) -> None:
         """Confirm that everything up to ``lsn`` (an ``ack_lsn`` of a yielded batch; default:
@@ -322,6 +342,12 @@ class LiveStream:
         if self._closed:
             return
         self._closed = True
+        if self._snapshot is not None:
+            self._snapshot.close()
+            self._snapshot = None
+        if self._exported is not None:
+            self._exported.close()
+            self._exported = None
         if self._copy is not None:
             try:
                 self._send_status(force=True)
@@ -377,12 +403,98 @@ class LiveStream:
 
     # ------------------------------------------------------------------ connecting
 
-    def _connect_and_start(self, first: bool) -> None:
+    # ------------------------------------------------------------------ the snapshot
+
+    def _start_snapshot(self) -> None:
+        """Creates the slot exporting its snapshot and starts reading it (see
+        :mod:`.snapshot`); the stream starts at its consistent point once it is read."""
+        o = self.options
+        exported = export_snapshot(self.dsn, o)
+        try:
+            if o.on_snapshot is not None:
+                o.on_snapshot(exported.slot, exported.lsn)
+            plan = plan_snapshot(self.dsn, exported, o.publications, chunk_bytes=o.snapshot_chunk_bytes,
+                                 connect_timeout=o.connect_timeout)
+            options = {"binary": o.binary, **o.decoder_options}
+            self._snapshot = SnapshotReader(self.dsn, plan, o.snapshot_connections, o.connect_timeout,
+                                            **options)
+        except BaseException:
+            exported.close()
+            raise
+        self._exported = exported
+
+    def _pump_snapshot(self) -> None:
+        """The next chunk of the snapshot as a group; after the last, the stream starts."""
+        reader, exported = self._snapshot, self._exported
+        assert reader is not None and exported is not None
+        try:
+            chunk, batches = next(reader)
+        except StopIteration:
+            self._snapshot = None
+            self._end_snapshot(exported)
+            return
+        group = []
+        for b in batches:
+            if b.num_rows:
+                group.append(LiveBatch("table", chunk.table, None, self._unify(chunk.table, b),
+                                       self._emitted, snapshot=True))
+        if not group:
+            return
+        if self._held is not None:
+            self._pending.append((self._held, self._emitted))
+        self._held = group
+
+    def _end_snapshot(self, exported: ExportedSnapshot) -> None:
+        """Every chunk was read: the last one's last batch, or an empty group, hands out the
+        consistent point; then the stream starts there on the exporting connection."""
+        lsn = exported.lsn
+        held, self._held = self._held, None
+        if held:
+            last = held[-1]
+            held[-1] = dataclasses.replace(last, ack_lsn=lsn)
+            self._pending.append((held, lsn))
+        else:
+            self._pending.append(([], lsn))
+            if self._acked >= self._emitted and self._last_yield_ack <= self._acked:
+                self._acked = self._last_yield_ack = lsn
+        self._emitted = max(self._emitted, lsn)
+        self._start_lsn = max(self._start_lsn, lsn)
+        self._floor = max(self._floor, lsn)
+        conn, self._exported = exported.conn, None
+        exported.conn = None
+        self._connect_and_start(first=True, conn=conn)
+
+    def snapshot_table(self, table: str, connections: int = 2) -> int:
+        """Takes the snapshot of ``table``, added to the publication after this stream's slot
+        was created (call it once ``ALTER PUBLICATION ... ADD TABLE`` committed): its rows
+        come out next, as snapshot rows at the LSN returned, and the table's changes that
+        committed before that LSN are dropped from the stream from now on (the snapshot
+        holds them). Changes of the table handed out before this call committed before
+        that LSN too: ordered by ``_commit_lsn, _seq`` the snapshot's rows come after them."""
+        o = self.options
+        lsn, batches = snapshot_table(self.dsn, table, publication=o.publications, connections=connections,
+                                      chunk_bytes=o.snapshot_chunk_bytes, connect_timeout=o.connect_timeout,
+                                      **{"binary": o.binary, **o.decoder_options})
+        self._table_floors[table] = lsn
+        group = [LiveBatch("table", table, None, self._unify(table, b), self._emitted, snapshot=True)
+                 for b in batches if b.num_rows]
+        if group:
+            self._pending.appendleft((group, self._emitted))
+        return lsn
+
+    # ------------------------------------------------------------------ connecting
+
+    def _connect_and_start(self, first: bool, conn: Any = None) -> None:
+        """Starts streaming on a new connection, or on ``conn`` (the one that created the
+        slot, whose checks were made)."""
         import psycopg2
 
-        conn = connect(self.dsn, self.connect_timeout)
+        checked = conn is not None
+        if conn is None:
+            conn = connect(self.dsn, self.connect_timeout)
         try:
-            preflight(conn, self.options, first)
+            if not checked:
+                preflight(conn, self.options, first)
             self.server_version = int(conn.server_version)
             start = self._resume_lsn()
             command, self.proto_version = start_command(self.options, self.server_version, start)
@@ -638,6 +750,11 @@ class LiveStream:
         if batch.num_rows == 0:
             return None
         if kind == "table" and table is not None:
+            floor = self._table_floors.get(table)
+            if floor is not None:
+                batch = self._drop_already_handled(batch, floor)
+                if batch.num_rows == 0:
+                    return None
             batch = self._unify(table, batch)
         return kind, table, version, batch
 
@@ -657,10 +774,11 @@ class LiveStream:
             return batch
         return pa.table(_internal.conform(batch, unified)).combine_chunks().to_batches()[0]
 
-    def _drop_already_handled(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _drop_already_handled(self, batch: pa.RecordBatch, floor: int | None = None) -> pa.RecordBatch:
         """Second guard against duplicates after a resume: rows of transactions that
-        committed before the resume point were handled already."""
-        if self._floor <= 0:
+        committed before the resume point (or ``floor``) were handled already."""
+        floor = self._floor if floor is None else floor
+        if floor <= 0:
             return batch
         col = _commit_column(batch)
         if col is None or batch.num_rows == 0:
@@ -668,12 +786,12 @@ class LiveStream:
         import pyarrow.compute as pc
 
         values = batch.column(col)
-        if pc.min(values).as_py() is None or pc.min(values).as_py() >= self._floor:
+        if pc.min(values).as_py() is None or pc.min(values).as_py() >= floor:
             return batch
         # Rows come in commit order: those already handled are the batch's first ones. A
         # slice, since pyarrow's filter has no kernel for the view columns of text and bytea.
         commits = values.to_pylist()
-        first_new = next((i for i, c in enumerate(commits) if c is None or c >= self._floor),
+        first_new = next((i for i, c in enumerate(commits) if c is None or c >= floor),
                          len(commits))
         return batch.slice(first_new)
 
@@ -734,6 +852,11 @@ def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:
       the next one is asked for);
     * ``idle_timeout`` (stop after that many seconds without data), ``stop_after`` (s),
       ``stop_at_lsn`` (stop once the server's WAL end reached it and nothing is pending);
+    * ``snapshot`` (create the slot exporting its snapshot, hand out every published
+      table's rows as of the slot's consistent point first, then the changes from there:
+      see :mod:`pgoutput_arrow.live.snapshot`), ``snapshot_connections`` (default 4),
+      ``snapshot_chunk_bytes`` (default 64 MiB of table per chunk), ``on_snapshot``
+      (called with the slot name and consistent point once the slot exists);
     * anything else goes to :class:`pgoutput_arrow.Decoder`.
 
     Returns a :class:`LiveStream`: iterate it for :class:`LiveBatch` items, ``ack(lsn)`` what

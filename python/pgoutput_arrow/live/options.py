@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._internal import lsn_to_int
@@ -67,6 +67,13 @@ class StreamOptions:
     flush_interval: float = 1.0
     flush_messages: int = 200_000
     auto_ack: bool = False
+    # The initial snapshot (pgoutput_arrow.live.snapshot): taken as the slot is created,
+    # read by that many connections in chunks of about that many bytes of table; the
+    # callback is told (slot, consistent point) once the slot exists, before any row is read.
+    snapshot: bool = False
+    snapshot_connections: int = 4
+    snapshot_chunk_bytes: int = 64 << 20
+    on_snapshot: Callable[[str, int], None] | None = None
     # Passed to pgoutput_arrow.Decoder.
     decoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -100,6 +107,8 @@ class StreamOptions:
         fields = {f.name for f in dataclasses.fields(cls)} - {"decoder_options"}
         known = {k: v for k, v in options.items() if k in fields}
         decoder = {k: v for k, v in options.items() if k not in fields}
+        if known.get("snapshot") and int(known.get("snapshot_connections", 4)) < 1:
+            raise ValueError("snapshot_connections must be at least 1")
         # A temporary slot is always created.
         known["create_slot"] = bool(known.get("create_slot")) or bool(known.get("temporary_slot"))
         return cls(

@@ -14,9 +14,13 @@ from .options import StreamOptions, default_proto_version
 __all__ = ["preflight", "create_slot_command", "start_command"]
 
 
-def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
+def preflight(conn: Any, opts: StreamOptions, first: bool = True,
+              export: bool = False) -> tuple[str, str, str | None, str] | None:
     """Checks that give a clear error before START_REPLICATION, and the creations
-    (``first``: the first connection of this stream, not a reconnection)."""
+    (``first``: the first connection of this stream, not a reconnection). With ``export``
+    the slot must not exist yet: it is created exporting its snapshot, and the answer of
+    CREATE_REPLICATION_SLOT (slot name, consistent point, snapshot name, plugin) returned;
+    the connection must then run no other command while the snapshot is in use."""
     import psycopg2
 
     cur = conn.cursor()
@@ -41,25 +45,33 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
             raise SlotNotFound(
                 f'replication slot "{opts.slot}" was dropped while streaming from it: '
                 "the changes since the last acknowledged position cannot be recovered")
-        if not opts.create_slot:
+        if not opts.create_slot and not export:
             raise SlotNotFound(
                 f'replication slot "{opts.slot}" does not exist (create it with '
                 f"--create-slot / create_slot=True, or pg_create_logical_replication_slot)")
         try:
-            cur.execute(create_slot_command(opts, server_version))
-            cur.fetchall()
+            cur.execute(create_slot_command(opts, server_version, export=export))
+            created = cur.fetchall()
         except psycopg2.Error as e:
-            if getattr(e, "pgcode", None) == "42710":  # created concurrently: use it
-                return
+            if getattr(e, "pgcode", None) == "42710" and not export:  # created concurrently: use it
+                return None
             raise classify_connect_error(
                 e, f'cannot create replication slot "{opts.slot}"') from None
-        return
+        if export:
+            name, lsn, snapshot, plugin = created[0]
+            return str(name), str(lsn), snapshot, str(plugin)
+        return None
+    if export:
+        raise ReplicationError(
+            f'replication slot "{opts.slot}" already exists: a snapshot is taken as its slot is '
+            "created (drop the slot to start over, or stream without a snapshot to resume from it)")
     plugin, slot_type, database, active_pid = row
     check_slot(opts.slot, plugin, slot_type, database, dbname)
     if active_pid is not None:
         raise SlotInUse(
             f'replication slot "{opts.slot}" is active for PID {active_pid} '
             f"(another process is streaming this slot)")
+    return None
 
 
 def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
@@ -102,17 +114,19 @@ def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
                 f"cannot create publication {name}: {one_line(str(e))}") from None
 
 
-def create_slot_command(opts: StreamOptions, server_version: int) -> str:
-    """``CREATE_REPLICATION_SLOT`` in the syntax of the server's version."""
+def create_slot_command(opts: StreamOptions, server_version: int, export: bool = False) -> str:
+    """``CREATE_REPLICATION_SLOT`` in the syntax of the server's version; ``export``: the
+    slot exports its snapshot (for the initial snapshot), else none is made."""
     parts = [f"CREATE_REPLICATION_SLOT {quote_ident(opts.slot)}"]
     if opts.temporary_slot:
         parts.append("TEMPORARY")
     parts.append("LOGICAL pgoutput")
     if server_version >= 150000:
-        options = ["SNAPSHOT 'nothing'"] + (["TWO_PHASE"] if opts.two_phase else [])
+        snapshot = "SNAPSHOT 'export'" if export else "SNAPSHOT 'nothing'"
+        options = [snapshot] + (["TWO_PHASE"] if opts.two_phase else [])
         parts.append("(" + ", ".join(options) + ")")
     else:
-        parts.append("NOEXPORT_SNAPSHOT")
+        parts.append("EXPORT_SNAPSHOT" if export else "NOEXPORT_SNAPSHOT")
         if opts.two_phase:
             if server_version < 140000:
                 raise ReplicationError("two_phase slots need PostgreSQL 14 or later")

@@ -53,6 +53,7 @@ from pyspark.sql.streaming.datasource import (
 from .. import _internal
 from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
+from .._catalog import relation_definition
 from .._pg import check_slot, classify_connect_error, quote_ident
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
 from ._common import is_table_column, rank_within_commit, spark_schema
@@ -90,9 +91,6 @@ READ_AHEAD = 4
 
 #: The messages of a peek are fetched from the server in chunks of this many.
 _FETCH_ROWS = 20000
-
-#: Types with an oid below this are built in; pgoutput sends a Type message for the others.
-_FIRST_GENBKI_OID = 10000
 
 _T = TypeVar("_T")
 
@@ -276,59 +274,14 @@ def _retry_in_use(fn: Any, *args: Any, attempts: int = 50) -> Any:
 def _relation_schema(cur: Any, table: str, publications: tuple[str, ...]) -> pa.Schema:
     """The schema the decoder gives ``table`` as pgoutput would describe it now (its Relation
     message and the Type messages of its non-built-in column types), from the catalog."""
-    schema, name = table.split(".", 1)
-    cur.execute("SELECT current_setting('server_version_num')::int")
-    version = cur.fetchone()[0]
-    cur.execute("SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n "
-                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s", (schema, name))
-    row = cur.fetchone()
-    if row is None:
-        raise ValueError(f"pgoutput stream: table {table} does not exist")
-    relid, replident = row
-    published: set[str] | None = None
-    if version >= 150000:
-        cur.execute("SELECT attnames FROM pg_publication_tables WHERE pubname = ANY(%s) "
-                    "AND schemaname = %s AND tablename = %s", (list(publications), schema, name))
-        published = {a for r in cur.fetchall() for a in (r[0] or [])}
-    generated = "a.attgenerated" if version >= 120000 else "''"
-    cur.execute(
-        f"SELECT a.attname, a.atttypid, a.atttypmod, {generated}, "
-        "  %s = 'f' OR a.attnum IN (SELECT unnest(i.indkey) FROM pg_index i WHERE "
-        "    i.indrelid = a.attrelid AND ((%s = 'd' AND i.indisprimary) OR "
-        "                                 (%s = 'i' AND i.indisreplident))) "
-        "FROM pg_attribute a WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped "
-        "ORDER BY a.attnum", (replident, replident, replident, relid))
-    columns: list[tuple[str, int, int, bool]] = []
-    for attname, typoid, typmod, gen, key in cur.fetchall():
-        # pgoutput leaves out virtual generated columns, and stored ones before 18 (on 18 the
-        # publication decides, and attnames says).
-        if gen == "v" or (gen == "s" and version < 180000):
-            continue
-        if published is not None and attname not in published:
-            continue
-        columns.append((attname, int(typoid), int(typmod), bool(key)))
-    types = [_type_info(cur, oid) for oid in dict.fromkeys(c[1] for c in columns) if oid >= _FIRST_GENBKI_OID]
-    native = _internal.relation_schema(int(relid), schema if schema != "pg_catalog" else "", name, replident,
-                                       columns, types, **_TYPE_OPTIONS)
-    return pa.table(native).schema
+    try:
+        return relation_definition(cur, table, publications).schema(**_TYPE_OPTIONS)
+    except ValueError as e:
+        raise ValueError(f"pgoutput stream: {e}") from None
 
 
 #: The decoder options that type columns (DECODER_OPTIONS without the others).
 _TYPE_OPTIONS: dict[str, Any] = {k: DECODER_OPTIONS[k] for k in ("views", "binary", "array_ndims")}
-
-
-def _type_info(cur: Any, typoid: int) -> tuple[int, str, str]:
-    """What pgoutput's logicalrep_write_typ sends: the oid, with the namespace and name of its
-    base type (a domain's, followed down to a non-domain)."""
-    base = typoid
-    for _ in range(100):
-        cur.execute("SELECT t.typtype, t.typbasetype, n.nspname, t.typname FROM pg_type t "
-                    "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s", (base,))
-        typtype, basetype, nspname, typname = cur.fetchone()
-        if typtype != "d":
-            break
-        base = basetype
-    return typoid, "" if nspname == "pg_catalog" else nspname, typname
 
 
 def stream_schema(options: Mapping[str, str]) -> Any:
