@@ -1250,3 +1250,129 @@ def test_array_depth_is_the_drivers_in_every_partition(spark: Any, pg18: Any) ->
         got = {r["id"]: r for r in decoded["public.depth"].collect()}
         assert got[1]["a"] is None and dict(got[1]["_special"]) == {"a": "{{1,2},{3,4}}"}
         assert all(got[i]["a"] == [i, None] and got[i]["_special"] is None for i in range(2, 12))
+
+
+# --------------------------------------------------------------------------- the snapshot
+
+def _snapshot_workload(pg: Any, t: str) -> None:
+    """Writes while a snapshot is open: updates (one of a TOAST value), deletes, inserts,
+    keys changed; none of them may show in the snapshot, all of them in the stream."""
+    pg.execute(f"UPDATE {t} SET v = v || '-upd' WHERE id % 10 = 0; "
+               f"UPDATE {t} SET big = repeat('y', 6000) WHERE id = 7; "
+               f"UPDATE {t} SET n = n + 1 WHERE id = 8; "  # big unchanged: TOAST not sent
+               f"DELETE FROM {t} WHERE id % 13 = 0; "
+               f"INSERT INTO {t} (id, v, n) SELECT g, 'new', g FROM generate_series(5001, 5100) g; "
+               f"UPDATE {t} SET id = id + 100000 WHERE id % 97 = 1")
+
+
+def _replica(spark: Any, frames: list[Any], keys: list[str]) -> list[tuple]:
+    from functools import reduce
+
+    changes = reduce(lambda a, b: a.unionByName(b), frames)
+    state = sp.apply_changes(changes, keys).orderBy(keys).collect()
+    return [tuple(r[c] for c in ("id", "v", "n", "big")) for r in state]
+
+
+@pytest.mark.parametrize("version", [18, 15])
+def test_spark_snapshot_then_stream_equals_postgres(spark: Any, version: int, unique_name: str,
+                                                    request: Any) -> None:
+    """pgspark.snapshot: the slot is created exporting its snapshot, each table is read in
+    parallel chunks (one Spark partition each) inside it while writes go on; then the slot's
+    changes from the consistent point. Snapshot + changes replayed equal PostgreSQL's final
+    rows value by value; no snapshot row shows a write made after the consistent point; a
+    DataFrame computed after the snapshot is closed fails clearly."""
+    pg = request.getfixturevalue(f"pg{version}")
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(12,2), big text); "
+               f"INSERT INTO {t} SELECT g, 'v' || g, g / 4.0, CASE WHEN g % 50 = 7 THEN repeat('x', 5000) END "
+               f"FROM generate_series(1, 5000) g; CREATE PUBLICATION {pub} FOR TABLE {t}")
+    expected_snapshot = pg.query(f"SELECT id, v, n, big FROM {t} ORDER BY id")
+    with sp.snapshot(spark, pg.dsn, slot=slot, publication=pub, chunk_bytes=8 * 8192) as snap:
+        assert snap.tables == [f"public.{t}"]
+        _snapshot_workload(pg, t)  # after the consistent point: not in the snapshot
+        df = snap.read(f"public.{t}")
+        chunks = snap.chunks(f"public.{t}")
+        assert len(chunks) > 2 and df.rdd.getNumPartitions() == len(chunks)
+        rows = df.orderBy("id").collect()
+        lsn = snap.lsn
+        late = snap.read(f"public.{t}")
+    snapshot_rows = spark.createDataFrame(rows, df.schema)
+    assert [(r.id, r.v, r.n, r.big) for r in rows] == [tuple(r) for r in expected_snapshot]
+    assert {r._op for r in rows} == {"snapshot"} and {r._commit_lsn for r in rows} == {lsn}
+    assert all(r._seq < 0 for r in rows) and len({r._seq for r in rows}) == len(rows)
+    with pytest.raises(Exception, match="snapshot"):
+        late.collect()  # the exported snapshot ended with the block
+    assert _slot_position(pg, slot) == lsn  # the slot waits at the consistent point
+
+    sp.register(spark)
+    stream = (spark.readStream.format("pgoutput").option("dsn", pg.dsn).option("slot", slot)
+              .option("publication", pub).option("table", f"public.{t}").load())
+    q = stream.writeStream.format("memory").queryName(f"{unique_name}_m").trigger(availableNow=True).start()
+    q.awaitTermination()
+    changes = spark.table(f"{unique_name}_m")
+    assert df.schema == changes.schema  # snapshot rows are typed as the stream's
+    assert changes.where(f"_commit_lsn < {lsn}").count() == 0
+    assert _replica(spark, [snapshot_rows, changes], ["id"]) == \
+        [tuple(r) for r in pg.query(f"SELECT id, v, n, big FROM {t} ORDER BY id")]
+
+
+def test_stream_source_snapshot_first_then_changes(spark: Any, pg18: Any, unique_name: str,
+                                                   tmp_path: Any) -> None:
+    """readStream.format("pgoutput").option("snapshot", "true"): the query creates the slot
+    exporting its snapshot; its first micro-batch is the table's rows as of the consistent
+    point (read in chunks, one partition each), later ones the changes. Two runs on one
+    checkpoint with writes between them: the replay of everything written equals the
+    table. A snapshot batch that a restarted query would re-run (its snapshot gone) fails
+    in one line and drops the never-advanced slot; an existing slot is refused."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pgoutput_arrow.live.snapshot import SnapshotGone
+    from pgoutput_arrow.spark.stream import PgoutputStreamReader, SnapshotRange, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, n numeric(12,2), big text); "
+                 f"INSERT INTO {t} SELECT g, 'v' || g, g / 4.0, NULL FROM generate_series(1, 3000) g; "
+                 f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    options = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
+               "snapshot": "true", "pollInterval": "0.2"}
+    out, ckpt = tmp_path / "out", tmp_path / "checkpoint"
+    sp.register(spark)
+
+    def run(checkpoint: Any = ckpt) -> None:
+        df = spark.readStream.format("pgoutput").options(**options).load()
+
+        def sink(batch: Any, batch_id: int) -> None:
+            batch.write.mode("overwrite").parquet(str(out / f"batch={batch_id}"))
+
+        q = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        assert q.exception() is None
+
+    run()
+    first = pq.read_table(out / "batch=0")
+    assert set(first.column("_op").to_pylist()) == {"snapshot"} and first.num_rows == 3000
+    _snapshot_workload(pg18, t)
+    run()  # the same checkpoint: the changes after the snapshot, exactly once
+    with pytest.raises(Exception, match="exists already"):
+        run(tmp_path / "new")  # a new query (no checkpoint) with snapshot on an existing slot
+    written = spark.read.parquet(str(out))
+    assert _replica(spark, [written.drop("batch")], ["id"]) == \
+        [tuple(r) for r in pg18.query(f"SELECT id, v, n, big FROM {t} ORDER BY id")]
+    pg18.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+
+    # The driver that exported the snapshot is gone before its batch was committed.
+    reader = PgoutputStreamReader(options, stream_schema(options))
+    start = reader.initialOffset()
+    assert start["snapshot"] == "pending"
+    end = reader.latestOffset(start, ReadAllAvailable())
+    parts = reader.partitions(start, end)
+    assert parts and all(isinstance(p, SnapshotRange) for p in parts)
+    assert sum(len(list(reader.read(p))) for p in parts) >= 1
+    reader.stop()  # as if the driver died: the exported snapshot ends with it
+    restarted = PgoutputStreamReader(options, reader.schema)
+    with pytest.raises(SnapshotGone, match="delete the checkpoint"):
+        restarted.partitions(start, end)
+    restarted.stop()
+    assert pg18.scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)) == 0

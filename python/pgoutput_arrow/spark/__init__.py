@@ -10,6 +10,9 @@ Ways in:
   ``pgoutput`` batch data source (:mod:`.sql`, :mod:`.source`).
 * ``spark.readStream.format("pgoutput")`` — a live replication slot as a streaming source with
   LSN offsets, acknowledged only when Spark commits a micro-batch (:mod:`.stream`).
+* :func:`snapshot` — the initial snapshot of a new slot's tables, read by the executors chunk
+  by chunk (:mod:`.snapshot`); or ``.option("snapshot", "true")`` on the streaming source, whose
+  first micro-batch is then the snapshot.
 * :func:`apply_changes` — the latest state per key: a replica of the source table (:mod:`.replica`).
 * :func:`to_spark_arrow_schema` / :func:`cast_for_spark` — the decoder's Arrow types mapped to
   types Spark accepts (:mod:`.types`; docs/spark.md has the table).
@@ -25,6 +28,7 @@ from .._internal import lsn_to_str as lsn_to_text
 from .batch import TRUNCATES, canonical_stream, decode, decode_rows_locally, decode_table_locally
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .replica import apply_changes
+from .snapshot import SparkSnapshot, snapshot
 from .source import PgoutputDataSource
 from .sql import PgoutputChangesUDTF, message_kind, register
 from .types import cast_for_spark, spark_arrow_type, to_spark_arrow_schema
@@ -36,6 +40,8 @@ __all__ = [
     "decode",
     "register",
     "apply_changes",
+    "snapshot",
+    "SparkSnapshot",
     "lsn_to_int",
     "lsn_to_text",
     "message_kind",

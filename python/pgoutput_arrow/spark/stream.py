@@ -56,11 +56,14 @@ from .._internal import lsn_to_str
 from .._catalog import relation_definition
 from .._pg import check_slot, classify_connect_error, quote_ident
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
+from ..live.snapshot import SnapshotChunk, SnapshotGone
 from ._common import is_table_column, rank_within_commit, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
+from .snapshot import SparkSnapshot, read_chunk_batches
+from .snapshot import snapshot as take_snapshot
 from .types import cast_for_spark, to_spark_arrow_schema
 
-__all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "Peeked", "stream_schema",
+__all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "SnapshotRange", "Peeked", "stream_schema",
            "read_range", "decode_range"]
 
 #: Without changes to the publication, the offset still moves once the server has written
@@ -110,6 +113,7 @@ class StreamSource:
     idle_advance_bytes: int
     poll_interval: float
     connect_timeout: int
+    snapshot: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "StreamSource":
@@ -132,6 +136,7 @@ class StreamSource:
                                            minimum=0) or 0,
             poll_interval=_float_option(opts, "pollInterval", DEFAULT_POLL_INTERVAL_S),
             connect_timeout=_int_option(opts, "connectTimeout", 10, minimum=1) or 10,
+            snapshot=_bool_option(opts, "snapshot"),
         )
 
     # ---------------------------------------------------------------- SQL
@@ -151,10 +156,11 @@ class StreamSource:
         return ["proto_version", "1",
                 "publication_names", ",".join(quote_ident(p) for p in self.publications)]
 
-    def check(self, cur: Any) -> int:
+    def check(self, cur: Any) -> int | None:
         """Clear errors before anything is read: the slot exists, is a pgoutput slot of
         this database without two_phase, no walsender streams it, the publications exist and
-        publish ``table``. Returns the slot's ``confirmed_flush_lsn``."""
+        publish ``table``. Returns the slot's ``confirmed_flush_lsn``; with ``snapshot``, None
+        if the slot does not exist yet (the query creates it)."""
         cur.execute("SELECT current_database(), current_setting('server_version_num')::int")
         dbname, version = cur.fetchone()
         two_phase = "two_phase" if version >= 140000 else "false"
@@ -162,6 +168,9 @@ class StreamSource:
                     "confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
                     (self.slot,))
         row = cur.fetchone()
+        if row is None and self.snapshot:
+            self._check_publications(cur, dbname)
+            return None
         if row is None:
             raise SlotNotFound(
                 f'pgoutput stream: replication slot "{self.slot}" does not exist in database '
@@ -182,6 +191,10 @@ class StreamSource:
             raise ReplicationError(
                 f'pgoutput stream: replication slot "{self.slot}" has no confirmed_flush_lsn '
                 "(it was invalidated: its WAL is gone); drop and re-create it")
+        self._check_publications(cur, dbname)
+        return parse_lsn(confirmed)
+
+    def _check_publications(self, cur: Any, dbname: str) -> None:
         cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
                     (list(self.publications),))
         found = {r[0] for r in cur.fetchall()}
@@ -198,7 +211,6 @@ class StreamSource:
                 raise ValueError(
                     f"pgoutput stream: table {self.table} is not in publication "
                     f"{', '.join(self.publications)}; it publishes {published}")
-        return parse_lsn(confirmed)
 
     def confirmed_flush(self, cur: Any) -> int:
         cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
@@ -239,6 +251,13 @@ def _int_option(opts: Mapping[str, str], key: str, default: int | None,
     if value < minimum:
         raise ValueError(f"option {key} must be at least {minimum}, not {value}")
     return value
+
+
+def _bool_option(opts: Mapping[str, str], key: str) -> bool:
+    text = (opts.get(key.lower()) or "false").strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"option {key} must be true or false, not {text!r}")
+    return text == "true"
 
 
 def _float_option(opts: Mapping[str, str], key: str, default: float) -> float:
@@ -315,6 +334,15 @@ class LsnRange(InputPartition):
         self.messages = messages
 
 
+class SnapshotRange(InputPartition):
+    """A chunk of the snapshot's micro-batch, read inside the exported snapshot."""
+
+    def __init__(self, snapshot_name: str, chunk: SnapshotChunk) -> None:
+        super().__init__(chunk.index)
+        self.snapshot_name = snapshot_name
+        self.chunk = chunk
+
+
 @dataclasses.dataclass(frozen=True)
 class Peeked:
     """What ``latestOffset`` read from the slot: every message of the transactions committing
@@ -382,6 +410,18 @@ def _after(commits: list[tuple[int, int, int]], begin: int
     return pending, before
 
 
+def _drop_unused_slot(cur: Any, slot: str, lsn: int) -> bool:
+    """Drop ``slot`` if nobody streams it and it never moved past ``lsn`` (where it was
+    created): a slot of an unfinished snapshot that no checkpoint can use."""
+    cur.execute("SELECT active_pid IS NULL AND confirmed_flush_lsn = %s::pg_lsn "
+                "FROM pg_replication_slots WHERE slot_name = %s", (lsn_to_str(lsn), slot))
+    row = cur.fetchone()
+    if not row or not row[0]:
+        return False
+    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    return True
+
+
 def _flushed_wal(cur: Any) -> int:
     """How far the server's WAL is flushed: what the decoding functions can read."""
     cur.execute("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8")
@@ -411,11 +451,15 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None  # Trigger.AvailableNow: never past this LSN
         self._next_poll = 0.0
         self._peeked: Peeked | None = None  # the last poll's messages, for partitions()
+        # With the option snapshot: the snapshot this query exported when it created the
+        # slot, until Spark commits the micro-batch that reads it.
+        self._snapshot: SparkSnapshot | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_conn"] = None
         state["_peeked"] = None  # the executors get theirs in the partition
+        state["_snapshot"] = None
         return state
 
     def _on_server(self, fn: Callable[[Any], _T]) -> _T:
@@ -435,8 +479,26 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         raise AssertionError("unreachable")
 
     def initialOffset(self) -> dict[str, str]:
-        """Where the slot is now: a new query starts with what the slot has not confirmed."""
-        return _offset(self._on_server(self.source.check))
+        """Where the slot is now: a new query starts with what the slot has not confirmed.
+        With ``snapshot``, the query creates the slot exporting its snapshot: the first
+        micro-batch, ``{"lsn": C, "snapshot": "pending"}`` to ``{"lsn": C}``, holds the rows
+        of the snapshot (C: the slot's consistent point), and the changes follow from C."""
+        if self._snapshot is not None:  # Spark asks more than once
+            return {**_offset(self._snapshot.lsn), "snapshot": "pending"}
+        confirmed = self._on_server(self.source.check)
+        source = self.source
+        if confirmed is not None and source.snapshot:
+            raise ReplicationError(
+                f'pgoutput stream: option snapshot: replication slot "{source.slot}" exists '
+                "already, and a snapshot is exported only by the slot's creation: drop the "
+                "slot (or name a new one) for a snapshot, or leave snapshot off to stream "
+                "from the slot's position")
+        if confirmed is not None:
+            return _offset(confirmed)
+        self._snapshot = take_snapshot(
+            None, source.dsn, slot=source.slot, publication=list(source.publications),
+            tables=[source.table] if source.table else None, connect_timeout=source.connect_timeout)
+        return {**_offset(self._snapshot.lsn), "snapshot": "pending"}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.source.max_changes is None:
@@ -448,6 +510,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
         begin = _offset_lsn(start)
+        if "snapshot" in start:
+            return _offset(begin)  # the whole snapshot, one micro-batch
         wait = self._next_poll - time.monotonic()
         if wait > 0:
             time.sleep(wait)
@@ -590,7 +654,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         result: tuple[list[tuple[int, int, int]], int] = _retry_in_use(run)
         return result
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[LsnRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        if "snapshot" in start:
+            return self._snapshot_partitions(_offset_lsn(start))
         # One partition: the slot is one ordered stream, read by one peek.
         first, last = _offset_lsn(start), _offset_lsn(end)
         if last <= first:
@@ -604,9 +670,16 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        target = to_arrow_schema(self.schema, timezone="UTC")
+        if isinstance(partition, SnapshotRange):
+            changes = RangeChanges({partition.chunk.table: pa.Table.from_batches(
+                list(read_chunk_batches(self.source.dsn, partition.snapshot_name, partition.chunk,
+                                        None, self.source.connect_timeout)))}, pa.table({}))
+            yield from (_generic_batches(changes, target) if self.source.table is None
+                        else _table_batches(self.source, changes, target))
+            return
         if not isinstance(partition, LsnRange):
             raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
-        target = to_arrow_schema(self.schema, timezone="UTC")
         if partition.messages is None:
             changes = read_range(self.source, partition.start, partition.end)
         else:
@@ -619,6 +692,11 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         """Spark has committed every batch up to ``end``: only now does the slot move."""
         lsn = _offset_lsn(end)
+        if "snapshot" in end:
+            return
+        if self._snapshot is not None:
+            self._snapshot.close()  # its micro-batch is committed: the rows are not read again
+            self._snapshot = None
 
         def advance(cur: Any) -> None:
             if self.source.confirmed_flush(cur) < lsn:
@@ -628,7 +706,26 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         self._on_server(advance)
 
+    def _snapshot_partitions(self, lsn: int) -> list[InputPartition]:
+        """The snapshot's micro-batch: one partition per chunk of the tables it reads."""
+        snap = self._snapshot
+        if snap is None or snap.lsn != lsn:
+            # A restarted query re-runs the uncommitted snapshot batch: its exported snapshot
+            # ended with the driver that created the slot, so the same rows cannot be read.
+            dropped = self._on_server(lambda cur: _drop_unused_slot(cur, self.source.slot, lsn))
+            raise SnapshotGone(
+                f"pgoutput stream: the checkpoint's first micro-batch (the snapshot at "
+                f"{lsn_to_str(lsn)}) was not committed, and its exported snapshot ended with the "
+                "query that took it; nothing of it reached the sink. "
+                + (f'Replication slot "{self.source.slot}" (never advanced) was dropped: '
+                   if dropped else "")
+                + "delete the checkpoint directory and start the query again for a new snapshot")
+        return [SnapshotRange(snap.snapshot_name, chunk) for chunk in snap.all_chunks()]
+
     def stop(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.close()
+            self._snapshot = None
         if self._conn is not None:
             try:
                 self._conn.close()
