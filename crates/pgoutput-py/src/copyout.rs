@@ -269,8 +269,9 @@ impl PyCopyDecoder {
         self.decoder.rows()
     }
 
+    /// Bytes of COPY data taken so far.
     #[getter]
-    fn bytes(&self) -> u64 {
+    fn bytes_read(&self) -> u64 {
         self.decoder.bytes()
     }
 
