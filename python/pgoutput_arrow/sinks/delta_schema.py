@@ -1,0 +1,124 @@
+"""Decoded columns as Delta Lake stores them, and a Delta table's schema kept able to take a
+source table's changing definition (docs/delta.md, "Schema evolution").
+
+Delta has no unsigned integers, time of day, interval, fixed-size binary or view arrays:
+uint8/16/32 become the next wider signed integer, uint64 decimal(20,0), ``time`` PostgreSQL's
+text (``'13:45:00'``), ``interval`` a struct of months, days and nanoseconds (as in the
+Parquet output), ``uuid`` its 16 bytes, view arrays plain strings and binaries.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._files import storable
+from .._internal import pg_text
+
+__all__ = ["delta_storable", "delta_type_name", "widened", "conformed"]
+
+
+def _storable_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_fixed_size_binary(t):
+        return pa.binary()
+    if pa.types.is_uint8(t):
+        return pa.int16()
+    if pa.types.is_uint16(t):
+        return pa.int32()
+    if pa.types.is_uint32(t):
+        return pa.int64()
+    if pa.types.is_uint64(t):
+        return pa.decimal128(20, 0)
+    if pa.types.is_time(t):
+        return pa.string()
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(t.value_field.with_type(_storable_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_storable_type(t.field(i).type))
+                          for i in range(t.num_fields)])
+    return t
+
+
+def delta_storable(table: pa.Table) -> pa.Table:
+    """``table`` with every column of a type Delta stores (see the module's note)."""
+    table = storable(table, "parquet")
+    cols = []
+    fields = []
+    for f, col in zip(table.schema, table.columns):
+        t = _storable_type(f.type)
+        if t != f.type:
+            if pa.types.is_time(f.type):
+                col = pa.table(pg_text(pa.table({f.name: col}))).column(0)
+            if col.type != t:
+                col = pc.cast(col, t)
+        cols.append(col)
+        fields.append(pa.field(f.name, t, True))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def delta_type_name(t: pa.DataType) -> str:
+    """The Delta type an Arrow type is stored as (``long``, ``decimal(10,2)``, ...)."""
+    import deltalake
+
+    field = deltalake.Schema.from_arrow(pa.schema([pa.field("c", t)])).fields[0]
+    return str(field.type)
+
+
+_INT_RANK = {"byte": 1, "short": 2, "integer": 3, "long": 4}
+_DECIMAL = re.compile(r'.*decimal\((\d+),\s*(\d+)\)')
+
+
+def _fits(narrow: str, wide: str) -> bool:
+    """Every value of Delta type ``narrow`` is one of ``wide`` (so it can be cast)."""
+    narrow, wide = _name(narrow), _name(wide)
+    if narrow == wide:
+        return True
+    if narrow in _INT_RANK and wide in _INT_RANK:
+        return _INT_RANK[narrow] <= _INT_RANK[wide]
+    if narrow in ("byte", "short", "integer", "float") and wide == "double":
+        return True
+    if narrow in ("byte", "short") and wide == "float":
+        return True
+    dn, dw = _DECIMAL.match(narrow), _DECIMAL.match(wide)
+    if dw and (dn or narrow in _INT_RANK):
+        p, s = (int(dn.group(1)), int(dn.group(2))) if dn else ({1: 3, 2: 5, 3: 10, 4: 19}[
+            _INT_RANK[narrow]], 0)
+        return int(dw.group(2)) >= s and int(dw.group(1)) - int(dw.group(2)) >= p - s
+    return False
+
+
+def _name(delta_type: str) -> str:
+    """``PrimitiveType("long")`` -> ``long``."""
+    m = re.fullmatch(r'PrimitiveType\("(.*)"\)', delta_type)
+    return m.group(1) if m else delta_type
+
+
+def widened(held: pa.DataType, incoming: pa.DataType) -> pa.DataType:
+    """The type a column of Delta type ``held`` takes when values of ``incoming`` arrive:
+    ``held`` if they fit it, ``incoming`` if it holds every value of ``held`` (the table is
+    rewritten), else text (both sides cast to PostgreSQL-like text)."""
+    h, i = delta_type_name(held), delta_type_name(incoming)
+    if _fits(i, h):
+        return held
+    if _fits(h, i):
+        return incoming
+    return pa.string()
+
+
+def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with exactly ``schema``'s columns, in its order: missing ones null (a dropped
+    column is null from the drop on), others cast (to a type they fit, see :func:`widened`)."""
+    cols = []
+    for f in schema:
+        if f.name in rows.column_names:
+            col = rows.column(f.name)
+            cols.append(col if col.type == f.type else pc.cast(col, f.type))
+        else:
+            cols.append(pa.nulls(rows.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
