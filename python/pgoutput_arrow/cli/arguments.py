@@ -52,10 +52,10 @@ hex, NaN and Infinity as strings, dates and times ISO 8601.
 exit status: 0 success, 1 unreadable input, decoding or connection error, or a missing
 Python package (one line on stderr; --debug for the traceback), 2 usage error."""
 
-_FORMATS = ("pretty", "jsonl", "parquet", "arrow")
+_FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta")
 
 
-FORMATS = ("pretty", "jsonl", "parquet", "arrow")
+FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta")
 
 
 class UsageError(Exception):
@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-f", "--format", choices=FORMATS, default=None,
         help="pretty: aligned lines with BEGIN/COMMIT (the default when stdout is a terminal); "
         "jsonl: one JSON object per change (the default otherwise); parquet, arrow: files "
-        "under --output, one directory per table",
+        "under --output, one directory per table; delta: a Delta Lake replica per table "
+        "under --output (docs/delta.md)",
     )
     out.add_argument(
         "-o", "--output", metavar="DIR", type=Path,
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print counts per table and operation instead of the changes (after writing "
         "the files with --format parquet/arrow)",
     )
+    _add_delta_arguments(p)
     flt = p.add_argument_group("filters")
     flt.add_argument(
         "-t", "--table", metavar="GLOB", action="append", default=[],
@@ -218,6 +220,21 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop-after", metavar="S", type=float, help="stop after S seconds")
 
 
+def _add_delta_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of --format delta (docs/delta.md)."""
+    g = p.add_argument_group("delta (--format delta)")
+    g.add_argument("--change-log", action="store_true",
+                   help="also append every change, with its metadata, to DIR/_changes/schema.table")
+    g.add_argument("--change-log-only", action="store_true",
+                   help="only the change logs, no replicas")
+    g.add_argument("--append-only", action="store_true",
+                   help="keep tables without a replica identity key by appending their "
+                   "inserts (refused otherwise)")
+    g.add_argument("--app-id", metavar="NAME",
+                   help="the application id of the Delta commits' txn, per table "
+                   "NAME:schema.table (default: the slot's name, or 'capture')")
+
+
 def publications(args: argparse.Namespace) -> tuple[list[str] | None, list[str] | str | None]:
     """(publications to stream, publication to create: tables, "ALL" or None)."""
     create: list[str] | str | None = None
@@ -236,10 +253,14 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
         raise UsageError("give a CAPTURE or --dsn, not both")
     if args.dsn is None and args.input is None:
         raise UsageError("a CAPTURE file (or - for stdin), or --dsn and --slot, is required")
-    if fmt in ("parquet", "arrow") and args.output is None:
+    if fmt in ("parquet", "arrow", "delta") and args.output is None:
         raise UsageError(f"--format {fmt} needs --output DIR")
-    if args.output is not None and fmt not in ("parquet", "arrow"):
-        raise UsageError("--output is for --format parquet or arrow")
+    if args.output is not None and fmt not in ("parquet", "arrow", "delta"):
+        raise UsageError("--output is for --format parquet, arrow or delta")
+    if fmt != "delta" and (args.change_log or args.change_log_only or args.append_only
+                           or args.app_id):
+        raise UsageError("--change-log, --change-log-only, --append-only and --app-id are for "
+                         "--format delta")
     if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
         raise UsageError("--from-lsn is after --to-lsn: nothing can match")
     if args.dsn is not None:
