@@ -5,7 +5,7 @@ hold every change exactly once.
 The workload is tests/delta_workload.py's rounds (TOAST updates, key changes, deletes, an
 added and a dropped column, a TRUNCATE, a REPLICA IDENTITY FULL table) plus pgbench updating
 the balance table from two clients, all the while. ``pgoutput-dump --format delta
---change-log`` is killed with SIGKILL at random points (uniform over 0.3..3 s of its life:
+--change-log`` is killed with SIGKILL at random points (uniform over 1..5 s of its life:
 mid-commit, between commits, between a commit and its acknowledgement) and restarted.
 
     .venv/bin/python tests/delta_kill.py --kills 12 --pg 18 --seed 1
@@ -28,6 +28,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from delta_workload import (check_change_log, check_replicas, drain, dump_delta, setup,
                             workload_round)
 from pg_harness import PgServer, bin_dir_for
+
+
+def _commits(out: Path) -> int:
+    """Delta commits under ``out`` (every table's log entries)."""
+    return sum(1 for _ in out.glob("**/_delta_log/*.json"))
 
 
 def main() -> int:
@@ -67,12 +72,12 @@ def main() -> int:
         try:
             while kills < args.kills:
                 proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.DEVNULL)
-                time.sleep(rng.uniform(0.3, 3.0))
+                time.sleep(rng.uniform(1.0, 5.0))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 kills += 1
-                print(f"kill {kills} at {time.monotonic() - t0:.1f} s "
-                      f"(workload round {rounds_done[0]})", flush=True)
+                print(f"kill {kills} at {time.monotonic() - t0:.1f} s (workload round "
+                      f"{rounds_done[0]}); Delta commits so far: {_commits(out)}", flush=True)
         finally:
             pgbench.send_signal(signal.SIGINT)
             pgbench.wait()

@@ -167,3 +167,37 @@ def test_cli_delta_options_need_format_delta(tmp_path: Path) -> None:
     proc = subprocess.run([dump_command(), "x.parquet", "--format", "delta"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--output" in proc.stderr
+
+
+def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_d"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, a int, b text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    pg.execute(f"INSERT INTO {t} VALUES (1, 10, 'x'), (2, 20, 'y')")
+    first = pg.get_binary_changes(unique_name, options)
+    pg.execute(f"ALTER TABLE {t} DROP COLUMN b")
+    pg.execute(f"UPDATE {t} SET a = 11 WHERE id = 1")
+    pg.execute(f"INSERT INTO {t} VALUES (3, 30)")
+    second = pg.get_binary_changes(unique_name, options)
+    for drop in (False, True):
+        out = tmp_path / f"drop_{drop}"
+        decoder = pgoutput_arrow.Decoder()
+        with DeltaSink(out, drop_columns=drop) as sink:
+            for part in (first, second):  # two Delta commits
+                for lsn, _, data in part:
+                    decoder.feed(bytes(data), lsn)
+                decoder.flush()
+                sink.write(decoder.take())
+                sink.commit()
+        got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+        rows = {r["id"]: r for r in got.to_pylist()}
+        assert {k: r["a"] for k, r in rows.items()} == {1: 11, 2: 20, 3: 30}
+        if drop:
+            assert "b" not in got.column_names
+        else:  # kept; null in the rows changed since the drop
+            assert {k: r["b"] for k, r in rows.items()} == {1: None, 2: "y", 3: None}

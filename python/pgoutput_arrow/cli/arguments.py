@@ -230,6 +230,9 @@ def _add_delta_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--append-only", action="store_true",
                    help="keep tables without a replica identity key by appending their "
                    "inserts (refused otherwise)")
+    g.add_argument("--drop-columns", action="store_true",
+                   help="drop a column dropped in PostgreSQL from the replica (default: it "
+                   "stays, null in rows changed since)")
     g.add_argument("--app-id", metavar="NAME",
                    help="the application id of the Delta commits' txn, per table "
                    "NAME:schema.table (default: the slot's name, or 'capture')")
@@ -258,9 +261,9 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
     if args.output is not None and fmt not in ("parquet", "arrow", "delta"):
         raise UsageError("--output is for --format parquet, arrow or delta")
     if fmt != "delta" and (args.change_log or args.change_log_only or args.append_only
-                           or args.app_id):
-        raise UsageError("--change-log, --change-log-only, --append-only and --app-id are for "
-                         "--format delta")
+                           or args.drop_columns or args.app_id):
+        raise UsageError("--change-log, --change-log-only, --append-only, --drop-columns and "
+                         "--app-id are for --format delta")
     if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
         raise UsageError("--from-lsn is after --to-lsn: nothing can match")
     if args.dsn is not None:

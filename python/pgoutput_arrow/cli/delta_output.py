@@ -23,7 +23,8 @@ class DeltaOutput:
         self.sink = DeltaSink(
             str(args.output), app_id=args.app_id or (args.slot if live else "capture"),
             replica=not args.change_log_only, change_log=args.change_log or args.change_log_only,
-            append_only=args.append_only, max_rows=args.rows_per_file, max_seconds=None)
+            append_only=args.append_only, drop_columns=args.drop_columns,
+            max_rows=args.rows_per_file, max_seconds=None)
 
     def write(self, chunk: Chunk, end_lsn: int) -> None:
         for name, _version, batch in chunk.tables:

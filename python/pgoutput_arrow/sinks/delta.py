@@ -94,10 +94,11 @@ class _Target:
     def schema(self) -> pa.Schema:
         return pa.schema(self.table.schema().to_arrow())
 
-    def evolve(self, incoming: pa.Schema) -> pa.Schema:
+    def evolve(self, incoming: pa.Schema, drop: bool = False) -> pa.Schema:
         """Creates the table, or brings its schema to take ``incoming`` rows: columns added,
         retyped ones widened (:func:`widened`; the table is rewritten). A column that
-        ``incoming`` lacks stays (null from then on). Returns the table's schema."""
+        ``incoming`` lacks stays (null from then on), unless ``drop`` (the table is
+        rewritten without it). Returns the table's schema."""
         from deltalake import DeltaTable, Field, write_deltalake
 
         if self.table is None:
@@ -112,9 +113,11 @@ class _Target:
                     w = widened(h, f.type)
                     if w != h:
                         retyped[f.name] = w
-        if retyped:
+        gone = [n for n in held.names if n not in incoming.names] if drop else []
+        if retyped or gone:
             # A schema change without data change: no txn, and harmless when repeated.
             rows = self.table.to_pyarrow_table()
+            rows = rows.drop_columns(gone)
             cols = [pc.cast(c, retyped[n]) if n in retyped else c
                     for n, c in zip(rows.column_names, rows.columns)]
             fields = [pa.field(n, retyped.get(n, t), True)
@@ -145,7 +148,8 @@ class DeltaSink:
     ``app_id`` names the source in the tables' ``txn`` (the CLI uses the slot's name): two
     sinks of different sources writing the same tables need different ones. Tables without a
     replica identity key are refused unless ``append_only`` (their inserts are appended).
-    ``replica=False`` keeps only change logs.
+    ``replica=False`` keeps only change logs. A column dropped in PostgreSQL stays in the
+    replica (null in rows changed since) unless ``drop_columns``.
 
     ``write()`` takes the batches of whole transactions; ``due()`` says when ``max_rows``,
     ``max_bytes`` or ``max_seconds`` is reached; ``commit()`` writes what is held, one Delta
@@ -161,7 +165,7 @@ class DeltaSink:
     """
 
     def __init__(self, root: str | Any, *, app_id: str = "pgoutput-arrow", replica: bool = True,
-                 change_log: bool = False, append_only: bool = False,
+                 change_log: bool = False, append_only: bool = False, drop_columns: bool = False,
                  max_rows: int = 1_000_000, max_bytes: int = 256 << 20,
                  max_seconds: float | None = 10.0,
                  storage_options: dict[str, str] | None = None) -> None:
@@ -172,6 +176,7 @@ class DeltaSink:
         self.replica = replica
         self.change_log = change_log
         self.append_only = append_only
+        self.drop_columns = drop_columns
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
@@ -308,6 +313,8 @@ class DeltaSink:
             target.refreshed()
             return
         columns = [c for c in rows.column_names if c not in META_COLUMNS]
+        if self.drop_columns:  # only the newest definition's columns
+            columns = [c for c in columns if c in newest.names]
         meta = newest.metadata or {}
         identity = meta.get(b"pg.replica_identity", b"default").decode()
         keys = [f.name for f in newest if (f.metadata or {}).get(b"pg.key") == b"true"
@@ -323,7 +330,7 @@ class DeltaSink:
             ops = rows.column("_op")
             inserts = rows.filter(pc.is_in(ops, pa.array(["insert", "snapshot"])))
             data = inserts.select(columns + _REPLICA_META)
-            schema = target.evolve(data.schema)
+            schema = target.evolve(data.schema, self.drop_columns)
             write_deltalake(target.uri, conformed(data, schema),
                             mode="overwrite" if overwrite else "append",
                             commit_properties=target.commit_properties(version),
@@ -341,7 +348,7 @@ class DeltaSink:
         from deltalake import write_deltalake
 
         data = rows.select(columns + _REPLICA_META)
-        schema = target.evolve(data.schema)
+        schema = target.evolve(data.schema, self.drop_columns)
         if overwrite:
             kept = conformed(rows.filter(pc.invert(rows.column(DELETED))), schema)
             write_deltalake(target.uri, kept, mode="overwrite",
@@ -379,7 +386,7 @@ class DeltaSink:
         from deltalake import write_deltalake
 
         data = rows.select(columns + _REPLICA_META)
-        schema = target.evolve(data.schema)
+        schema = target.evolve(data.schema, self.drop_columns)
         if overwrite:
             kept = conformed(rows.filter(pc.invert(rows.column(DELETED))), schema)
             write_deltalake(target.uri, kept, mode="overwrite",
