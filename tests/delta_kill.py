@@ -3,8 +3,8 @@ replica equals PostgreSQL's SELECT (read with deltalake and polars) and that the
 hold every change exactly once.
 
 The workload is tests/delta_workload.py's rounds (TOAST updates, key changes, deletes, an
-added and a dropped column, a TRUNCATE, a REPLICA IDENTITY FULL table) plus pgbench updating
-the balance table from two clients, all the while. ``pgoutput-dump --format delta
+added and a dropped column, a TRUNCATE, a REPLICA IDENTITY FULL table) plus pgbench upserting
+balances from two clients at 500 transactions/s, all the while. ``pgoutput-dump --format delta
 --change-log`` is killed with SIGKILL at random points (uniform over 1..5 s of its life:
 mid-commit, between commits, between a commit and its acknowledgement) and restarted.
 
@@ -50,7 +50,8 @@ def main() -> int:
         pg.execute(f"INSERT INTO {p}_acc SELECT g, 0, 'pgbench' FROM generate_series(100000, 101999) g")
         script = Path(tmp) / "bench.sql"
         script.write_text("\\set aid random(100000, 101999)\n\\set delta random(-5000, 5000)\n"
-                          f"UPDATE {p}_acc SET abalance = abalance + :delta WHERE aid = :aid;\n")
+                          f"INSERT INTO {p}_acc VALUES (:aid, :delta, 'pgbench') ON CONFLICT (aid) "
+                          f"DO UPDATE SET abalance = {p}_acc.abalance + :delta;\n")
         stop = threading.Event()
         rounds_done = [0]
 
@@ -59,11 +60,11 @@ def main() -> int:
             for r in range(args.rounds):
                 workload_round(pg, p, r, wl_rng, args.rounds)
                 rounds_done[0] += 1
-                if stop.wait(0.6):
+                if stop.wait(1.2):
                     return
 
         pgbench = subprocess.Popen(
-            [str(bin_dir_for(args.pg) / "pgbench"), "-n", "-c", "2", "-T", "3600", "-f",
+            [str(bin_dir_for(args.pg) / "pgbench"), "-n", "-c", "2", "-R", "500", "-T", "3600", "-f",
              str(script), pg.dsn], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         worker = threading.Thread(target=workload)
         t0 = time.monotonic()
