@@ -201,3 +201,33 @@ def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
             assert "b" not in got.column_names
         else:  # kept; null in the rows changed since the drop
             assert {k: r["b"] for k, r in rows.items()} == {1: None, 2: "y", 3: None}
+
+
+def test_a_commit_of_only_a_truncate_empties_the_replica(pg18: PgServer, unique_name: str,
+                                                         tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    pg.execute(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    first = pg.get_binary_changes(unique_name, options)
+    pg.execute(f"TRUNCATE {t}")
+    second = pg.get_binary_changes(unique_name, options)
+    decoder = pgoutput_arrow.Decoder()
+    out = tmp_path / "lake"
+    with DeltaSink(out, app_id="a", change_log=True) as sink:
+        for part in (first, second):
+            for lsn, _, data in part:
+                decoder.feed(bytes(data), lsn)
+            decoder.flush()
+            sink.write(decoder.take())
+            sink.commit()
+    replica = DeltaTable(str(out / f"public.{t}"))
+    assert replica.to_pyarrow_table().num_rows == 0
+    log = DeltaTable(str(out / "_changes" / f"public.{t}")).to_pyarrow_table().sort_by("_commit_lsn")
+    assert log.column("_op").to_pylist() == ["insert", "insert", "truncate"]
+    # The replica's txn: the commit LSN of the TRUNCATE's transaction.
+    assert replica.transaction_version(f"a:public.{t}") == log.column("_commit_lsn")[2].as_py()

@@ -294,8 +294,6 @@ class DeltaSink:
 
     def _apply(self, name: str, target: _Target, rows: pa.Table | None,
                newest: pa.Schema | None, truncs: list[tuple[int, int, int]], version: int) -> None:
-        from deltalake import write_deltalake
-
         overwrite = bool(truncs)
         if rows is not None and truncs:
             # A TRUNCATE empties the table: only the changes after the last one count.
@@ -307,10 +305,8 @@ class DeltaSink:
             # Only a TRUNCATE: the table emptied, its schema kept.
             if target.table is None:
                 return
-            write_deltalake(target.uri, target.schema().empty_table(), mode="overwrite",
-                            commit_properties=target.commit_properties(version),
-                            storage_options=self.storage_options)
-            target.refreshed()
+            self._write(target, target.schema().empty_table(), target.schema(), "overwrite",
+                        version)
             return
         columns = [c for c in rows.column_names if c not in META_COLUMNS]
         if self.drop_columns:  # only the newest definition's columns
@@ -331,30 +327,33 @@ class DeltaSink:
             inserts = rows.filter(pc.is_in(ops, pa.array(["insert", "snapshot"])))
             data = inserts.select(columns + _REPLICA_META)
             schema = target.evolve(data.schema, self.drop_columns)
-            write_deltalake(target.uri, conformed(data, schema),
-                            mode="overwrite" if overwrite else "append",
-                            commit_properties=target.commit_properties(version),
-                            storage_options=self.storage_options)
-            target.refreshed()
+            self._write(target, data, schema, "overwrite" if overwrite else "append", version)
         else:
             raise DeltaSinkError(
                 f"{name} has no replica identity key (REPLICA IDENTITY {identity.upper()}): "
                 "its updates and deletes cannot be matched to rows of the Delta table. Give it "
                 "a primary key or REPLICA IDENTITY FULL / USING INDEX, or keep it append-only "
-                "(--delta-append-only, DeltaSink(append_only=True))")
+                "(--append-only, DeltaSink(append_only=True))")
+
+    def _write(self, target: _Target, rows: pa.Table, schema: pa.Schema, mode: str,
+               version: int) -> None:
+        """Appends ``rows`` (or replaces the table by them), brought to ``schema``, in one
+        commit with the txn of ``version``."""
+        from deltalake import write_deltalake
+
+        write_deltalake(target.uri, conformed(rows, schema),
+                        mode="overwrite" if mode == "overwrite" else "append",
+                        commit_properties=target.commit_properties(version),
+                        storage_options=self.storage_options)
+        target.refreshed()
 
     def _merge_keyed(self, target: _Target, rows: pa.Table, columns: list[str], keys: list[str],
                      partial: list[str], overwrite: bool, version: int) -> None:
-        from deltalake import write_deltalake
-
         data = rows.select(columns + _REPLICA_META)
         schema = target.evolve(data.schema, self.drop_columns)
-        if overwrite:
-            kept = conformed(rows.filter(pc.invert(rows.column(DELETED))), schema)
-            write_deltalake(target.uri, kept, mode="overwrite",
-                            commit_properties=target.commit_properties(version),
-                            storage_options=self.storage_options)
-            target.refreshed()
+        if overwrite:  # after a TRUNCATE: the rows that remain are all there is
+            self._write(target, rows.filter(pc.invert(rows.column(DELETED))), schema,
+                        "overwrite", version)
             return
         source = conformed(rows, schema)
         control = [MATCH_PREFIX + k for k in keys] + [SENT_PREFIX + c for c in partial] \
@@ -383,16 +382,11 @@ class DeltaSink:
 
     def _merge_full(self, target: _Target, rows: pa.Table, columns: list[str], overwrite: bool,
                     version: int) -> None:
-        from deltalake import write_deltalake
-
         data = rows.select(columns + _REPLICA_META)
         schema = target.evolve(data.schema, self.drop_columns)
-        if overwrite:
-            kept = conformed(rows.filter(pc.invert(rows.column(DELETED))), schema)
-            write_deltalake(target.uri, kept, mode="overwrite",
-                            commit_properties=target.commit_properties(version),
-                            storage_options=self.storage_options)
-            target.refreshed()
+        if overwrite:  # after a TRUNCATE: the rows that remain are all there is
+            self._write(target, rows.filter(pc.invert(rows.column(DELETED))), schema,
+                        "overwrite", version)
             return
         source = conformed(rows, schema).append_column(DELETED, rows.column(DELETED))
         s = {c: f"s.{_quote(c)}" for c in source.column_names}
@@ -410,8 +404,6 @@ class DeltaSink:
 
     def _append_log(self, target: _Target, rows: pa.Table | None,
                     truncs: list[tuple[int, int, int]], version: int) -> None:
-        from deltalake import write_deltalake
-
         parts = []
         if rows is not None and rows.num_rows:
             parts.append(_log_rows(rows))
@@ -420,11 +412,7 @@ class DeltaSink:
             parts.append(pa.table({"_op": pa.array(["truncate"] * len(truncs)),
                                    "_lsn": lsn, "_commit_lsn": commit, "_seq": seq}))
         log = in_commit_order(pa.concat_tables(parts, promote_options="permissive"))
-        schema = target.evolve(log.schema)
-        write_deltalake(target.uri, conformed(log, schema), mode="append",
-                        commit_properties=target.commit_properties(version),
-                        storage_options=self.storage_options)
-        target.refreshed()
+        self._write(target, log, target.evolve(log.schema), "append", version)
 
 
 def _changes_of(batches: list[pa.RecordBatch]) -> pa.Table:
