@@ -59,7 +59,20 @@ def run_dump(pg: Any, slot: str, end_lsn: int, consumer: str) -> dict[str, Any]:
         if proc.returncode != 0:
             raise RuntimeError(f"{consumer}: exit {proc.returncode}: {proc.stderr[-1500:]}")
         size = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
-    return {"seconds": elapsed, "output_bytes": size}
+        rows = _rows_written(Path(tmp) / "out", consumer)
+    return {"seconds": elapsed, "output_bytes": size, "rows": rows}
+
+
+def _rows_written(out: Path, consumer: str) -> int:
+    """What the run left: the replica's rows, the change log's, or the change files'."""
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    if consumer == "parquet":
+        return sum(pq.ParquetFile(f).metadata.num_rows
+                   for f in (out / "public.accounts").glob("*.parquet"))
+    sub = "_changes/public.accounts" if consumer == "delta_changelog" else "public.accounts"
+    return int(DeltaTable(str(out / sub)).count())
 
 
 def main() -> None:
@@ -98,13 +111,14 @@ def main() -> None:
         done = 0
         while done < updates:
             n = min(100, updates - done)
-            aids = [rng.randint(1, inserts) for _ in range(n)]
+            aids = rng.sample(range(1, inserts + 1), n)  # distinct: n rows updated
             cur.execute("BEGIN")
             cur.execute("UPDATE accounts SET abalance = abalance + d FROM "
                         "unnest(%s::int[], %s::int[]) AS u(a, d) WHERE aid = a",
                         (aids, [rng.randint(-5000, 5000) for _ in aids]))
+            assert cur.rowcount == n, (cur.rowcount, n)
             cur.execute("COMMIT")
-            done += cur.rowcount if cur.rowcount > 0 else n
+            done += n
         cur.execute("SELECT pg_current_wal_lsn()::text")
         end_lsn = lsn_to_int(cur.fetchone()[0])
         cur.execute("INSERT INTO marker VALUES (1)")  # what makes --to-lsn stop
@@ -122,6 +136,11 @@ def main() -> None:
                     results.append({"consumer": c, "rep": r, "error": str(e)[-1500:]})
                     continue
                 res.update(consumer=c, rep=r, changes_per_s=args.changes / res["seconds"])
+                # All of it: the replica holds every account, the others every change.
+                want = inserts if c == "delta_replica" else args.changes
+                if res.get("rows", want) != want:
+                    res["error"] = f"{res['rows']} rows written, expected {want}"
+                    log(f"{c} rep {r}: {res['error']}")
                 log(f"{c:16s} rep {r}: {res['seconds']:.2f}s "
                     f"({res['changes_per_s'] / 1e3:.1f}k changes/s)")
                 results.append(res)
