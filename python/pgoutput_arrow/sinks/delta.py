@@ -30,7 +30,7 @@ from ..decoding import conform, unify_schemas
 from ..exceptions import PgoutputError
 from .collapse import (DELETED, MATCH_PREFIX, PARTIAL, SENT_PREFIX, collapse_full,
                        collapse_keyed, in_commit_order, json_lines)
-from .delta_schema import conformed, delta_storable, delta_type_name, widened
+from .delta_schema import cast_column, conformed, delta_storable, delta_type_name, widened
 
 __all__ = ["DeltaSink", "DeltaSinkError", "CHANGE_LOG_DIR"]
 
@@ -118,7 +118,7 @@ class _Target:
             # A schema change without data change: no txn, and harmless when repeated.
             rows = self.table.to_pyarrow_table()
             rows = rows.drop_columns(gone)
-            cols = [pc.cast(c, retyped[n]) if n in retyped else c
+            cols = [cast_column(c, retyped[n]) if n in retyped else c
                     for n, c in zip(rows.column_names, rows.columns)]
             fields = [pa.field(n, retyped.get(n, t), True)
                       for n, t in zip(rows.column_names, rows.schema.types)]

@@ -16,8 +16,9 @@ import pyarrow.compute as pc
 
 from .._files import storable
 from .._internal import pg_text
+from .collapse import json_lines
 
-__all__ = ["delta_storable", "delta_type_name", "widened", "conformed"]
+__all__ = ["delta_storable", "delta_type_name", "widened", "conformed", "cast_column"]
 
 
 def _storable_type(t: pa.DataType) -> pa.DataType:
@@ -99,16 +100,43 @@ def _name(delta_type: str) -> str:
     return m.group(1) if m else delta_type
 
 
+def _castable(source: pa.DataType, target: pa.DataType) -> bool:
+    try:
+        pc.cast(pa.array([], source), target)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    return True
+
+
 def widened(held: pa.DataType, incoming: pa.DataType) -> pa.DataType:
     """The type a column of Delta type ``held`` takes when values of ``incoming`` arrive:
     ``held`` if they fit it, ``incoming`` if it holds every value of ``held`` (the table is
-    rewritten), else text (both sides cast to PostgreSQL-like text)."""
+    rewritten), else text (both sides as text: :func:`cast_column`). Nested types (arrays,
+    structs) take ``incoming`` when Arrow casts the held values to it, else text."""
     h, i = delta_type_name(held), delta_type_name(incoming)
     if _fits(i, h):
         return held
     if _fits(h, i):
         return incoming
+    nested = not h.startswith("PrimitiveType") or not i.startswith("PrimitiveType")
+    if nested and _castable(held, incoming):
+        return incoming
     return pa.string()
+
+
+def cast_column(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """``col`` cast to ``t``; to text by PostgreSQL's text output where Arrow has no cast
+    (arrays, structs, binary)."""
+    if col.type == t:
+        return col
+    if pa.types.is_string(t) and not _castable(col.type, t):
+        if pa.types.is_struct(col.type):  # a composite: its fields as a JSON object
+            flat = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            fields = pa.table({col.type.field(i).name: flat.field(i)
+                               for i in range(col.type.num_fields)})
+            return pc.if_else(flat.is_valid(), json_lines(fields), pa.scalar(None, pa.string()))
+        return pa.table(pg_text(pa.table({"c": col}))).column(0).cast(t)
+    return pc.cast(col, t)
 
 
 def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -117,8 +145,7 @@ def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = []
     for f in schema:
         if f.name in rows.column_names:
-            col = rows.column(f.name)
-            cols.append(col if col.type == f.type else pc.cast(col, f.type))
+            cols.append(cast_column(rows.column(f.name), f.type))
         else:
             cols.append(pa.nulls(rows.num_rows, f.type))
     return pa.Table.from_arrays(cols, schema=schema)
