@@ -231,3 +231,36 @@ def test_a_commit_of_only_a_truncate_empties_the_replica(pg18: PgServer, unique_
     assert log.column("_op").to_pylist() == ["insert", "insert", "truncate"]
     # The replica's txn: the commit LSN of the TRUNCATE's transaction.
     assert replica.transaction_version(f"a:public.{t}") == log.column("_commit_lsn")[2].as_py()
+
+
+def test_a_retype_without_a_lossless_common_type_makes_the_column_text(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    """text -> int cannot widen either way: the Delta column stays a string column and the
+    new values arrive as their text; int -> bigint widens the Delta column."""
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_r"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, w text, n int)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    pg.execute(f"INSERT INTO {t} VALUES (1, '10', 1), (2, '20', 2)")
+    first = pg.get_binary_changes(unique_name, options)
+    pg.execute(f"ALTER TABLE {t} ALTER COLUMN w TYPE int USING w::int, "
+               "ALTER COLUMN n TYPE bigint")
+    pg.execute(f"UPDATE {t} SET w = 11, n = 5000000000 WHERE id = 1")
+    second = pg.get_binary_changes(unique_name, options)
+    decoder = pgoutput_arrow.Decoder()
+    out = tmp_path / "lake"
+    with DeltaSink(out) as sink:
+        for part in (first, second):
+            for lsn, _, data in part:
+                decoder.feed(bytes(data), lsn)
+            decoder.flush()
+            sink.write(decoder.take())
+            sink.commit()
+    got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+    assert got.schema.field("w").type == pa.string()
+    assert got.schema.field("n").type == pa.int64()
+    assert {r["id"]: (r["w"], r["n"]) for r in got.to_pylist()} == {
+        1: ("11", 5000000000), 2: ("20", 2)}

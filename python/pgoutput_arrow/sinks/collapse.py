@@ -38,8 +38,8 @@ PARTIAL = "_pgo_partial"
 @dataclass
 class Collapsed:
     """The rows a MERGE applies: ``rows`` (the table's columns, ``_special``, ``_commit_lsn``,
-    ``_commit_ts``, then the control columns), the columns that have ``SENT_PREFIX`` flags,
-    and whether any row matches the target by a key (False: every row is new)."""
+    ``_commit_ts``, then the control columns), and the columns that have ``SENT_PREFIX``
+    flags (some change left them unsent)."""
 
     rows: pa.Table
     partial_columns: list[str]

@@ -17,7 +17,7 @@ commits (the live source's ``groups()`` and a decoder's flushes are).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Iterable, Protocol
 
@@ -134,11 +134,6 @@ class _Target:
             self.refreshed()
             held = self.schema()
         return held
-
-
-@dataclass
-class _Held:
-    batches: list[pa.RecordBatch] = field(default_factory=list)
 
 
 class DeltaSink:
