@@ -29,6 +29,9 @@ examples:
   pgoutput-dump capture.parquet --table 'public.order*' --from-lsn 0/16B3748 --limit 100
   pgoutput-dump capture.parquet --format parquet --output out/
                      writes out/public.orders/00000000016B3748-00000000016C0000.parquet ...
+  pgoutput-dump capture.parquet --format delta --output lake/ --change-log
+                     a Delta Lake replica per table, lake/public.orders, and its change
+                     log, lake/_changes/public.orders (exactly once, live too)
   pgoutput-dump capture.parquet --stats                  counts per table and operation
   some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
   pgoutput-dump --dsn 'host=db user=repl dbname=shop' --slot shop --create-slot \\
@@ -104,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "-o", "--output", metavar="DIR", type=Path,
-        help="directory for --format parquet/arrow: DIR/schema.table/FIRST-LAST.parquet, named "
+        help="directory for --format parquet/arrow/delta: DIR/schema.table/FIRST-LAST.parquet, named "
         "by the commit LSNs of the first and last rows (16 hex digits each, so names sort); "
         "truncates, messages and transactions go to DIR/_truncates, DIR/_messages, "
         "DIR/_transactions. Files appear atomically (written as hidden .tmp files, then "
