@@ -58,6 +58,18 @@ def test_capture_into_delta_equals_select_and_a_rerun_applies_nothing_twice(
         check_change_log(pg, p, slot, out)
 
 
+def _sink_parts(out: Path, parts: list[list[tuple[int, int, bytes]]], **options: object) -> None:
+    """Decodes ``parts`` (slot contents) in order into a DeltaSink, one commit each."""
+    decoder = pgoutput_arrow.Decoder()
+    with DeltaSink(out, **options) as sink:  # type: ignore[arg-type]
+        for part in parts:
+            for lsn, _, data in part:
+                decoder.feed(bytes(data), lsn)
+            decoder.flush()
+            sink.write(decoder.take())
+            sink.commit()
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -186,14 +198,7 @@ def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
     second = pg.get_binary_changes(unique_name, options)
     for drop in (False, True):
         out = tmp_path / f"drop_{drop}"
-        decoder = pgoutput_arrow.Decoder()
-        with DeltaSink(out, drop_columns=drop) as sink:
-            for part in (first, second):  # two Delta commits
-                for lsn, _, data in part:
-                    decoder.feed(bytes(data), lsn)
-                decoder.flush()
-                sink.write(decoder.take())
-                sink.commit()
+        _sink_parts(out, [first, second], drop_columns=drop)  # two Delta commits
         got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
         rows = {r["id"]: r for r in got.to_pylist()}
         assert {k: r["a"] for k, r in rows.items()} == {1: 11, 2: 20, 3: 30}
@@ -216,15 +221,8 @@ def test_a_commit_of_only_a_truncate_empties_the_replica(pg18: PgServer, unique_
     first = pg.get_binary_changes(unique_name, options)
     pg.execute(f"TRUNCATE {t}")
     second = pg.get_binary_changes(unique_name, options)
-    decoder = pgoutput_arrow.Decoder()
     out = tmp_path / "lake"
-    with DeltaSink(out, app_id="a", change_log=True) as sink:
-        for part in (first, second):
-            for lsn, _, data in part:
-                decoder.feed(bytes(data), lsn)
-            decoder.flush()
-            sink.write(decoder.take())
-            sink.commit()
+    _sink_parts(out, [first, second], app_id="a", change_log=True)
     replica = DeltaTable(str(out / f"public.{t}"))
     assert replica.to_pyarrow_table().num_rows == 0
     log = DeltaTable(str(out / "_changes" / f"public.{t}")).to_pyarrow_table().sort_by("_commit_lsn")
@@ -250,15 +248,8 @@ def test_a_retype_without_a_lossless_common_type_makes_the_column_text(
                "ALTER COLUMN n TYPE bigint")
     pg.execute(f"UPDATE {t} SET w = 11, n = 5000000000 WHERE id = 1")
     second = pg.get_binary_changes(unique_name, options)
-    decoder = pgoutput_arrow.Decoder()
     out = tmp_path / "lake"
-    with DeltaSink(out) as sink:
-        for part in (first, second):
-            for lsn, _, data in part:
-                decoder.feed(bytes(data), lsn)
-            decoder.flush()
-            sink.write(decoder.take())
-            sink.commit()
+    _sink_parts(out, [first, second])
     got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
     assert got.schema.field("w").type == pa.string()
     assert got.schema.field("n").type == pa.int64()

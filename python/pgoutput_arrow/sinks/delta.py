@@ -310,13 +310,22 @@ class DeltaSink:
         identity = meta.get(b"pg.replica_identity", b"default").decode()
         keys = [f.name for f in newest if (f.metadata or {}).get(b"pg.key") == b"true"
                 and f.name in columns]
-        if identity == "full":
-            merged = collapse_full(rows, columns)
-            self._merge_full(target, merged, columns, overwrite, version)
-        elif keys:
-            collapsed = collapse_keyed(rows, columns, keys)
-            self._merge_keyed(target, collapsed.rows, columns, keys, collapsed.partial_columns,
-                              overwrite, version)
+        if identity == "full" or keys:
+            partial: list[str] = []
+            if identity == "full":
+                collapsed = collapse_full(rows, columns)
+            else:
+                result = collapse_keyed(rows, columns, keys)
+                collapsed, partial = result.rows, result.partial_columns
+            schema = target.evolve(collapsed.select(columns + _REPLICA_META).schema,
+                                   self.drop_columns)
+            if overwrite:  # after a TRUNCATE: the rows that remain are all there is
+                self._write(target, collapsed.filter(pc.invert(collapsed.column(DELETED))),
+                            schema, "overwrite", version)
+            elif identity == "full":
+                self._merge_full(target, collapsed, columns, schema, version)
+            else:
+                self._merge_keyed(target, collapsed, keys, partial, schema, version)
         elif self.append_only:
             ops = rows.column("_op")
             inserts = rows.filter(pc.is_in(ops, pa.array(["insert", "snapshot"])))
@@ -342,14 +351,8 @@ class DeltaSink:
                         storage_options=self.storage_options)
         target.refreshed()
 
-    def _merge_keyed(self, target: _Target, rows: pa.Table, columns: list[str], keys: list[str],
-                     partial: list[str], overwrite: bool, version: int) -> None:
-        data = rows.select(columns + _REPLICA_META)
-        schema = target.evolve(data.schema, self.drop_columns)
-        if overwrite:  # after a TRUNCATE: the rows that remain are all there is
-            self._write(target, rows.filter(pc.invert(rows.column(DELETED))), schema,
-                        "overwrite", version)
-            return
+    def _merge_keyed(self, target: _Target, rows: pa.Table, keys: list[str], partial: list[str],
+                     schema: pa.Schema, version: int) -> None:
         source = conformed(rows, schema)
         control = [MATCH_PREFIX + k for k in keys] + [SENT_PREFIX + c for c in partial] \
             + [DELETED, PARTIAL]
@@ -375,14 +378,8 @@ class DeltaSink:
          .execute())
         target.refreshed()
 
-    def _merge_full(self, target: _Target, rows: pa.Table, columns: list[str], overwrite: bool,
+    def _merge_full(self, target: _Target, rows: pa.Table, columns: list[str], schema: pa.Schema,
                     version: int) -> None:
-        data = rows.select(columns + _REPLICA_META)
-        schema = target.evolve(data.schema, self.drop_columns)
-        if overwrite:  # after a TRUNCATE: the rows that remain are all there is
-            self._write(target, rows.filter(pc.invert(rows.column(DELETED))), schema,
-                        "overwrite", version)
-            return
         source = conformed(rows, schema).append_column(DELETED, rows.column(DELETED))
         s = {c: f"s.{_quote(c)}" for c in source.column_names}
         # A removed row matches every equal row of the table (the old row is all PostgreSQL
