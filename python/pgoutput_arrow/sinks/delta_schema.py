@@ -1,10 +1,11 @@
 """Decoded columns as Delta Lake stores them, and a Delta table's schema kept able to take a
 source table's changing definition (docs/delta.md, "Schema evolution").
 
-Delta has no unsigned integers, time of day, interval, fixed-size binary or view arrays:
-uint8/16/32 become the next wider signed integer, uint64 decimal(20,0), ``time`` PostgreSQL's
-text (``'13:45:00'``), ``interval`` a struct of months, days and nanoseconds (as in the
-Parquet output), ``uuid`` its 16 bytes, view arrays plain strings and binaries.
+Delta's types are Spark's, so columns take the types the Spark integration gives them
+(:mod:`pgoutput_arrow._lake_types`): uint8/16/32 the next wider signed integer, uint64
+decimal(20,0), ``uuid`` its canonical text, ``interval`` a struct of months, days and nanos,
+view arrays plain strings and binaries; and ``time``, which Delta lacks, PostgreSQL's text
+(``'13:45:00'``).
 """
 
 from __future__ import annotations
@@ -14,51 +15,37 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._files import storable
 from .._internal import pg_text
+from .._lake_types import cast_column as lake_cast, spark_arrow_type
 from .collapse import json_lines
 
 __all__ = ["delta_storable", "delta_type_name", "widened", "conformed", "cast_column"]
 
 
-def _storable_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_fixed_size_binary(t):
-        return pa.binary()
-    if pa.types.is_uint8(t):
-        return pa.int16()
-    if pa.types.is_uint16(t):
-        return pa.int32()
-    if pa.types.is_uint32(t):
-        return pa.int64()
-    if pa.types.is_uint64(t):
-        return pa.decimal128(20, 0)
+def _delta_type(t: pa.DataType) -> pa.DataType:
+    """Spark's type for ``t`` (:func:`~pgoutput_arrow._lake_types.spark_arrow_type`), with
+    text for ``time``, which Delta lacks."""
+    t = spark_arrow_type(t)
     if pa.types.is_time(t):
         return pa.string()
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(t.value_field.with_type(_storable_type(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_delta_type(t.value_type)))
     if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_storable_type(t.field(i).type))
-                          for i in range(t.num_fields)])
+        return pa.struct([f.with_type(_delta_type(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_delta_type(t.key_type), _delta_type(t.item_type))
     return t
 
 
 def delta_storable(table: pa.Table) -> pa.Table:
     """``table`` with every column of a type Delta stores (see the module's note)."""
-    table = storable(table, "parquet")
     cols = []
     fields = []
     for f, col in zip(table.schema, table.columns):
-        t = _storable_type(f.type)
-        if t != f.type:
-            if pa.types.is_time(f.type):
-                col = pa.table(pg_text(pa.table({f.name: col}))).column(0)
-            if col.type != t:
-                col = pc.cast(col, t)
-        cols.append(col)
+        t = _delta_type(f.type)
+        if pa.types.is_time(f.type):  # PostgreSQL's text of the time
+            col = pa.table(pg_text(pa.table({f.name: col}))).column(0)
+        cols.append(col if col.type == t else lake_cast(col, t))
         fields.append(pa.field(f.name, t, True))
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
