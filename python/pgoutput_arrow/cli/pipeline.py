@@ -1,8 +1,8 @@
 """The one loop of ``pgoutput-dump``: a source yields decoded batches in groups of whole
 committed transactions (a capture, or a live slot), the filters keep the tables, LSN range
 and number of changes asked for, and the sinks print (``pretty``, ``jsonl``), store
-(``parquet``, ``arrow``, ``delta``) or count (``--stats``) them. A live group is acknowledged to the
-server once every sink made it durable."""
+(``parquet``, ``arrow``, ``delta``) or count (``--stats``) them. A live group is acknowledged
+to the server once every sink made it durable."""
 
 from __future__ import annotations
 
