@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument(
         "-o", "--output", metavar="DIR", type=Path,
-        help="directory for --format parquet/arrow/delta: DIR/schema.table/FIRST-LAST.parquet, named "
+        help="directory for --format parquet/arrow/delta: DIR/schema.table/FIRST-LAST.parquet, "
+        "named "
         "by the commit LSNs of the first and last rows (16 hex digits each, so names sort); "
         "truncates, messages and transactions go to DIR/_truncates, DIR/_messages, "
         "DIR/_transactions. Files appear atomically (written as hidden .tmp files, then "

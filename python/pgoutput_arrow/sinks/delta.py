@@ -361,10 +361,11 @@ class DeltaSink:
         s = {c: f"s.{_quote(c)}" for c in source.column_names}
         updates = {}
         for c in schema.names:
-            if c in partial:
-                updates[_quote(c)] = f"CASE WHEN {s[SENT_PREFIX + c]} THEN {s[c]} ELSE t.{_quote(c)} END"
+            held = f"t.{_quote(c)}"
+            if c in partial:  # unchanged TOAST: the replica's value unless a change sent one
+                updates[_quote(c)] = f"CASE WHEN {s[SENT_PREFIX + c]} THEN {s[c]} ELSE {held} END"
             elif c == "_special" and partial:
-                updates[_quote(c)] = (f"CASE WHEN {s[PARTIAL]} THEN coalesce({s[c]}, t.{_quote(c)}) "
+                updates[_quote(c)] = (f"CASE WHEN {s[PARTIAL]} THEN coalesce({s[c]}, {held}) "
                                       f"ELSE {s[c]} END")
             else:
                 updates[_quote(c)] = s[c]
