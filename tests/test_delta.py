@@ -255,3 +255,40 @@ def test_a_retype_without_a_lossless_common_type_makes_the_column_text(
     assert got.schema.field("n").type == pa.int64()
     assert {r["id"]: (r["w"], r["n"]) for r in got.to_pylist()} == {
         1: ("11", 5000000000), 2: ("20", 2)}
+
+
+def test_keys_swapped_and_reused_in_one_commit_keep_their_toast_values(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    """Rows 1 and 2 swap keys through 3 (unchanged TOAST values follow their rows), row 5
+    moves to 6 and a new row takes key 5, row 7 is deleted and inserted again: one commit,
+    against rows an earlier commit wrote."""
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_k"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, big text, n int)")
+    pg.execute(f"ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    big = {i: f"{i}" * 3000 for i in (1, 2, 5, 7)}
+    for i, v in big.items():
+        pg.execute(f"INSERT INTO {t} VALUES (%s, %s, 0)", (i, v))
+    first = pg.get_binary_changes(unique_name, options)
+    with pg.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f"UPDATE {t} SET id = 3, n = 1 WHERE id = 1")
+        cur.execute(f"UPDATE {t} SET id = 1, n = 2 WHERE id = 2")
+        cur.execute(f"UPDATE {t} SET id = 2 WHERE id = 3")
+        cur.execute(f"UPDATE {t} SET id = 6 WHERE id = 5")
+        cur.execute(f"INSERT INTO {t} VALUES (5, 'new five', 5)")
+        cur.execute(f"DELETE FROM {t} WHERE id = 7")
+        cur.execute(f"INSERT INTO {t} VALUES (7, 'new seven', 7)")
+        cur.execute("COMMIT")
+    second = pg.get_binary_changes(unique_name, options)
+    out = tmp_path / "lake"
+    _sink_parts(out, [first, second])
+    got = {r["id"]: (r["big"], r["n"]) for r in
+           DeltaTable(str(out / f"public.{t}")).to_pyarrow_table().to_pylist()}
+    assert got == {r[0]: (r[1], r[2]) for r in pg.query(f"SELECT id, big, n FROM {t}")}
+    assert got[2] == (big[1], 1) and got[1] == (big[2], 2) and got[6] == (big[5], 0)
