@@ -175,17 +175,14 @@ def test_metrics_endpoint_lag_matches_pg_replication_slots(pg18: PgServer, uniqu
                                metrics_port=0, status_interval=0.5) as s:
         port = s.metrics_port
         assert port
-        # First group: acknowledged. Second group: held, so the server's position moves on.
+        # First transaction: acknowledged. Second: held, so the server's position moves on.
+        groups = s.groups()
         pg18.execute(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, 100) g")
-        rows = 0
-        while rows < 100:
-            item = next(s)
-            rows += item.num_rows
-        s.ack(item.ack_lsn)
-        first_ack = item.ack_lsn
+        batches, first_ack = next(groups)
+        s.ack(first_ack)
         pg18.execute(f"INSERT INTO {t} SELECT g, 'y' FROM generate_series(101, 300) g")
-        while rows < 300:
-            rows += next(s).num_rows  # not acknowledged
+        batches, _ = next(groups)  # not acknowledged
+        assert sum(b.num_rows for b in batches if b.kind == "table") == 200
         wait_until(lambda: (slot_state(pg18, t)[0] or 0) >= first_ack, 10,
                    "the first acknowledgement to reach the server")
         confirmed = slot_state(pg18, t)[0] or 0
@@ -253,5 +250,5 @@ def test_cli_metrics_port_and_heartbeats_advance_an_idle_slot(pg18: PgServer, un
         proc.terminate()
         assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
     beats = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(beats) >= 3 and all(b["op"] == "message" for b in beats), beats[:3]
+    assert len(beats) >= 2 and all(b["op"] == "message" for b in beats), beats[:3]
     assert {b["prefix"] for b in beats} == {HEARTBEAT_PREFIX}

@@ -433,7 +433,8 @@ class LiveStream:
 
         conn = connect(self.dsn, self.connect_timeout)
         try:
-            preflight(conn, self.options, first)
+            # What the server holds as confirmed already counts as sent (for lag_bytes).
+            self._sent_flush = max(self._sent_flush, preflight(conn, self.options, first))
             self.server_version = int(conn.server_version)
             start = self._resume_lsn()
             command, self.proto_version = start_command(self.options, self.server_version, start)

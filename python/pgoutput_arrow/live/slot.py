@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._internal import lsn_to_str
+from .._internal import lsn_to_int, lsn_to_str
 from .._pg import check_slot, classify_connect_error, one_line, quote_ident, quote_literal
 from ..exceptions import (
     PublicationNotFound,
@@ -22,9 +22,10 @@ from .slot_guard import invalidation_message
 __all__ = ["preflight", "create_slot_command", "start_command"]
 
 
-def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
+def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> int:
     """Checks that give a clear error before START_REPLICATION, and the creations
-    (``first``: the first connection of this stream, not a reconnection)."""
+    (``first``: the first connection of this stream, not a reconnection). Returns the slot's
+    confirmed position (its consistent point when created here; 0 when unknown)."""
     import psycopg2
 
     cur = conn.cursor()
@@ -45,7 +46,7 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
             f"fails over)")
     # wal_status and the columns of newer versions (invalidation_reason, failover: 17+).
     cur.execute(
-        "SELECT plugin, slot_type, database, active_pid, wal_status, "
+        "SELECT plugin, slot_type, database, active_pid, wal_status, confirmed_flush_lsn::text, "
         "to_jsonb(s)->>'invalidation_reason', (to_jsonb(s)->>'failover')::bool "
         "FROM pg_replication_slots s WHERE slot_name = %s", (opts.slot,))
     row = cur.fetchone()
@@ -67,14 +68,14 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
                 f"--create-slot / create_slot=True, or pg_create_logical_replication_slot)")
         try:
             cur.execute(create_slot_command(opts, server_version))
-            cur.fetchall()
+            created = cur.fetchall()  # slot_name, consistent_point, snapshot_name, output_plugin
         except psycopg2.Error as e:
             if getattr(e, "pgcode", None) == "42710":  # created concurrently: use it
-                return
+                return 0
             raise classify_connect_error(
                 e, f'cannot create replication slot "{opts.slot}"') from None
-        return
-    plugin, slot_type, database, active_pid, wal_status, invalidation, failover = row
+        return lsn_to_int(created[0][1]) if created and created[0][1] else 0
+    plugin, slot_type, database, active_pid, wal_status, confirmed, invalidation, failover = row
     check_slot(opts.slot, plugin, slot_type, database, dbname)
     if wal_status == "lost" or invalidation is not None:
         reason = f"was invalidated ({invalidation or 'wal_status lost'})"
@@ -89,6 +90,7 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> None:
         except psycopg2.Error as e:
             raise classify_connect_error(
                 e, f'cannot make replication slot "{opts.slot}" a failover slot') from None
+    return lsn_to_int(confirmed) if confirmed else 0
 
 
 def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
