@@ -143,6 +143,9 @@ def test_stream_survives_server_crashes_mid_transaction(version: int, crashes: l
         consumer.start()
 
         def consumer_alive() -> None:
+            # The open large transaction reached the consumer in progress (streamed).
+            wait_until(lambda: s.stats().in_flight_transactions >= 1, 10,
+                       lambda: f"a transaction in flight at the consumer: {s.stats()}, {errors}")
             assert consumer.is_alive(), errors
 
         scenario.run(crashes, consumer_alive)
@@ -162,9 +165,9 @@ def read_cli_output(fmt: str, stdout: Path, out: Path) -> list[tuple[str, int]]:
             changes.append((o["op"], (o["new"] or o["old"])["id"]))
     elif fmt == "pretty":
         for line in stdout.read_text().splitlines():
-            m = re.match(r"\s*(INSERT|UPDATE|DELETE)\s+public\.t\b.*?\bid=(\d+)", line)
+            m = re.match(r"\s*\S+\s+(insert|update|delete)\s+public\.t\s+id=(\d+)", line)
             if m:
-                changes.append((m.group(1).lower(), int(m.group(2))))
+                changes.append((m.group(1), int(m.group(2))))
     else:
         files = sorted((out / "public.t").glob(f"*.{fmt}"))
         tables = [pq.read_table(f) if fmt == "parquet" else ipc.open_file(pa.OSFile(str(f))).read_all()
