@@ -163,7 +163,7 @@ class MetricsServer:
                 "'pgoutput-arrow[metrics]'", name="prometheus_client") from e
         self._poller = _SlotPoller(dsn, slot, connect_timeout, poll_interval)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(stats, self._poller))  # type: ignore[arg-type]
+        self.registry.register(_Collector(stats, self._poller))
         self._server, self._thread = start_http_server(port, addr, registry=self.registry)
         self.port: int = int(self._server.server_address[1])
 
