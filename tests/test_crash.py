@@ -114,46 +114,51 @@ class CrashScenario:
         assert len(final) == self.next_id - len(self.aborted) - len(deleted)
 
 
+def crash_under_stream(server: PgServer, crashes: list[str]) -> None:
+    """The scenario with ``stream()`` consuming (and acknowledging) in a thread."""
+    scenario = CrashScenario(server)
+    changes: list[tuple[str, int]] = []
+    errors: list[BaseException] = []
+    s = pgoutput_arrow.stream(server.dsn, slot="s", publication="p", stop_after=60 + 10 * len(crashes),
+                              reconnect_initial_delay=0.1, reconnect_attempts=40,
+                              status_interval=0.5)
+
+    def consume() -> None:
+        try:
+            with s:
+                for item in s:
+                    if item.kind == "table":
+                        b = item.batch
+                        ids = [r["id"] if r["id"] is not None else r["_before"]["id"]
+                               for r in b.select(["id", "_before"]).to_pylist()]
+                        changes.extend(zip(b.column("_op").to_pylist(), ids))
+                    s.ack(item.ack_lsn)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+
+    def consumer_alive() -> None:
+        # The open large transaction reached the consumer in progress (streamed).
+        wait_until(lambda: s.stats().in_flight_transactions >= 1, 10,
+                   lambda: f"a transaction in flight at the consumer: {s.stats()}, {errors}")
+        assert consumer.is_alive(), errors
+
+    scenario.run(crashes, consumer_alive)
+    s.stop_at_lsn = caught_up_lsn(server)
+    consumer.join(timeout=120)
+    assert not consumer.is_alive() and not errors, errors
+    assert s.stats().reconnects >= len(crashes)
+    scenario.check(changes)
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("version,crashes", [(18, ["immediate", "kill"]), (15, ["kill", "immediate"])],
                          ids=["pg18", "pg15"])
 def test_stream_survives_server_crashes_mid_transaction(version: int, crashes: list[str]) -> None:
     with PgServer(version=version) as server:
-        scenario = CrashScenario(server)
-        changes: list[tuple[str, int]] = []
-        errors: list[BaseException] = []
-        s = pgoutput_arrow.stream(server.dsn, slot="s", publication="p", stop_after=150,
-                                  reconnect_initial_delay=0.1, reconnect_attempts=40,
-                                  status_interval=0.5)
-
-        def consume() -> None:
-            try:
-                with s:
-                    for item in s:
-                        if item.kind == "table":
-                            b = item.batch
-                            ids = [r["id"] if r["id"] is not None else r["_before"]["id"]
-                                   for r in b.select(["id", "_before"]).to_pylist()]
-                            changes.extend(zip(b.column("_op").to_pylist(), ids))
-                        s.ack(item.ack_lsn)
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
-
-        consumer = threading.Thread(target=consume)
-        consumer.start()
-
-        def consumer_alive() -> None:
-            # The open large transaction reached the consumer in progress (streamed).
-            wait_until(lambda: s.stats().in_flight_transactions >= 1, 10,
-                       lambda: f"a transaction in flight at the consumer: {s.stats()}, {errors}")
-            assert consumer.is_alive(), errors
-
-        scenario.run(crashes, consumer_alive)
-        s.stop_at_lsn = caught_up_lsn(server)
-        consumer.join(timeout=120)
-        assert not consumer.is_alive() and not errors, errors
-        assert s.stats().reconnects >= len(crashes)
-        scenario.check(changes)
+        crash_under_stream(server, crashes)
 
 
 def read_cli_output(fmt: str, stdout: Path, out: Path) -> list[tuple[str, int]]:
@@ -178,29 +183,34 @@ def read_cli_output(fmt: str, stdout: Path, out: Path) -> list[tuple[str, int]]:
     return changes
 
 
+def crash_under_cli(server: PgServer, crashes: list[str], fmt: str, tmp_path: Path) -> None:
+    """The scenario with ``pgoutput-dump --dsn --format fmt`` consuming."""
+    scenario = CrashScenario(server)
+    out, stdout = tmp_path / "out", tmp_path / "stdout"
+    args = ["--output", str(out)] if fmt in ("parquet", "arrow") else []
+    with open(stdout, "w") as f:
+        proc = subprocess.Popen(
+            [*DUMP, "--dsn", server.dsn, "--slot", "s", "--publication", "p", "--format", fmt,
+             *args, "--commit-interval", "0.2", "--status-interval", "0.5",
+             "--reconnect-attempts", "40"],
+            stdout=f, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: alive(proc) and slot_state(server, "s")[1] is not None, 30, "stream")
+        scenario.run(crashes, lambda: alive(proc))
+        end = caught_up_lsn(server)
+        wait_until(lambda: alive(proc) and (slot_state(server, "s")[0] or 0) >= end, 60,
+                   lambda: f"the consumer to catch up to {end}: {slot_state(server, 's')}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    scenario.check(read_cli_output(fmt, stdout, out))
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("fmt,crashes", [("jsonl", ["immediate"]), ("pretty", ["kill"]),
                                          ("parquet", ["immediate", "kill"]), ("arrow", ["kill"])])
 def test_cli_survives_server_crashes_mid_transaction(fmt: str, crashes: list[str],
                                                      tmp_path: Path) -> None:
     with PgServer(version=18) as server:
-        scenario = CrashScenario(server)
-        out, stdout = tmp_path / "out", tmp_path / "stdout"
-        args = ["--output", str(out)] if fmt in ("parquet", "arrow") else []
-        with open(stdout, "w") as f:
-            proc = subprocess.Popen(
-                [*DUMP, "--dsn", server.dsn, "--slot", "s", "--publication", "p", "--format", fmt,
-                 *args, "--commit-interval", "0.2", "--status-interval", "0.5",
-                 "--reconnect-attempts", "40"],
-                stdout=f, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_until(lambda: alive(proc) and slot_state(server, "s")[1] is not None, 30, "stream")
-            scenario.run(crashes, lambda: alive(proc))
-            end = caught_up_lsn(server)
-            wait_until(lambda: alive(proc) and (slot_state(server, "s")[0] or 0) >= end, 60,
-                       lambda: f"the consumer to catch up to {end}: {slot_state(server, 's')}")
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=30)
-        assert code == 0, proc.stderr.read() if proc.stderr else ""
-        scenario.check(read_cli_output(fmt, stdout, out))
+        crash_under_cli(server, crashes, fmt, tmp_path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -175,16 +175,26 @@ def test_metrics_endpoint_lag_matches_pg_replication_slots(pg18: PgServer, uniqu
                                metrics_port=0, status_interval=0.5) as s:
         port = s.metrics_port
         assert port
-        # First transaction: acknowledged. Second: held, so the server's position moves on.
-        groups = s.groups()
+        # A consumer that acknowledges the first transaction only and keeps reading: the
+        # second is received but held, so the server's position moves on past the confirmed.
+        groups: list[tuple[int, int]] = []  # (rows, ack_lsn)
+
+        def consume() -> None:
+            for batches, ack in s.groups():
+                groups.append((sum(b.num_rows for b in batches if b.kind == "table"), ack))
+                if len(groups) == 1:
+                    s.ack(ack)
+
+        consumer = threading.Thread(target=consume)
+        consumer.start()
         pg18.execute(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, 100) g")
-        batches, first_ack = next(groups)
-        s.ack(first_ack)
-        pg18.execute(f"INSERT INTO {t} SELECT g, 'y' FROM generate_series(101, 300) g")
-        batches, _ = next(groups)  # not acknowledged
-        assert sum(b.num_rows for b in batches if b.kind == "table") == 200
+        wait_until(lambda: groups, 10, "the first transaction")
+        first_ack = groups[0][1]
         wait_until(lambda: (slot_state(pg18, t)[0] or 0) >= first_ack, 10,
                    "the first acknowledgement to reach the server")
+        pg18.execute(f"INSERT INTO {t} SELECT g, 'y' FROM generate_series(101, 300) g")
+        wait_until(lambda: len(groups) == 2, 10, "the second transaction")
+        assert [n for n, _ in groups] == [100, 200]
         confirmed = slot_state(pg18, t)[0] or 0
         before = pg18.current_wal_lsn()
         m = scrape(port)
@@ -208,6 +218,13 @@ def test_metrics_endpoint_lag_matches_pg_replication_slots(pg18: PgServer, uniqu
         assert m[f"pgoutput_reconnects_total{{{slot}}}"] == 0
         assert m[f"pgoutput_lag_seconds{{{slot}}}"] > 0  # rows held: not caught up
         assert f"pgoutput_slot_safe_wal_size_bytes{{{slot}}}" not in m  # no limit set
+        # Every series the Grafana dashboard shows is served.
+        dashboard = (Path(__file__).parent.parent / "docs" / "grafana-dashboard.json").read_text()
+        names = set(re.findall(r"pgoutput_[a-z_]+", dashboard)) - {"pgoutput_arrow"}
+        served = {key.split("{")[0] for key in m}
+        assert names and names <= served | {"pgoutput_slot_safe_wal_size_bytes"}, names - served
+        s.stop()
+        consumer.join(timeout=30)
     # Closed: the endpoint is gone.
     with pytest.raises(OSError):
         scrape(port)
