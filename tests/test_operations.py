@@ -124,6 +124,8 @@ def test_drop_slot_refuses_an_active_slot_and_usage_errors(pg18: PgServer, uniqu
                  ["--dsn", pg18.dsn, "--max-retained-wal", "1GB", "--drop-slot", "--slot", "x"]):
         r = dump(*args)
         assert r.returncode == 2, (args, r.stderr)
+    r = dump("capture.parquet", "--metrics-port", "9187")
+    assert r.returncode == 2 and "go with --dsn" in r.stderr
     r = dump("--dsn", pg18.dsn, "--slot-status", "--max-retained-wal", "lots")
     assert r.returncode == 2 and "not a size" in r.stderr
 

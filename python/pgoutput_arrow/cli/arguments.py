@@ -288,6 +288,9 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
         raise UsageError("--output is for --format parquet or arrow")
     if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
         raise UsageError("--from-lsn is after --to-lsn: nothing can match")
+    if args.dsn is None and (args.failover or args.metrics_port is not None
+                             or args.heartbeat_interval is not None):
+        raise UsageError("--failover, --metrics-port and --heartbeat-interval go with --dsn")
     if args.dsn is not None:
         if not args.slot:
             raise UsageError("--dsn needs --slot NAME")
