@@ -55,8 +55,10 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True) -> int:
             # Created again now, it would start at the current WAL position, and the
             # changes in between would be lost without a word.
             raise SlotNotFound(
-                f'replication slot "{opts.slot}" was dropped while streaming from it: '
-                "the changes since the last acknowledged position cannot be recovered")
+                f'replication slot "{opts.slot}" was dropped while streaming from it (or, '
+                f"after a failover, was not synchronized to the new primary: a failover slot "
+                f"needs sync_replication_slots = on on the standby): the changes since the "
+                f"last acknowledged position cannot be recovered")
         if opts.start_lsn and not opts.temporary_slot:
             # A stream that resumes (the CLI's output holds changes up to start_lsn) from
             # a slot that is gone: a new one would skip what was written in between.
