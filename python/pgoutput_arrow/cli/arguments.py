@@ -50,7 +50,8 @@ new, but not NULL). Values are JSON-safe: 64-bit integers and decimals as string
 hex, NaN and Infinity as strings, dates and times ISO 8601.
 
 exit status: 0 success, 1 unreadable input, decoding or connection error, or a missing
-Python package (one line on stderr; --debug for the traceback), 2 usage error."""
+Python package (one line on stderr; --debug for the traceback), 2 usage error, 3 --slot-status
+found a slot invalidated or past --max-retained-wal."""
 
 _FORMATS = ("pretty", "jsonl", "parquet", "arrow")
 
