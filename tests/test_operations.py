@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -124,6 +125,14 @@ def test_drop_slot_refuses_an_active_slot_and_usage_errors(pg18: PgServer, uniqu
                  ["--dsn", pg18.dsn, "--max-retained-wal", "1GB", "--drop-slot", "--slot", "x"]):
         r = dump(*args)
         assert r.returncode == 2, (args, r.stderr)
+    # A metrics port in use fails before anything is created on the server.
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        r = dump("--dsn", pg18.dsn, "--slot", f"{unique_name}_m", "--create-slot",
+                 "--create-publication", unique_name, "--metrics-port", str(busy.getsockname()[1]))
+    assert r.returncode == 1 and "in use" in r.stderr, r.stderr
+    assert slot_state(pg18, f"{unique_name}_m") == (None, None)
     r = dump("capture.parquet", "--metrics-port", "9187")
     assert r.returncode == 2 and "go with --dsn" in r.stderr
     r = dump("--dsn", pg18.dsn, "--slot-status", "--max-retained-wal", "lots")

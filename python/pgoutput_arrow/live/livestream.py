@@ -330,13 +330,19 @@ class LiveStream:
         if self._started:
             return
         self._started = True
-        self._connect_and_start(first=True)
+        # The endpoint first: a missing prometheus_client or a port in use fails before
+        # anything is created on the server.
         if self.options.metrics_port is not None:
             from .metrics import MetricsServer
 
             self._metrics = MetricsServer(self.stats, dsn=self.dsn, slot=self.slot,
                                           port=self.options.metrics_port,
                                           connect_timeout=self.connect_timeout)
+        try:
+            self._connect_and_start(first=True)
+        except BaseException:
+            self.close()
+            raise
 
     def ack(self, lsn: int | str | None = None) -> None:
         """Confirm that everything up to ``lsn`` (an ``ack_lsn`` of a yielded batch; default:
