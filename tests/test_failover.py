@@ -1,7 +1,8 @@
 """A failover slot (PostgreSQL 17+) survives a failover: a primary and a physical standby
 from the same PostgreSQL 18 binaries (``pg_basebackup``, a physical slot, ``hot_standby_feedback``,
 ``sync_replication_slots`` on the standby, ``synchronized_standby_slots`` on the primary);
-``pgoutput-dump --failover`` streams a workload to Parquet through a multi-host DSN
+``pgoutput-dump --failover`` (or ``stream(failover=True)``) streams a workload to Parquet
+(or memory) through a multi-host DSN
 (``target_session_attrs=read-write``); the primary is killed mid-workload, the standby
 promoted, and the stream resumes on it from the synchronized slot. The output must equal
 the new primary's rows, nothing lost, nothing twice."""
@@ -13,9 +14,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
+
+import pgoutput_arrow
 
 from pg_harness import PgServer, lsn_to_int
 from test_live import DUMP, alive, caught_up_lsn, read_output, slot_state, wait_until
@@ -30,11 +34,77 @@ def synced_slot(standby: PgServer, slot: str) -> tuple[bool, int]:
     return bool(rows[0][0]), lsn_to_int(rows[0][1])
 
 
+class DumpConsumer:
+    """``pgoutput-dump --failover`` writing Parquet."""
+
+    def __init__(self, dsn: str, out: Path) -> None:
+        self.out = out
+        self.proc = subprocess.Popen(
+            [*DUMP, "--dsn", dsn, "--slot", "s", "--create-slot", "--failover", "--publication",
+             "p", "--format", "parquet", "--output", str(out), "--commit-interval", "0.2",
+             "--status-interval", "0.3", "--reconnect-attempts", "60", "--reconnect-timeout", "120"],
+            stderr=subprocess.PIPE, text=True)
+
+    def alive(self) -> bool:
+        return alive(self.proc)
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=30) == 0, self.proc.stderr.read() if self.proc.stderr else ""
+        return read_output(self.out, "public.t")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class StreamConsumer:
+    """``pgoutput_arrow.stream(failover=True)`` in a thread, keeping the rows it acknowledges."""
+
+    def __init__(self, dsn: str, out: Path) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.errors: list[BaseException] = []
+        self.stream = pgoutput_arrow.stream(
+            dsn, slot="s", publication="p", create_slot=True, failover=True, status_interval=0.3,
+            reconnect_attempts=60, reconnect_timeout=120, stop_after=200)
+        self.thread = threading.Thread(target=self._consume)
+        self.thread.start()
+
+    def _consume(self) -> None:
+        try:
+            with self.stream as s:
+                for batches, ack in s.groups():
+                    for b in batches:
+                        if b.kind == "table":
+                            self.rows += b.batch.select(["_op", "id"]).to_pylist()
+                    s.ack(ack)
+        except BaseException as e:  # noqa: BLE001
+            self.errors.append(e)
+
+    def alive(self) -> bool:
+        assert self.thread.is_alive(), self.errors
+        return True
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.stream.stop()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive() and not self.errors, self.errors
+        assert self.stream.stats().reconnects >= 1
+        return self.rows
+
+    def kill(self) -> None:
+        self.stream.stop()
+        self.thread.join(timeout=60)
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("how", ["immediate", "kill"])
-def test_failover_slot_resumes_on_the_promoted_standby(how: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how,consumer", [("immediate", DumpConsumer), ("kill", StreamConsumer)],
+                         ids=["immediate-dump", "kill-stream"])
+def test_failover_slot_resumes_on_the_promoted_standby(
+        how: str, consumer: type[DumpConsumer | StreamConsumer], tmp_path: Path) -> None:
     servers: list[PgServer] = []
-    proc: subprocess.Popen[str] | None = None
+    c: DumpConsumer | StreamConsumer | None = None
     try:
         primary = PgServer(version=18)
         servers.append(primary)
@@ -51,13 +121,8 @@ def test_failover_slot_resumes_on_the_promoted_standby(how: str, tmp_path: Path)
         dsn = (f"host={primary.host},{standby.host} port={primary.port},{standby.port} "
                f"user={primary.user} password={primary.password} dbname=postgres "
                f"target_session_attrs=read-write")
-        out = tmp_path / "out"
-        proc = subprocess.Popen(
-            [*DUMP, "--dsn", dsn, "--slot", "s", "--create-slot", "--failover", "--publication",
-             "p", "--format", "parquet", "--output", str(out), "--commit-interval", "0.2",
-             "--status-interval", "0.3", "--reconnect-attempts", "60", "--reconnect-timeout", "120"],
-            stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: alive(proc) and slot_state(primary, "s")[1] is not None, 30,
+        c = consumer(dsn, tmp_path / "out")
+        wait_until(lambda: c.alive() and slot_state(primary, "s")[1] is not None, 30,
                    "the stream on the primary")
         assert primary.scalar("SELECT failover FROM pg_replication_slots WHERE slot_name = 's'")
 
@@ -112,13 +177,10 @@ def test_failover_slot_resumes_on_the_promoted_standby(how: str, tmp_path: Path)
         worker.join(timeout=200)
         assert not worker.is_alive() and not errors, errors
         end = caught_up_lsn(standby)
-        wait_until(lambda: alive(proc) and (slot_state(standby, "s")[0] or 0) >= end, 120,
+        wait_until(lambda: c.alive() and (slot_state(standby, "s")[0] or 0) >= end, 120,
                    lambda: f"the stream to catch up on the new primary to {end}: "
                    f"{slot_state(standby, 's')}")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
-
-        rows = read_output(out, "public.t")
+        rows = c.finish()
         inserted = [r["id"] for r in rows if r["_op"] == "insert"]
         assert len(inserted) == len(set(inserted)), "a change was written twice"
         final = {r[0]: r[1] for r in standby.query("SELECT id, v FROM t")}
@@ -129,8 +191,7 @@ def test_failover_slot_resumes_on_the_promoted_standby(how: str, tmp_path: Path)
         updated = {r["id"] for r in rows if r["_op"] == "update"}
         assert updated == set(final) and all(v == "b" for v in final.values())
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if c is not None:
+            c.kill()
         for server in reversed(servers):
             server.stop()
