@@ -62,6 +62,7 @@ def test_slot_status_drop_slot_and_an_invalidated_slot_is_never_streamed(version
         assert lost["invalidation_reason"] == ("wal_removed" if version >= 17 else None)
         assert healthy["invalidated"] is False and healthy["alarm"] is None
         assert healthy["wal_status"] in ("reserved", "extended")
+        assert 0 < healthy["safe_wal_size"] <= 16 << 20  # max_slot_wal_keep_size is set
         assert healthy["active"] is False
         if version >= 17:
             assert healthy["inactive_since"] is not None and healthy["failover"] is False
