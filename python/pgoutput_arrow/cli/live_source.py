@@ -38,7 +38,8 @@ class LiveSource:
         starts = [x for x in (start_lsn, args.start_lsn) if x]
         self.stream: LiveStream = stream(
             args.dsn, slot=args.slot, publication=publication, create_slot=args.create_slot,
-            temporary_slot=args.temporary, two_phase=args.two_phase,
+            temporary_slot=args.temporary, two_phase=args.two_phase, failover=args.failover,
+            metrics_port=args.metrics_port, heartbeat_interval=args.heartbeat_interval,
             create_publication=create, proto_version=args.proto_version, binary=args.binary,
             streaming=args.streaming, messages=args.messages, origin=args.origin,
             start_lsn=max(starts) if starts else None, status_interval=args.status_interval,

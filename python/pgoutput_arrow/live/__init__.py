@@ -4,14 +4,17 @@ handled (see :mod:`pgoutput_arrow.live.livestream` for how nothing is lost or em
 One job per module: :mod:`.options` (the options, checked once), :mod:`.connection`
 (psycopg2's connection and its CopyBoth stream, read and answered in Rust), :mod:`.slot`
 (checks and creations before streaming, the replication commands), :mod:`.livestream` (the
-stream, its batches and acknowledgements).
+stream, its batches and acknowledgements), :mod:`.slot_guard` (the server's slots: status,
+drop), :mod:`.metrics` (the Prometheus endpoint; needs the ``metrics`` extra).
 """
 
 from __future__ import annotations
 
 from .._internal import lsn_to_str
 from .options import StreamOptions, default_proto_version, parse_lsn
-from .livestream import LiveBatch, LiveStream, StreamStats, stream
+from .livestream import HEARTBEAT_PREFIX, LiveBatch, LiveStream, StreamStats, stream
+from .slot_guard import SlotStatus, drop_slot, slot_status
 
 __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "StreamOptions", "lsn_to_str",
-           "parse_lsn", "default_proto_version"]
+           "parse_lsn", "default_proto_version", "HEARTBEAT_PREFIX", "SlotStatus", "slot_status",
+           "drop_slot"]
