@@ -2,7 +2,7 @@
 
 Reads ``<data>/manifest.json`` (gen_captures.py), the criterion results under
 ``<target>/criterion/**/new/{benchmark,estimates}.json``, ``<data>/compare.json``
-(compare.py), ``<data>/live.json`` (live.py) and ``<data>/cli.json`` (cli_drain.py). Every number printed comes from those
+(compare.py), ``<data>/live.json`` (live.py), ``<data>/delta.json`` (delta_sink.py) and ``<data>/cli.json`` (cli_drain.py). Every number printed comes from those
 files; a missing part is reported as not run.
 
 MB is 10^6 bytes of pgoutput message payload.
@@ -227,6 +227,25 @@ def main() -> None:
         ours = med.get("pgoutput_arrow", {}).get("changes_per_s")
         targets[f"live ≥ {LIVE_TARGET:.0%} of pg_recvlogical"] = (
             ours / base >= LIVE_TARGET if ours and base else None)
+
+    # ---------------------------------------------------------------- Delta
+    delta = load_json(data / "delta.json")
+    w("## Live into Delta Lake (`benches/delta_sink.py`)")
+    w("")
+    if not delta or not delta.get("medians"):
+        w("Not run.")
+    else:
+        w(f"{delta['changes']:,} changes of a pgbench-shaped table (half inserts in transactions "
+          "of 10,000, half balance updates of random accounts in transactions of 100), one slot "
+          "per consumer and repetition; `pgoutput-dump` timed as a whole process (start-up "
+          f"included), `--commit-interval 1`; median of {delta['reps']} repetitions.")
+        w("")
+        w("| consumer | median s | changes/s | time ÷ pg_recvlogical's |")
+        w("|---|---:|---:|---:|")
+        for c, v in delta["medians"].items():
+            ratio = f"{v['time_vs_pg_recvlogical']:.1f}" if "time_vs_pg_recvlogical" in v else "–"
+            w(f"| {c} | {v['median_s']:.2f} | {v['changes_per_s']:,.0f} | {ratio} |")
+        w("")
 
     # ---------------------------------------------------------------- CLI
     w("## pgoutput-dump drained to /dev/null (`benches/cli_drain.py`)")

@@ -4,9 +4,12 @@
 #
 # Variables: PGOUTPUT_BENCH_MB (text-mode MB per capture, default 30), PGOUTPUT_BENCH_RUNS
 # (Python runs per median, default 5), PGOUTPUT_LIVE_CHANGES (default 1000000),
-# PGOUTPUT_LIVE_REPS (default 3), PGOUTPUT_BENCH_DATA (default bench-data/),
+# PGOUTPUT_LIVE_REPS (default 3), PGOUTPUT_DELTA_CHANGES (default 300000), PGOUTPUT_DELTA_REPS
+# (default 3), PGOUTPUT_SNAPSHOT_SCALE (pgbench scale of the snapshot bench, default 10; 100 is
+# the 1.3 GB table), PGOUTPUT_SNAPSHOT_WIDE_ROWS (default 1000000), PGOUTPUT_BENCH_DATA
+# (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare cli live profile report"), BENCH_COMMAND (what
+# BENCH_STEPS (default "gen criterion compare cli live delta snapshot profile report"), BENCH_COMMAND (what
 # BENCHMARKS.md says was run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +18,7 @@ PY=${PY:-.venv/bin/python}
 export PGOUTPUT_BENCH_DATA=${PGOUTPUT_BENCH_DATA:-$PWD/bench-data}
 export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
-STEPS=${BENCH_STEPS:-gen criterion compare cli live profile report}
+STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot profile report}
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 COMMAND=${BENCH_COMMAND:-"make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"}
 
@@ -45,6 +48,15 @@ fi
 if step live; then
   echo "== live: draining a slot"
   "$PY" benches/live.py --out "$PGOUTPUT_BENCH_DATA/live.json"
+fi
+if step delta; then
+  echo "== live into Delta Lake (replica, change log) vs Parquet change files vs pg_recvlogical"
+  "$PY" benches/delta_sink.py --out "$PGOUTPUT_BENCH_DATA/delta.json"
+fi
+if step snapshot; then
+  echo "== snapshot: COPY binary to Arrow vs the COPY drain and pg_dump, 1/2/4 connections"
+  "$PY" benches/snapshot_throughput.py --scale "${PGOUTPUT_SNAPSHOT_SCALE:-10}" \
+    --runs "${PGOUTPUT_BENCH_RUNS:-3}" --out "$PGOUTPUT_BENCH_DATA/snapshot.json"
 fi
 if step profile; then
   # Where the decoder's time goes on the pgbench captures: a sampling profile (cpu-clock, so

@@ -317,11 +317,14 @@ class PgServer:
         dbname: str = "postgres",
         keep_dir: bool = False,
         start: bool = True,
+        standby_of: "PgServer | None" = None,
     ) -> None:
         self.version = int(version)
         self.user = user
         self.dbname = dbname
         self.password = password or ("pw-" + secrets.token_hex(12))
+        if standby_of is not None:  # a copy of the primary: its roles and passwords
+            self.version, self.user, self.password = standby_of.version, standby_of.user, standby_of.password
         self.host = "127.0.0.1"
         self.keep_dir = keep_dir
         self._settings = {**DEFAULT_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
@@ -331,6 +334,8 @@ class PgServer:
                      "LD_LIBRARY_PATH": _library_path(self.bin_dir)}
         self._env.pop("PGDATA", None)
         self._proc: subprocess.Popen[bytes] | None = None
+        #: A standby's physical slot on its primary (None: not a standby).
+        self.physical_slot: str | None = None
         self._conn: psycopg2.extensions.connection | None = None
         self.port = 0
         self.base_dir = Path(tempfile.mkdtemp(prefix=f"pgoutput-pg{self.version}-", dir=BASE_TMP))
@@ -338,7 +343,10 @@ class PgServer:
         self.socket_dir = self.base_dir / "sock"
         self.log_path = self.base_dir / "server.log"
         try:
-            self._initdb()
+            if standby_of is not None:
+                self._base_backup(standby_of)
+            else:
+                self._initdb()
             if start:
                 self.start()
         except BaseException:
@@ -370,6 +378,64 @@ class PgServer:
                                 f"({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         (self.data_dir / "pg_hba.conf").write_text(PG_HBA)
         self._chown(self.data_dir / "pg_hba.conf")
+
+    def _base_backup(self, primary: "PgServer") -> None:
+        """The data directory as a physical standby of ``primary`` (``pg_basebackup`` with a
+        physical slot ``<standby>`` created on the primary), following it over TCP and
+        synchronizing its failover slots (``sync_replication_slots``, PostgreSQL 17+)."""
+        self._chown(self.base_dir)
+        self.socket_dir.mkdir(mode=0o700)
+        self._chown(self.socket_dir)
+        self.physical_slot = f"standby_{secrets.token_hex(4)}"
+        cmd = [str(self.bin_dir / "pg_basebackup"), "-D", str(self.data_dir), "-h", primary.host,
+               "-p", str(primary.port), "-U", primary.user, "-X", "stream", "-c", "fast",
+               "-C", "-S", self.physical_slot, "--no-sync"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.base_dir,
+                              env={**self._env, "PGPASSWORD": primary.password},
+                              **_runs_as(self._os_user))
+        if proc.returncode != 0:
+            raise PgServerError(f"pg_basebackup of {primary} failed ({proc.returncode}):\n"
+                                f"{proc.stdout}\n{proc.stderr}")
+        (self.data_dir / "standby.signal").write_text("")
+        self._chown(self.data_dir / "standby.signal")
+        # dbname in primary_conninfo: the slot sync worker connects to that database.
+        conninfo = (f"host={primary.host} port={primary.port} user={primary.user} "
+                    f"password={_quote_conninfo(primary.password)} dbname={primary.dbname} "
+                    f"application_name={self.physical_slot}")
+        self._settings.update({
+            "primary_conninfo": "'" + conninfo.replace("'", "''") + "'",
+            "primary_slot_name": f"'{self.physical_slot}'",
+            "hot_standby": "on", "hot_standby_feedback": "on",
+        })
+        if self.version >= 17:
+            self._settings["sync_replication_slots"] = "on"
+
+    def crash(self, how: str = "immediate") -> None:
+        """Stop the server the way a crash does, without a shutdown checkpoint (the next
+        :meth:`start` recovers from the WAL): ``immediate`` sends what ``pg_ctl stop -m
+        immediate`` does (SIGQUIT: every process exits at once); ``kill`` is SIGKILL to the
+        postmaster alone, its children exiting once they notice it is gone."""
+        proc = self._proc
+        self._close_conn()
+        if proc is None or proc.poll() is not None:
+            self._proc = None
+            return
+        proc.send_signal(signal.SIGQUIT if how == "immediate" else signal.SIGKILL)
+        proc.wait(timeout=_STOP_TIMEOUT_S)
+        self._proc = None
+        # The children left behind by a killed postmaster hold its shared memory: a new
+        # postmaster refuses to start until they are gone.
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            except PermissionError:
+                return
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     def _write_settings(self) -> None:
         lines = [f"{k} = {v}" for k, v in self._settings.items()]

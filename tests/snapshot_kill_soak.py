@@ -35,9 +35,10 @@ def main() -> int:
                                              args.snapshot_kills)
         restarts = stderr.count("starting it over")
         check_dump(pg, Path(tmp) / "out", tables)
-        print(f"PostgreSQL {args.version}, seed {args.seed}: {args.kills} kill -9s, {restarts} of them "
-              f"mid-snapshot (started over), the rest in the stream; output equals the final SELECT "
-              f"value by value ({time.monotonic() - t0:.0f} s)")
+        print(f"PostgreSQL {args.version}, seed {args.seed}: {args.kills} kill -9s ({args.snapshot_kills} "
+              f"aimed at the middle of the snapshot); {restarts} runs found a snapshot cut short and "
+              f"started it over; output equals the final SELECT value by value "
+              f"({time.monotonic() - t0:.0f} s)")
     return 0
 
 

@@ -7,6 +7,7 @@ table's schema as the stream decoder gives it before any change arrives."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -55,7 +56,7 @@ def server_version(cur: Any) -> int:
     return int(cur.fetchone()[0])
 
 
-def relation_definition(cur: Any, table: str, publications: tuple[str, ...] | list[str],
+def relation_definition(cur: Any, table: str, publications: Sequence[str],
                         published: list[str] | None = None) -> RelationDefinition:
     """``table`` (``"schema.table"``) as pgoutput would describe it now, with the columns the
     publications publish: ``published`` when the caller read them from

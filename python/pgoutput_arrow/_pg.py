@@ -9,6 +9,7 @@ from .exceptions import (
     PublicationNotFound,
     ReplicationError,
     SlotInUse,
+    SlotInvalidated,
     SlotNotFound,
     WalLevelNotLogical,
 )
@@ -44,6 +45,10 @@ def classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
     text = one_line(str(exc)) or type(exc).__name__
     sqlstate = getattr(exc, "pgcode", None)
     lower = text.lower()
+    if "can no longer get changes from replication slot" in lower or (
+            "replication slot" in lower and "has been invalidated" in lower):
+        return SlotInvalidated(f"{where}: {text} (the changes since the slot's position are "
+                               f"lost: drop it, then take a new snapshot with a new slot)")
     if sqlstate == "42704" and "replication slot" in lower:
         return SlotNotFound(f"{where}: {text}")
     if sqlstate == "42704" and "publication" in lower:

@@ -213,6 +213,13 @@ class Decoder:
         lsn: int = self._native.safe_lsn
         return lsn
 
+    @property
+    def pending(self) -> tuple[int, int, int]:
+        """Transactions begun whose outcome is not known yet (open, streamed, prepared):
+        ``(count, bytes of their messages held in memory, bytes held in spill files)``."""
+        value: tuple[int, int, int] = self._native.pending
+        return value
+
     def finish(self) -> Changes:
         """Ends the stream and returns every change not yet taken, as whole tables.
         Transactions still open at the end are not included."""

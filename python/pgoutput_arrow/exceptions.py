@@ -23,6 +23,7 @@ __all__ = [
     "ConnectionLost",
     "SlotNotFound",
     "SlotInUse",
+    "SlotInvalidated",
     "PublicationNotFound",
     "WalLevelNotLogical",
 ]
@@ -214,3 +215,10 @@ class PublicationNotFound(ReplicationError):
 
 class WalLevelNotLogical(ReplicationError):
     """The server runs with ``wal_level`` below ``logical``: no logical decoding at all."""
+
+
+class SlotInvalidated(ReplicationError):
+    """The slot cannot be streamed any more: the server invalidated it (the WAL it needed was
+    removed past ``max_slot_wal_keep_size``, or a conflict on a standby), or a slot that
+    held the stream's position is gone. The changes since its position are lost; a new
+    slot and a new snapshot are the way on."""

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
@@ -17,10 +16,6 @@ use serde_json::Value;
 
 const PG_EPOCH: i64 = 946_684_800_000_000;
 
-fn captures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/captures")
-}
-
 struct Capture {
     name: String,
     json: Value,
@@ -28,27 +23,11 @@ struct Capture {
 }
 
 fn load_all() -> Vec<Capture> {
-    // A missing or empty directory is a failure, not a vacuous pass.
-    let dir = captures_dir();
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("golden captures {}: {e}", dir.display()));
-    let mut paths: Vec<PathBuf> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "bin")).collect();
-    assert!(!paths.is_empty(), "no golden captures (*.bin) in {}", dir.display());
-    paths.sort();
-    paths
+    common::golden_captures()
         .into_iter()
-        .map(|p| {
-            let raw = std::fs::read(&p).unwrap();
-            let mut messages = Vec::new();
-            let mut at = 0;
-            while at + 16 <= raw.len() {
-                let lsn = u64::from_be_bytes(raw[at..at + 8].try_into().unwrap());
-                let len = u32::from_be_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
-                messages.push((lsn, raw[at + 16..at + 16 + len].to_vec()));
-                at += 16 + len;
-            }
-            let json = serde_json::from_slice(&std::fs::read(p.with_extension("json")).unwrap()).unwrap();
-            Capture { name: p.file_stem().unwrap().to_string_lossy().into_owned(), json, messages }
+        .map(|(name, path, messages)| {
+            let json = serde_json::from_slice(&std::fs::read(path.with_extension("json")).unwrap()).unwrap();
+            Capture { name, json, messages }
         })
         .collect()
 }
@@ -358,7 +337,7 @@ fn check_transaction_facts(c: &Capture, changes: &Changes) -> Result<(), String>
 #[test]
 fn golden_captures() {
     let captures = load_all();
-    assert!(captures.len() >= 80, "{} golden captures in {}", captures.len(), captures_dir().display());
+    assert!(captures.len() >= 80, "{} golden captures in tests/golden/captures", captures.len());
     let mut failures = Vec::new();
     let mut compared = 0;
     for c in &captures {

@@ -3,42 +3,18 @@
 //! order, and the pretty format frames each transaction with BEGIN and COMMIT. (The exact
 //! bytes of both formats on these captures are checked by tests/test_render.py.)
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use arrow_array::cast::AsArray;
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
 use pgoutput_arrow::render::{Format, Renderer};
 use pgoutput_arrow::{Decoder, DecoderOptions, Output};
+use common::Messages;
 use serde_json::Value;
 
-/// (LSN, message) as the server sent them.
-type Messages = Vec<(u64, Vec<u8>)>;
-
 fn captures() -> Vec<(String, Messages)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/captures");
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("golden captures {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
-        .collect();
-    assert!(!paths.is_empty(), "no golden captures in {}", dir.display());
-    paths.sort();
-    paths
-        .into_iter()
-        .map(|p| {
-            let raw = std::fs::read(&p).unwrap();
-            let mut messages = Vec::new();
-            let mut at = 0;
-            while at + 16 <= raw.len() {
-                let lsn = u64::from_be_bytes(raw[at..at + 8].try_into().unwrap());
-                let len = u32::from_be_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
-                messages.push((lsn, raw[at + 16..at + 16 + len].to_vec()));
-                at += 16 + len;
-            }
-            (p.file_stem().unwrap().to_string_lossy().into_owned(), messages)
-        })
-        .collect()
+    common::golden_captures().into_iter().map(|(name, _, messages)| (name, messages)).collect()
 }
 
 /// The decoder's groups: what `take_ready` hands out after every 11 messages.

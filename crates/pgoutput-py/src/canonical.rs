@@ -89,7 +89,7 @@ pub fn relation_schemas<'py>(
     Ok(out)
 }
 
-fn replica_identity(value: &str) -> PyResult<ReplicaIdentity> {
+pub(crate) fn replica_identity(value: &str) -> PyResult<ReplicaIdentity> {
     Ok(match value {
         "d" | "default" => ReplicaIdentity::Default,
         "n" | "nothing" => ReplicaIdentity::Nothing,
@@ -125,6 +125,21 @@ pub fn relation_schema(
     array_ndims: Option<usize>,
 ) -> PyResult<ArrowTable> {
     let options: DecoderOptions = decoder_options(special_values, views, binary, array_ndims)?;
+    let (relation, types) = definition(relation_id, namespace, name, replica_identity, &columns, &types)?;
+    let schema = canonical::relation_schema(&relation, &types, options).map_err(|e| decode_error(py, e))?;
+    Ok(ArrowTable::new(schema, Vec::new()))
+}
+
+/// A relation and its types as Python gives them (`relation_schema`, `CopyDecoder`): the
+/// Relation message and Type messages pgoutput would send for them.
+pub(crate) fn definition<'a>(
+    relation_id: u32,
+    namespace: &'a str,
+    name: &'a str,
+    replica_identity: &str,
+    columns: &'a [(String, u32, i32, bool)],
+    types: &'a [(u32, String, String)],
+) -> PyResult<(Relation<'a>, Vec<TypeInfo<'a>>)> {
     let relation = Relation {
         xid: None,
         id: relation_id,
@@ -136,10 +151,8 @@ pub fn relation_schema(
             .map(|(n, oid, typmod, key)| Column { is_key: *key, name: n, type_oid: *oid, type_modifier: *typmod })
             .collect(),
     };
-    let types: Vec<TypeInfo<'_>> =
-        types.iter().map(|(oid, ns, n)| TypeInfo { xid: None, oid: *oid, namespace: ns, name: n }).collect();
-    let schema = canonical::relation_schema(&relation, &types, options).map_err(|e| decode_error(py, e))?;
-    Ok(ArrowTable::new(schema, Vec::new()))
+    let types = types.iter().map(|(oid, ns, n)| TypeInfo { xid: None, oid: *oid, namespace: ns, name: n }).collect();
+    Ok((relation, types))
 }
 
 /// For each message of `data` (a table with a binary `data` column): `kind` (its kind's

@@ -13,10 +13,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_buffer::Buffer;
 use pgoutput_arrow::{CopyDecoder, DecodeError, SnapshotPosition};
-use pgoutput_proto::{Column, Relation, ReplicaIdentity, TypeInfo};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::canonical::definition;
 use crate::decoder::decoder_options;
 use crate::errors::{decode_error, new_error, panic_error};
 use crate::tables::{ArrowBatch, ArrowTable};
@@ -222,30 +222,7 @@ impl PyCopyDecoder {
         if let Some(n) = batch_size {
             options.batch_size = n.max(1);
         }
-        let replica_identity = match replica_identity {
-            "d" | "default" => ReplicaIdentity::Default,
-            "n" | "nothing" => ReplicaIdentity::Nothing,
-            "f" | "full" => ReplicaIdentity::Full,
-            "i" | "index" => ReplicaIdentity::Index,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "replica_identity must be one of 'd', 'n', 'f', 'i', not {other:?}"
-                )))
-            }
-        };
-        let relation = Relation {
-            xid: None,
-            id: relation_id,
-            namespace,
-            name,
-            replica_identity,
-            columns: columns
-                .iter()
-                .map(|(n, oid, typmod, key)| Column { is_key: *key, name: n, type_oid: *oid, type_modifier: *typmod })
-                .collect(),
-        };
-        let types: Vec<TypeInfo<'_>> =
-            types.iter().map(|(oid, ns, n)| TypeInfo { xid: None, oid: *oid, namespace: ns, name: n }).collect();
+        let (relation, types) = definition(relation_id, namespace, name, replica_identity, &columns, &types)?;
         let position = SnapshotPosition { lsn, commit_ts: commit_ts - PG_EPOCH_OFFSET_US, first_seq };
         let decoder = CopyDecoder::new(&relation, &types, &options, position).map_err(|e| decode_error(py, e))?;
         Ok(PyCopyDecoder { decoder, libpq: None, broken: false })
@@ -269,8 +246,9 @@ impl PyCopyDecoder {
         self.decoder.rows()
     }
 
+    /// Bytes of COPY data taken so far.
     #[getter]
-    fn bytes(&self) -> u64 {
+    fn bytes_read(&self) -> u64 {
         self.decoder.bytes()
     }
 

@@ -255,6 +255,15 @@ impl PyDecoder {
         self.run(py, |decoder| Ok(decoder.safe_lsn()))
     }
 
+    /// What the decoder holds of transactions whose outcome is not known yet: (their
+    /// number, bytes of their messages in memory, bytes in spill files).
+    #[getter]
+    fn pending(&self, py: Python<'_>) -> PyResult<(usize, usize, u64)> {
+        self.run(py, |decoder| {
+            Ok((decoder.pending_transactions(), decoder.buffered_bytes(), decoder.spilled_bytes()))
+        })
+    }
+
     /// Ends the stream: returns every change not yet taken as whole tables, in a dict with
     /// the keys tables, table_versions, truncates, messages, transactions.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -11,7 +11,7 @@ from typing import IO
 from .. import __version__
 from .._internal import lsn_to_int
 
-__all__ = ["PROG", "UsageError", "build_parser", "output_format", "publications"]
+__all__ = ["PROG", "UsageError", "build_parser", "output_format", "publications", "size_arg"]
 
 PROG = "pgoutput-dump"
 
@@ -29,6 +29,9 @@ examples:
   pgoutput-dump capture.parquet --table 'public.order*' --from-lsn 0/16B3748 --limit 100
   pgoutput-dump capture.parquet --format parquet --output out/
                      writes out/public.orders/00000000016B3748-00000000016C0000.parquet ...
+  pgoutput-dump capture.parquet --format delta --output lake/ --change-log
+                     a Delta Lake replica per table, lake/public.orders, and its change
+                     log, lake/_changes/public.orders (exactly once, live too)
   pgoutput-dump capture.parquet --stats                  counts per table and operation
   some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
   pgoutput-dump --dsn 'host=db user=repl dbname=shop' --slot shop --create-slot \\
@@ -50,12 +53,13 @@ new, but not NULL). Values are JSON-safe: 64-bit integers and decimals as string
 hex, NaN and Infinity as strings, dates and times ISO 8601.
 
 exit status: 0 success, 1 unreadable input, decoding or connection error, or a missing
-Python package (one line on stderr; --debug for the traceback), 2 usage error."""
+Python package (one line on stderr; --debug for the traceback), 2 usage error, 3 --slot-status
+found a slot invalidated or past --max-retained-wal."""
 
-_FORMATS = ("pretty", "jsonl", "parquet", "arrow")
+_FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta")
 
 
-FORMATS = ("pretty", "jsonl", "parquet", "arrow")
+FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta")
 
 
 class UsageError(Exception):
@@ -94,16 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
         "stream on stdin; or --dsn/--slot for a live replication slot",
     )
     _add_live_arguments(p)
+    _add_operations_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument(
         "-f", "--format", choices=FORMATS, default=None,
         help="pretty: aligned lines with BEGIN/COMMIT (the default when stdout is a terminal); "
         "jsonl: one JSON object per change (the default otherwise); parquet, arrow: files "
-        "under --output, one directory per table",
+        "under --output, one directory per table; delta: a Delta Lake replica per table "
+        "under --output (docs/delta.md)",
     )
     out.add_argument(
         "-o", "--output", metavar="DIR", type=Path,
-        help="directory for --format parquet/arrow: DIR/schema.table/FIRST-LAST.parquet, named "
+        help="directory for --format parquet/arrow/delta: DIR/schema.table/FIRST-LAST.parquet, "
+        "named "
         "by the commit LSNs of the first and last rows (16 hex digits each, so names sort); "
         "truncates, messages and transactions go to DIR/_truncates, DIR/_messages, "
         "DIR/_transactions. Files appear atomically (written as hidden .tmp files, then "
@@ -119,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print counts per table and operation instead of the changes (after writing "
         "the files with --format parquet/arrow)",
     )
+    _add_delta_arguments(p)
     flt = p.add_argument_group("filters")
     flt.add_argument(
         "-t", "--table", metavar="GLOB", action="append", default=[],
@@ -226,6 +234,69 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop-after", metavar="S", type=float, help="stop after S seconds")
 
 
+def _add_delta_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of --format delta (docs/delta.md)."""
+    g = p.add_argument_group("delta (--format delta)")
+    g.add_argument("--change-log", action="store_true",
+                   help="also append every change, with its metadata, to DIR/_changes/schema.table")
+    g.add_argument("--change-log-only", action="store_true",
+                   help="only the change logs, no replicas")
+    g.add_argument("--append-only", action="store_true",
+                   help="keep tables without a replica identity key by appending their "
+                   "inserts (refused otherwise)")
+    g.add_argument("--drop-columns", action="store_true",
+                   help="drop a column dropped in PostgreSQL from the replica (default: it "
+                   "stays, null in rows changed since)")
+    g.add_argument("--app-id", metavar="NAME",
+                   help="the application id of the Delta commits' txn, per table "
+                   "NAME:schema.table (default: the slot's name, or 'capture')")
+
+
+def size_arg(text: str) -> int:
+    """``1GB``, ``512MB``, ``64kB``, ``100`` (bytes; units of 1024, as PostgreSQL's)."""
+    units = {"": 1, "b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40}
+    number = text.strip().rstrip("bBkKmMgGtT ")
+    unit = text.strip()[len(number):].strip().lower()
+    if unit in ("k", "m", "g", "t"):
+        unit += "b"
+    try:
+        value = float(number) * units[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (expected bytes, or a number with kB, MB, GB or TB)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}")
+    return int(value)
+
+
+def _add_operations_arguments(p: argparse.ArgumentParser) -> None:
+    """Running a live source in production: the slot guard, failover slots, metrics and
+    heartbeats (see docs/operations.md)."""
+    g = p.add_argument_group(
+        "operations (with --dsn)",
+        "Guard the server's slots, survive a failover, expose metrics.")
+    g.add_argument("--slot-status", action="store_true",
+                   help="list every logical slot (or --slot NAME): active, lag, retained WAL, "
+                   "wal_status, invalidation; a table, or one JSON object per slot with "
+                   "--format jsonl; exit status 3 when one is invalidated or retains more "
+                   "than --max-retained-wal")
+    g.add_argument("--max-retained-wal", metavar="SIZE", type=size_arg,
+                   help="with --slot-status: the retained WAL (e.g. 10GB) past which the exit "
+                   "status is 3")
+    g.add_argument("--drop-slot", action="store_true",
+                   help="drop the slot --slot NAME (refused while a consumer streams from it)")
+    g.add_argument("--failover", action="store_true",
+                   help="a failover slot (PostgreSQL 17+): created (or altered) with FAILOVER, "
+                   "synchronized to standbys with sync_replication_slots = on")
+    g.add_argument("--metrics-port", metavar="PORT", type=int,
+                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs "
+                   "prometheus_client: pip install 'pgoutput-arrow[metrics]')")
+    g.add_argument("--heartbeat-interval", metavar="S", type=float,
+                   help="every S seconds, write a logical decoding message "
+                   "(pg_logical_emit_message) so that the slot advances while the published "
+                   "tables are idle")
+
+
 def publications(args: argparse.Namespace) -> tuple[list[str] | None, list[str] | str | None]:
     """(publications to stream, publication to create: tables, "ALL" or None)."""
     create: list[str] | str | None = None
@@ -244,12 +315,19 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
         raise UsageError("give a CAPTURE or --dsn, not both")
     if args.dsn is None and args.input is None:
         raise UsageError("a CAPTURE file (or - for stdin), or --dsn and --slot, is required")
-    if fmt in ("parquet", "arrow") and args.output is None:
+    if fmt in ("parquet", "arrow", "delta") and args.output is None:
         raise UsageError(f"--format {fmt} needs --output DIR")
-    if args.output is not None and fmt not in ("parquet", "arrow"):
-        raise UsageError("--output is for --format parquet or arrow")
+    if args.output is not None and fmt not in ("parquet", "arrow", "delta"):
+        raise UsageError("--output is for --format parquet, arrow or delta")
+    if fmt != "delta" and (args.change_log or args.change_log_only or args.append_only
+                           or args.drop_columns or args.app_id):
+        raise UsageError("--change-log, --change-log-only, --append-only, --drop-columns and "
+                         "--app-id are for --format delta")
     if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
         raise UsageError("--from-lsn is after --to-lsn: nothing can match")
+    if args.dsn is None and (args.failover or args.metrics_port is not None
+                             or args.heartbeat_interval is not None):
+        raise UsageError("--failover, --metrics-port and --heartbeat-interval go with --dsn")
     if args.dsn is not None:
         if not args.slot:
             raise UsageError("--dsn needs --slot NAME")

@@ -50,7 +50,8 @@ class LiveSource:
                 snapshot_options["on_snapshot"] = files.begin_snapshot
         self.stream: LiveStream = stream(
             args.dsn, slot=args.slot, publication=publication, create_slot=args.create_slot,
-            temporary_slot=args.temporary, two_phase=args.two_phase,
+            temporary_slot=args.temporary, two_phase=args.two_phase, failover=args.failover,
+            metrics_port=args.metrics_port, heartbeat_interval=args.heartbeat_interval,
             create_publication=create, proto_version=args.proto_version, binary=args.binary,
             streaming=args.streaming, messages=args.messages, origin=args.origin,
             start_lsn=max(starts) if starts else None, status_interval=args.status_interval,

@@ -12,6 +12,7 @@ import pyarrow as pa
 from ..exceptions import PgoutputError
 from .arguments import PROG, UsageError, build_parser
 from .pipeline import run
+from .slot_commands import is_slot_command, run_slot_command
 
 __all__ = ["main"]
 
@@ -39,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if is_slot_command(args):
+            return run_slot_command(args, sys.stdout)
         return run(args)
     except UsageError as e:
         parser.print_usage(sys.stderr)

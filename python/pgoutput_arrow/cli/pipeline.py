@@ -1,8 +1,8 @@
 """The one loop of ``pgoutput-dump``: a source yields decoded batches in groups of whole
 committed transactions (a capture, or a live slot), the filters keep the tables, LSN range
 and number of changes asked for, and the sinks print (``pretty``, ``jsonl``), store
-(``parquet``, ``arrow``) or count (``--stats``) them. A live group is acknowledged to the
-server once every sink made it durable."""
+(``parquet``, ``arrow``, ``delta``) or count (``--stats``) them. A live group is acknowledged
+to the server once every sink made it durable."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import IO, Protocol
 
 from .arguments import output_format
 from .capture_source import CaptureSource
+from .delta_output import DeltaOutput
 from .file_sinks import FileSink, LiveFileSink
 from .filters import Chunk, Filters, filter_chunk, limit_chunk
 from .live_source import LiveSource
@@ -53,18 +54,22 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             if fmt in ("parquet", "arrow"):
                 files = LiveFileSink(args.output, fmt)
                 sinks.append(files)
+            elif fmt == "delta":  # resumes after what each Delta table holds (its txn)
+                sinks.append(DeltaOutput(args, live=True))
             source = LiveSource(args, files.checkpoint if isinstance(files, LiveFileSink) else None,
-                                linger=args.commit_interval if files is not None else 0.0,
+                                linger=args.commit_interval if sinks else 0.0,
                                 files=files if isinstance(files, LiveFileSink) else None)
         else:
             source = CaptureSource(args)
             if fmt in ("parquet", "arrow"):
                 files = FileSink(args.output, fmt, args.rows_per_file)
                 sinks.append(files)
+            elif fmt == "delta":
+                sinks.append(DeltaOutput(args, live=False))
         stats = StatsSink() if args.stats else None
         if stats is not None:
             sinks.append(stats)
-        elif files is None:
+        elif not sinks:
             sinks.append(TextSink(out, fmt))
         _drain(source, Filters(args.table, args.from_lsn, args.to_lsn), sinks, args)
         for sink in sinks:

@@ -4,19 +4,22 @@ handled (see :mod:`pgoutput_arrow.live.livestream` for how nothing is lost or em
 One job per module: :mod:`.options` (the options, checked once), :mod:`.connection`
 (psycopg2's connection and its CopyBoth stream, read and answered in Rust), :mod:`.slot`
 (checks and creations before streaming, the replication commands), :mod:`.livestream` (the
-stream, its batches and acknowledgements), :mod:`.snapshot` (the initial snapshot handed
-over to the stream).
+stream, its batches and acknowledgements), :mod:`.slot_guard` (the server's slots: status,
+drop), :mod:`.metrics` (the Prometheus endpoint; needs the ``metrics`` extra), :mod:`.snapshot`
+(the initial snapshot handed over to the stream).
 """
 
 from __future__ import annotations
 
 from .._internal import lsn_to_str
 from .options import StreamOptions, default_proto_version, parse_lsn
-from .livestream import LiveBatch, LiveStream, StreamStats, stream
+from .livestream import HEARTBEAT_PREFIX, LiveBatch, LiveStream, StreamStats, stream
+from .slot_guard import SlotStatus, drop_slot, slot_status
 from .snapshot import (ExportedSnapshot, SnapshotChunk, SnapshotGone, SnapshotPlan, SnapshotReader,
                        export_snapshot, open_snapshot_connection, plan_snapshot, read_chunk, snapshot_table)
 
 __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "StreamOptions", "lsn_to_str",
-           "parse_lsn", "default_proto_version", "ExportedSnapshot", "SnapshotChunk", "SnapshotGone",
-           "SnapshotPlan", "SnapshotReader", "export_snapshot", "open_snapshot_connection", "plan_snapshot",
+           "parse_lsn", "default_proto_version", "HEARTBEAT_PREFIX", "SlotStatus", "slot_status",
+           "drop_slot", "ExportedSnapshot", "SnapshotChunk", "SnapshotGone", "SnapshotPlan",
+           "SnapshotReader", "export_snapshot", "open_snapshot_connection", "plan_snapshot",
            "read_chunk", "snapshot_table"]

@@ -52,6 +52,7 @@ from ..exceptions import (
     PublicationNotFound,
     ReplicationError,
     SlotInUse,
+    SlotInvalidated,
     SlotNotFound,
     WalLevelNotLogical,
 )
@@ -60,7 +61,11 @@ from .options import StreamOptions, parse_lsn
 from .slot import preflight, start_command
 from .snapshot import ExportedSnapshot, SnapshotReader, export_snapshot, plan_snapshot, snapshot_table
 
-__all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats"]
+__all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "HEARTBEAT_PREFIX"]
+
+#: The prefix of the heartbeat messages (``heartbeat_interval``); with ``messages=True``
+#: they are among the stream's messages.
+HEARTBEAT_PREFIX = "pgoutput_arrow.heartbeat"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +123,18 @@ class StreamStats:
     messages_per_s: float
     bytes_per_s: float
     reconnects: int
+    #: Transactions begun whose outcome is not known yet, and the bytes of their messages
+    #: held in memory and in spill files.
+    in_flight_transactions: int = 0
+    buffered_bytes: int = 0
+    spilled_bytes: int = 0
+    #: Now minus the commit time of the last transaction received (seconds); 0 while
+    #: caught up (nothing in flight or pending, everything received confirmed), None
+    #: before the first commit.
+    lag_seconds: float | None = None
+    #: Row changes handed out per table ("schema.table"), and the bytes of their batches.
+    table_changes: dict[str, int] = dataclasses.field(default_factory=dict)
+    table_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def lag_bytes(self) -> int:
@@ -178,6 +195,7 @@ class LiveStream:
         self.flush_interval = o.flush_interval
         self.flush_messages = o.flush_messages
         self.auto_ack = o.auto_ack
+        self.heartbeat_interval = o.heartbeat_interval
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -236,6 +254,21 @@ class LiveStream:
         self._rate_window: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=12)
         self._fed_since_flush = 0
         self._last_flush = self._t0
+        # For metrics: per table, changes and Arrow bytes handed out; the commit time (epoch
+        # seconds) of the last transaction decoded; what the decoder holds in flight.
+        self._table_changes: dict[str, int] = {}
+        self._table_bytes: dict[str, int] = {}
+        self._last_commit_ts: float | None = None
+        self._in_flight = (0, 0, 0)
+        self._metrics: Any = None
+        self._last_heartbeat = 0.0
+        self._heartbeat_warned = False
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port of the Prometheus endpoint while it is served (``metrics_port`` 0
+        picks a free one), else None."""
+        return self._metrics.port if self._metrics is not None else None
 
     # ------------------------------------------------------------------ public API
 
@@ -314,10 +347,22 @@ class LiveStream:
         if self._started:
             return
         self._started = True
-        if self.options.snapshot:
-            self._start_snapshot()
-        else:
-            self._connect_and_start(first=True)
+        # The endpoint first: a missing prometheus_client or a port in use fails before
+        # anything is created on the server.
+        if self.options.metrics_port is not None:
+            from .metrics import MetricsServer
+
+            self._metrics = MetricsServer(self.stats, dsn=self.dsn, slot=self.slot,
+                                          port=self.options.metrics_port,
+                                          connect_timeout=self.connect_timeout)
+        try:
+            if self.options.snapshot:
+                self._start_snapshot()
+            else:
+                self._connect_and_start(first=True)
+        except BaseException:
+            self.close()
+            raise
 
     def ack(self, lsn: int | str | None = None) -> None:
         """Confirm that everything up to ``lsn`` (an ``ack_lsn`` of a yielded batch; default:
@@ -354,6 +399,9 @@ class LiveStream:
             except Exception:
                 pass
         self._disconnect()
+        metrics, self._metrics = self._metrics, None
+        if metrics is not None:
+            metrics.close()
 
     @property
     def confirmed_lsn(self) -> int:
@@ -394,12 +442,21 @@ class LiveStream:
             if now - t > 1e-3:
                 mps = (self._messages - m) / (now - t)
                 bps = (self._bytes - b) / (now - t)
+        in_flight, buffered, spilled = self._in_flight
+        lag_seconds = None
+        if (in_flight == 0 and not self._pending and not self._current
+                and self._sent_flush >= self._wal_end):
+            lag_seconds = 0.0  # caught up: nothing received is waiting
+        elif self._last_commit_ts is not None:
+            lag_seconds = max(0.0, time.time() - self._last_commit_ts)
         return StreamStats(
             server_wal_end=self._wal_end, received_lsn=self._received,
             emitted_lsn=self._emitted, acked_lsn=self._acked, confirmed_lsn=self._sent_flush,
             messages=self._messages, bytes=self._bytes, batches=self._batches, rows=self._rows,
             elapsed_s=now - self._t0, messages_per_s=mps, bytes_per_s=bps,
-            reconnects=self._reconnects)
+            reconnects=self._reconnects, in_flight_transactions=in_flight,
+            buffered_bytes=buffered, spilled_bytes=spilled, lag_seconds=lag_seconds,
+            table_changes=dict(self._table_changes), table_bytes=dict(self._table_bytes))
 
     # ------------------------------------------------------------------ connecting
 
@@ -494,7 +551,8 @@ class LiveStream:
             conn = connect(self.dsn, self.connect_timeout)
         try:
             if not checked:
-                preflight(conn, self.options, first)
+                # What the server holds as confirmed already counts as sent (for lag_bytes).
+                self._sent_flush = max(self._sent_flush, preflight(conn, self.options, first))
             self.server_version = int(conn.server_version)
             start = self._resume_lsn()
             command, self.proto_version = start_command(self.options, self.server_version, start)
@@ -556,19 +614,12 @@ class LiveStream:
         found by its old name, and that definition falls back to the order rule. Best
         effort: when pg_attribute cannot be read, the order rule applies (said once)."""
         try:
-            if self._catalog is None:
-                self._catalog = connect(self.dsn, self.connect_timeout, replication=False)
-            with self._catalog.cursor() as cur:
+            with self._plain_connection().cursor() as cur:
                 cur.execute("SELECT attrelid::int8, attname, attnum FROM pg_attribute WHERE attrelid = "
                             "ANY(%s::oid[]) AND attnum > 0 AND NOT attisdropped", (relation_ids,))
                 rows = cur.fetchall()
         except Exception as e:  # noqa: BLE001  (a hint: the stream goes on without it)
-            if self._catalog is not None:
-                try:
-                    self._catalog.close()
-                except Exception:
-                    pass
-                self._catalog = None
+            self._close_plain_connection()
             if not self._catalog_warned:
                 self._catalog_warned = True
                 warnings.warn(f"pgoutput live stream: cannot read pg_attribute ({one_line(str(e))}): "
@@ -580,6 +631,38 @@ class LiveStream:
             columns[int(relid)][name] = int(attnum)
         for relid, by_name in columns.items():
             self._decoder.column_attnums(relid, by_name)
+
+    def _plain_connection(self) -> Any:
+        """The stream's ordinary connection (catalog reads, heartbeats), opened on first use."""
+        if self._catalog is None:
+            self._catalog = connect(self.dsn, self.connect_timeout, replication=False)
+        return self._catalog
+
+    def _close_plain_connection(self) -> None:
+        catalog, self._catalog = self._catalog, None
+        if catalog is not None:
+            try:
+                catalog.close()
+            except Exception:
+                pass
+
+    def _heartbeat(self, now: float) -> None:
+        """Every ``heartbeat_interval`` seconds, a transactional logical decoding message on
+        the ordinary connection: its commit is WAL of this database that the walsender
+        decodes, so the slot advances while the published tables are idle (Debezium's
+        heartbeat action). Best effort: a failure is said once and retried next time."""
+        if self.heartbeat_interval is None or now - self._last_heartbeat < self.heartbeat_interval:
+            return
+        self._last_heartbeat = now
+        try:
+            with self._plain_connection().cursor() as cur:
+                cur.execute("SELECT pg_logical_emit_message(true, %s, '')", (HEARTBEAT_PREFIX,))
+        except Exception as e:  # noqa: BLE001  (the stream goes on; its own errors matter)
+            self._close_plain_connection()
+            if not self._heartbeat_warned:
+                self._heartbeat_warned = True
+                warnings.warn(f"pgoutput live stream: heartbeat failed ({one_line(str(e))}); "
+                              "retrying every interval", RuntimeWarning, stacklevel=2)
 
     def _reconnect(self, cause: BaseException) -> None:
         """Reconnect with exponential backoff, resuming after what was handed out."""
@@ -601,7 +684,8 @@ class LiveStream:
                 self._connect_and_start(first=False)
                 self._reconnects += 1
                 return
-            except (AuthenticationFailed, SlotNotFound, PublicationNotFound, WalLevelNotLogical):
+            except (AuthenticationFailed, SlotNotFound, SlotInvalidated, PublicationNotFound,
+                    WalLevelNotLogical):
                 raise
             except (ConnectionFailed, SlotInUse) as e:  # server restarting, old walsender
                 last = e
@@ -686,6 +770,7 @@ class LiveStream:
         if self._pending:
             return
         self._idle_advance()
+        self._heartbeat(now)
         if self._status_dirty or now - self._last_status >= self.status_interval:
             self._send_status(force=True)
         if self._should_stop(now):
@@ -717,12 +802,16 @@ class LiveStream:
         dec.flush()
         items = dec.take()
         safe = int(dec.safe_lsn or 0)
+        self._in_flight = dec.pending
         floor = self._txns.prepared_floor()
         if floor is not None:
             safe = min(safe, floor)
         self._fed_since_flush = 0
         self._last_flush = time.monotonic()
         batches = [b for b in (self._to_live(item) for item in items) if b is not None]
+        for kind, table, _, batch in batches:
+            if kind == "table" and table is not None:
+                self._count(table, batch)
         group_ack = max(safe, self._emitted)
         previous = self._emitted
         group = [LiveBatch(kind, table, version, batch,
@@ -737,6 +826,19 @@ class LiveStream:
             self._last_yield_ack = self._acked
             self._status_dirty = True
         self._emitted = group_ack
+
+    def _count(self, table: str, batch: pa.RecordBatch) -> None:
+        """The metrics of a table's batch: its changes, bytes, and latest commit time."""
+        self._table_changes[table] = self._table_changes.get(table, 0) + batch.num_rows
+        self._table_bytes[table] = self._table_bytes.get(table, 0) + batch.nbytes
+        if "_commit_ts" in batch.schema.names:
+            import pyarrow.compute as pc
+
+            latest = pc.max(batch.column("_commit_ts")).as_py()
+            if latest is not None:
+                ts = latest.timestamp() if hasattr(latest, "timestamp") else None
+                if ts is not None and (self._last_commit_ts is None or ts > self._last_commit_ts):
+                    self._last_commit_ts = ts
 
     def _to_live(self, item: Any) -> tuple[str, str | None, int | None, pa.RecordBatch] | None:
         if isinstance(item, tuple):
@@ -850,6 +952,10 @@ def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:
     * ``status_interval`` (s between standby status updates), ``connect_timeout`` (s),
       ``reconnect_attempts``, ``reconnect_timeout`` (s), ``auto_ack`` (acknowledge a batch when
       the next one is asked for);
+    * ``failover`` (create the slot, or alter it, as a failover slot: PostgreSQL 17+),
+      ``metrics_port`` (serve Prometheus metrics there; 0: a free port, see
+      :attr:`LiveStream.metrics_port`), ``heartbeat_interval`` (s between heartbeat
+      messages that keep the slot moving; see docs/operations.md);
     * ``idle_timeout`` (stop after that many seconds without data), ``stop_after`` (s),
       ``stop_at_lsn`` (stop once the server's WAL end reached it and nothing is pending);
     * ``snapshot`` (create the slot exporting its snapshot, hand out every published

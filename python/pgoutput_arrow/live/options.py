@@ -44,6 +44,9 @@ class StreamOptions:
     create_slot: bool = False
     temporary_slot: bool = False
     two_phase: bool = False
+    #: Create the slot with FAILOVER (PostgreSQL 17+): synchronized to standbys that have
+    #: sync_replication_slots on, so that it survives a failover.
+    failover: bool = False
     create_publication: Sequence[str] | str | None = None
     # What the server sends (START_REPLICATION's options).
     proto_version: int | None = None
@@ -63,6 +66,9 @@ class StreamOptions:
     reconnect_timeout: float = 120.0
     reconnect_initial_delay: float = 0.2
     reconnect_max_delay: float = 10.0
+    # Operations: a Prometheus endpoint, heartbeats (seconds between two; None: none).
+    metrics_port: int | None = None
+    heartbeat_interval: float | None = None
     # When decoded batches come out and are acknowledged.
     flush_interval: float = 1.0
     flush_messages: int = 200_000

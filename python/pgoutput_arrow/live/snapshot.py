@@ -149,9 +149,9 @@ def export_snapshot(dsn: str, options: StreamOptions) -> ExportedSnapshot:
     ``options.slot`` exporting its snapshot (an error if the slot exists already)."""
     conn = connect(dsn, options.connect_timeout)
     try:
-        created = preflight(conn, options, first=True, export=True)
-        assert created is not None
-        _, lsn, name, _ = created
+        answer: list[tuple[Any, ...]] = []
+        preflight(conn, options, first=True, export=True, answer=answer)
+        _, lsn, name, _ = answer[0]
         if not name:
             raise ReplicationError(f'replication slot "{options.slot}" was created without exporting a snapshot')
         return ExportedSnapshot(options.slot, lsn_to_int(lsn), name, int(time.time() * 1e6), conn)

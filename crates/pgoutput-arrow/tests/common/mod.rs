@@ -2,6 +2,8 @@
 //! sends them (section 54.9 of the documentation).
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+
 use arrow_array::{Array, BinaryArray, RecordBatch};
 use arrow_buffer::Buffer;
 use pgoutput_arrow::{Changes, Decoder, DecoderOptions};
@@ -304,4 +306,37 @@ pub fn col_i64(batch: &RecordBatch, name: &str) -> Vec<Option<i64>> {
     let a = batch.column_by_name(name).unwrap();
     let a = a.as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
     (0..a.len()).map(|i| if a.is_null(i) { None } else { Some(a.value(i)) }).collect()
+}
+
+/// (LSN, message) as the server sent them.
+pub type Messages = Vec<(u64, Vec<u8>)>;
+
+/// The golden captures of real PostgreSQL 15 and 18 streams (tests/golden/captures, made by
+/// tests/golden/capture.py), by name (the file stem), in name order. Each `.bin` is
+/// `(lsn u64, xid u32, length u32, message)*`, big-endian. A missing or empty directory is a
+/// failure, not a vacuous pass.
+pub fn golden_captures() -> Vec<(String, PathBuf, Messages)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/golden/captures");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("golden captures {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "bin"))
+        .collect();
+    assert!(!paths.is_empty(), "no golden captures (*.bin) in {}", dir.display());
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let raw = std::fs::read(&p).unwrap();
+            let mut messages = Vec::new();
+            let mut at = 0;
+            while at + 16 <= raw.len() {
+                let lsn = u64::from_be_bytes(raw[at..at + 8].try_into().unwrap());
+                let len = u32::from_be_bytes(raw[at + 12..at + 16].try_into().unwrap()) as usize;
+                messages.push((lsn, raw[at + 16..at + 16 + len].to_vec()));
+                at += 16 + len;
+            }
+            (p.file_stem().unwrap().to_string_lossy().into_owned(), p, messages)
+        })
+        .collect()
 }

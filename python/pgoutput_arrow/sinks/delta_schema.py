@@ -1,0 +1,138 @@
+"""Decoded columns as Delta Lake stores them, and a Delta table's schema kept able to take a
+source table's changing definition (docs/delta.md, "Schema evolution").
+
+Delta's types are Spark's, so columns take the types the Spark integration gives them
+(:mod:`pgoutput_arrow._lake_types`): uint8/16/32 the next wider signed integer, uint64
+decimal(20,0), ``uuid`` its canonical text, ``interval`` a struct of months, days and nanos,
+view arrays plain strings and binaries; and ``time``, which Delta lacks, PostgreSQL's text
+(``'13:45:00'``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._internal import pg_text
+from .._lake_types import cast_column as lake_cast, spark_arrow_type
+from .collapse import json_lines
+
+__all__ = ["delta_storable", "delta_type_name", "widened", "conformed", "cast_column"]
+
+
+def _delta_type(t: pa.DataType) -> pa.DataType:
+    """Spark's type for ``t`` (:func:`~pgoutput_arrow._lake_types.spark_arrow_type`), with
+    text for ``time``, which Delta lacks."""
+    t = spark_arrow_type(t)
+    if pa.types.is_time(t):
+        return pa.string()
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_delta_type(t.value_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_delta_type(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_delta_type(t.key_type), _delta_type(t.item_type))
+    return t
+
+
+def delta_storable(table: pa.Table) -> pa.Table:
+    """``table`` with every column of a type Delta stores (see the module's note)."""
+    cols = []
+    fields = []
+    for f, col in zip(table.schema, table.columns):
+        t = _delta_type(f.type)
+        if pa.types.is_time(f.type):  # PostgreSQL's text of the time
+            col = pa.table(pg_text(pa.table({f.name: col}))).column(0)
+        cols.append(col if col.type == t else lake_cast(col, t))
+        fields.append(pa.field(f.name, t, True))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def delta_type_name(t: pa.DataType) -> str:
+    """The Delta type an Arrow type is stored as (``long``, ``decimal(10,2)``, ...)."""
+    import deltalake
+
+    field = deltalake.Schema.from_arrow(pa.schema([pa.field("c", t)])).fields[0]
+    return str(field.type)
+
+
+_INT_RANK = {"byte": 1, "short": 2, "integer": 3, "long": 4}
+_DECIMAL = re.compile(r'.*decimal\((\d+),\s*(\d+)\)')
+
+
+def _fits(narrow: str, wide: str) -> bool:
+    """Every value of Delta type ``narrow`` is one of ``wide`` (so it can be cast)."""
+    narrow, wide = _name(narrow), _name(wide)
+    if narrow == wide:
+        return True
+    if narrow in _INT_RANK and wide in _INT_RANK:
+        return _INT_RANK[narrow] <= _INT_RANK[wide]
+    if narrow in ("byte", "short", "integer", "float") and wide == "double":
+        return True
+    if narrow in ("byte", "short") and wide == "float":
+        return True
+    dn, dw = _DECIMAL.match(narrow), _DECIMAL.match(wide)
+    if dw and (dn or narrow in _INT_RANK):
+        p, s = (int(dn.group(1)), int(dn.group(2))) if dn else ({1: 3, 2: 5, 3: 10, 4: 19}[
+            _INT_RANK[narrow]], 0)
+        return int(dw.group(2)) >= s and int(dw.group(1)) - int(dw.group(2)) >= p - s
+    return False
+
+
+def _name(delta_type: str) -> str:
+    """``PrimitiveType("long")`` -> ``long``."""
+    m = re.fullmatch(r'PrimitiveType\("(.*)"\)', delta_type)
+    return m.group(1) if m else delta_type
+
+
+def _castable(source: pa.DataType, target: pa.DataType) -> bool:
+    try:
+        pc.cast(pa.array([], source), target)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    return True
+
+
+def widened(held: pa.DataType, incoming: pa.DataType) -> pa.DataType:
+    """The type a column of Delta type ``held`` takes when values of ``incoming`` arrive:
+    ``held`` if they fit it, ``incoming`` if it holds every value of ``held`` (the table is
+    rewritten), else text (both sides as text: :func:`cast_column`). Nested types (arrays,
+    structs) take ``incoming`` when Arrow casts the held values to it, else text."""
+    h, i = delta_type_name(held), delta_type_name(incoming)
+    if _fits(i, h):
+        return held
+    if _fits(h, i):
+        return incoming
+    nested = not h.startswith("PrimitiveType") or not i.startswith("PrimitiveType")
+    if nested and _castable(held, incoming):
+        return incoming
+    return pa.string()
+
+
+def cast_column(col: pa.ChunkedArray | pa.Array, t: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """``col`` cast to ``t``; to text by PostgreSQL's text output where Arrow has no cast
+    (arrays, structs, binary)."""
+    if col.type == t:
+        return col
+    if pa.types.is_string(t) and not _castable(col.type, t):
+        if pa.types.is_struct(col.type):  # a composite: its fields as a JSON object
+            flat = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            fields = pa.table({col.type.field(i).name: flat.field(i)
+                               for i in range(col.type.num_fields)})
+            return pc.if_else(flat.is_valid(), json_lines(fields), pa.scalar(None, pa.string()))
+        return pa.table(pg_text(pa.table({"c": col}))).column(0).cast(t)
+    return pc.cast(col, t)
+
+
+def conformed(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` with exactly ``schema``'s columns, in its order: missing ones null (a dropped
+    column is null from the drop on), others cast (to a type they fit, see :func:`widened`)."""
+    cols = []
+    for f in schema:
+        if f.name in rows.column_names:
+            cols.append(cast_column(rows.column(f.name), f.type))
+        else:
+            cols.append(pa.nulls(rows.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)

@@ -1,0 +1,193 @@
+"""The Delta sink's workload and its checks, shared by tests/test_delta.py and the kill -9
+script tests/delta_kill.py.
+
+Three tables under a prefix: ``P_toast`` (a primary key, a TOAST column stored out of line
+and uncompressed so that updates leave it unchanged, key changes, deletes, a column added
+and another dropped midway), ``P_full`` (``REPLICA IDENTITY FULL``, no key) and ``P_acc``
+(pgbench-like balance updates, and a ``TRUNCATE`` midway). An ``audit`` slot created with the
+sink's slot sees the same changes, decoded at the end to check the change log.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pgoutput_arrow
+from pg_harness import PgServer
+
+
+def setup(pg: PgServer, p: str, slot: str) -> None:
+    pg.execute(f"CREATE TABLE {p}_toast (id int PRIMARY KEY, big text, n int, "
+               "amount numeric(10,2), ts timestamptz)")
+    pg.execute(f"ALTER TABLE {p}_toast ALTER COLUMN big SET STORAGE EXTERNAL")
+    pg.execute(f"CREATE TABLE {p}_full (a int, b text, c int)")
+    pg.execute(f"ALTER TABLE {p}_full REPLICA IDENTITY FULL")
+    pg.execute(f"CREATE TABLE {p}_acc (aid int PRIMARY KEY, abalance int, filler text)")
+    pg.execute(f"CREATE PUBLICATION {p} FOR TABLE {p}_toast, {p}_full, {p}_acc")
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{slot}_audit",))
+
+
+def _big(rng: random.Random, tag: int) -> str:
+    return "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=3000)) + f"#{tag}"
+
+
+def workload_round(pg: PgServer, p: str, r: int, rng: random.Random, rounds: int) -> None:
+    """One round of changes; the DDL happens at fixed fractions of ``rounds``."""
+    base = r * 100
+    has_n = r <= (2 * rounds) // 3  # n is dropped at the end of that round
+    n_col, n_val = (", n", ", 0") if has_n else ("", "")
+    with pg.connect() as conn:
+        cur = conn.cursor()
+        for i in range(base, base + 8):
+            cur.execute(f"INSERT INTO {p}_toast (id, big{n_col}, amount, ts) VALUES "
+                        f"(%s, %s{n_val}, %s, now())", (i, _big(rng, i), f"{i}.25"))
+        cur.execute(f"INSERT INTO {p}_acc SELECT g, 0, 'f' FROM generate_series(%s, %s) g",
+                    (base, base + 19))
+        cur.execute(f"INSERT INTO {p}_full VALUES (%s, 'x', 1), (%s, 'y', 2)", (base, base + 1))
+        # Unchanged TOAST: only n moves.
+        if not has_n:
+            cur.execute(f"UPDATE {p}_toast SET amount = amount + 1 WHERE id %% 3 = %s", (r % 3,))
+        else:
+            cur.execute(f"UPDATE {p}_toast SET n = n + 1 WHERE id %% 3 = %s", (r % 3,))
+        # A key change with the TOAST value unchanged, and one after an update in one txn.
+        ids = [x[0] for x in pg.query(f"SELECT id FROM {p}_toast WHERE id < 1000000 ORDER BY id")]
+        if ids:
+            k = rng.choice(ids)
+            cur.execute(f"UPDATE {p}_toast SET id = id + 1000000 WHERE id = %s", (k,))
+        cur.execute("BEGIN")
+        cur.execute(f"INSERT INTO {p}_toast (id, big{n_col}) VALUES (%s, %s{n_val})",
+                    (base + 50, _big(rng, base + 50)))
+        cur.execute(f"UPDATE {p}_toast SET amount = 7 WHERE id = %s", (base + 50,))
+        cur.execute(f"UPDATE {p}_toast SET id = %s WHERE id = %s", (base + 60, base + 50))
+        cur.execute("COMMIT")
+        if len(ids) > 4:
+            cur.execute(f"DELETE FROM {p}_toast WHERE id = %s", (rng.choice(ids[:-1]),))
+            cur.execute(f"UPDATE {p}_toast SET big = %s WHERE id = %s",
+                        (_big(rng, -r), rng.choice(ids[-3:])))
+        for _ in range(10):  # pgbench-like
+            cur.execute(f"UPDATE {p}_acc SET abalance = abalance + %s WHERE aid = %s",
+                        (rng.randint(-5000, 5000), rng.randint(0, base + 19)))
+        cur.execute(f"UPDATE {p}_full SET b = b || 'u', c = c + 1 WHERE a = %s", (base,))
+        cur.execute(f"DELETE FROM {p}_full WHERE a = %s", (base - 99,))
+        if r == rounds // 3:
+            cur.execute(f"ALTER TABLE {p}_toast ADD COLUMN extra text")
+        if r >= rounds // 3:
+            cur.execute(f"UPDATE {p}_toast SET extra = 'e' || id WHERE id %% 4 = %s", (r % 4,))
+        if r == (2 * rounds) // 3:
+            cur.execute(f"ALTER TABLE {p}_toast DROP COLUMN n")
+        if r == rounds // 4:  # widened in Delta: int -> long, the table rewritten
+            cur.execute(f"ALTER TABLE {p}_acc ALTER COLUMN abalance TYPE bigint")
+        if r == 1:  # a value numeric(10,2) cannot hold in Arrow: kept in _special
+            cur.execute(f"INSERT INTO {p}_toast (id, big, amount) VALUES (5000000, %s, 'NaN')",
+                        (_big(rng, 5000000),))
+        if r == rounds // 2:
+            cur.execute(f"TRUNCATE {p}_acc")
+            cur.execute(f"INSERT INTO {p}_acc VALUES (-1, 42, 'after truncate')")
+
+
+def _columns(pg: PgServer, table: str) -> list[str]:
+    return [r[0] for r in pg.query(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum", (table,))]
+
+
+def _pg_value(v: Any) -> Any:
+    """NaN as its text (the replica keeps it in ``_special``; NaN equals nothing)."""
+    return "NaN" if isinstance(v, Decimal) and v.is_nan() else v
+
+
+def _delta_row(r: dict[str, Any], cols: list[str]) -> tuple[Any, ...]:
+    """A replica's row, a special value (null in its column) as its text in ``_special``."""
+    special = r.get("_special") or {}
+    if isinstance(special, list):  # pyarrow: (key, value) pairs; polars: key/value structs
+        special = dict((e["key"], e["value"]) if isinstance(e, dict) else e for e in special)
+    return tuple(special.get(c, r[c]) if r[c] is None else r[c] for c in cols)
+
+
+def check_replicas(pg: PgServer, p: str, out: Path) -> dict[str, int]:
+    """Every replica, read with deltalake and with polars, equals PostgreSQL's SELECT value
+    by value (as multisets of rows of PostgreSQL's columns; a special value as its text in
+    ``_special``). Returns the rows per table."""
+    import polars as pl
+    from deltalake import DeltaTable
+
+    counts = {}
+    for t in (f"{p}_toast", f"{p}_full", f"{p}_acc"):
+        cols = _columns(pg, t)
+        want = Counter(tuple(_pg_value(v) for v in r)
+                       for r in pg.query(f"SELECT {', '.join(cols)} FROM {t}"))
+        path = str(out / f"public.{t}")
+        by_delta = Counter(_delta_row(r, cols) for r in
+                           DeltaTable(path).to_pyarrow_table(columns=cols + ["_special"]).to_pylist())
+        by_polars = Counter(_delta_row(r, cols) for r in
+                            pl.read_delta(path).select(cols + ["_special"]).to_dicts())
+        for name, got in (("deltalake", by_delta), ("polars", by_polars)):
+            if got != want:
+                missing = list((want - got).elements())[:3]
+                extra = list((got - want).elements())[:3]
+                raise AssertionError(
+                    f"{t} read with {name}: {sum(got.values())} rows, PostgreSQL has "
+                    f"{sum(want.values())}; missing {_short(missing)}, extra {_short(extra)}")
+        counts[t] = sum(want.values())
+    return counts
+
+
+def _short(rows: list[Any]) -> str:
+    return repr([tuple(v[:12] + "..." if isinstance(v, str) and len(v) > 15 else v for v in r)
+                 for r in rows])
+
+
+def check_change_log(pg: PgServer, p: str, slot: str, out: Path) -> int:
+    """The change log of each table holds every change of the audit slot exactly once
+    (a change is its commit LSN, its own LSN and its operation). Returns how many."""
+    from deltalake import DeltaTable
+
+    rows = pg.query("SELECT lsn::text, xid::text::bigint, data FROM "
+                    "pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+                    "'publication_names', %s)", (f"{slot}_audit", p))
+    changes = pgoutput_arrow.decode([(lsn, bytes(d)) for lsn, _, d in rows])
+    total = 0
+    for t in (f"{p}_toast", f"{p}_full", f"{p}_acc"):
+        name = f"public.{t}"
+        want = Counter(zip(changes.tables[name].column("_commit_lsn").to_pylist(),
+                           changes.tables[name].column("_lsn").to_pylist(),
+                           changes.tables[name].column("_op").to_pylist()))
+        tr = changes.truncates
+        for rels, c, lsn in zip(tr.column("relations").to_pylist(),
+                                tr.column("_commit_lsn").to_pylist(), tr.column("_lsn").to_pylist()):
+            if name in rels:
+                want[(c, lsn, "truncate")] += 1
+        log = DeltaTable(str(out / "_changes" / name)).to_pyarrow_table(
+            columns=["_commit_lsn", "_lsn", "_op"])
+        got = Counter(zip(log.column("_commit_lsn").to_pylist(), log.column("_lsn").to_pylist(),
+                          log.column("_op").to_pylist()))
+        if got != want:
+            dup = [k for k, v in got.items() if v > 1][:3]
+            raise AssertionError(f"change log of {name}: {sum(got.values())} rows, the slot "
+                                 f"has {sum(want.values())} changes; missing "
+                                 f"{list((want - got).elements())[:3]}, twice {dup}")
+        total += sum(want.values())
+    return total
+
+
+def dump_delta(pg: PgServer, p: str, slot: str, out: Path, *extra: str) -> list[str]:
+    """The ``pgoutput-dump`` command that streams the slot into ``out``."""
+    from dump_workload import dump_command
+
+    return [dump_command(), "--dsn", pg.dsn, "--slot", slot, "--publication", p,
+            "--format", "delta", "--output", str(out), "--change-log",
+            "--commit-interval", "0.2", *extra]
+
+
+def drain(pg: PgServer, p: str, slot: str, out: Path) -> None:
+    """Streams the slot into ``out`` until it is idle for 3 seconds."""
+    proc = subprocess.run(dump_delta(pg, p, slot, out, "--idle-timeout", "3"),
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"pgoutput-dump exit {proc.returncode}: {proc.stderr}")

@@ -1,0 +1,294 @@
+"""The Delta Lake sink (``--format delta``, ``pgoutput_arrow.sinks.DeltaSink``) on real
+PostgreSQL 18 and 15: replicas equal PostgreSQL's SELECT value by value (read with deltalake
+and polars), change logs hold every change once, and kill -9 (also between a Delta commit and
+the slot's acknowledgement) neither loses nor repeats a change."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("deltalake")
+pytest.importorskip("polars")
+
+import pgoutput_arrow
+from delta_workload import (check_change_log, check_replicas, drain, dump_delta, setup,
+                            workload_round)
+from dump_workload import dump_command
+from pg_harness import PgServer
+from pgoutput_arrow.sinks import DeltaSink, DeltaSinkError
+
+ROUNDS = 9
+
+
+def test_capture_into_delta_equals_select_and_a_rerun_applies_nothing_twice(
+        pg: PgServer, unique_name: str, tmp_path: Path) -> None:
+    p, slot = unique_name, unique_name
+    setup(pg, p, slot)
+    rng = random.Random(1)
+    for r in range(ROUNDS):
+        workload_round(pg, p, r, rng, ROUNDS)
+    rows = pg.get_binary_changes(slot, {"proto_version": "1", "publication_names": p})
+    # An Arrow IPC capture of 300-message batches: each is decoded and flushed apart, so
+    # the rows of a key arrive over many Delta commits (unchanged TOAST values are then
+    # taken from the Delta table, not from the same commit).
+    capture = tmp_path / "capture.arrow"
+    table = pa.table({"lsn": [r[0] for r in rows], "xid": [r[1] for r in rows],
+                      "data": [bytes(r[2]) for r in rows]})
+    with pa.ipc.new_file(capture, table.schema) as w:
+        for b in table.to_batches(max_chunksize=300):
+            w.write_batch(b)
+    out = tmp_path / "lake"
+    for _ in range(2):  # the second run finds everything applied (each table's txn)
+        # A small --rows-per-file: many Delta commits, each with its own txn.
+        proc = subprocess.run([dump_command(), str(capture), "--format", "delta", "--output",
+                               str(out), "--change-log", "--rows-per-file", "100"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        check_replicas(pg, p, out)
+        check_change_log(pg, p, slot, out)
+
+
+def _sink_parts(out: Path, parts: list[list[tuple[int, int, bytes]]], **options: object) -> None:
+    """Decodes ``parts`` (slot contents) in order into a DeltaSink, one commit each."""
+    decoder = pgoutput_arrow.Decoder()
+    with DeltaSink(out, **options) as sink:  # type: ignore[arg-type]
+        for part in parts:
+            for lsn, _, data in part:
+                decoder.feed(bytes(data), lsn)
+            decoder.flush()
+            sink.write(decoder.take())
+            sink.commit()
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def test_live_into_delta_survives_kill_9(pg: PgServer, unique_name: str,
+                                         tmp_path: Path) -> None:
+    """The live CLI killed twice while the workload runs, at random points of its loop."""
+    p, slot = unique_name, unique_name
+    setup(pg, p, slot)
+    out = tmp_path / "lake"
+    rng = random.Random(7)
+    proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.DEVNULL)
+    kills = 0
+    try:
+        for r in range(ROUNDS):
+            workload_round(pg, p, r, rng, ROUNDS)
+            if r in (3, 6):
+                time.sleep(rng.uniform(0.5, 2.5))  # within a commit, or between two
+                _kill(proc)
+                kills += 1
+                proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.DEVNULL)
+    finally:
+        _kill(proc)
+    assert kills == 2
+    # The killed runs wrote (the last one's commits are checked by the drain's).
+    from deltalake import DeltaTable
+    assert DeltaTable(str(out / f"public.{p}_toast")).version() > 0
+    drain(pg, p, slot, out)
+    check_replicas(pg, p, out)
+    check_change_log(pg, p, slot, out)
+
+
+_COMMIT_THEN_DIE = textwrap.dedent("""
+    import os, signal, sys
+    import pgoutput_arrow
+    from pgoutput_arrow.sinks import DeltaSink
+    dsn, slot, pub, out = sys.argv[1:5]
+    with pgoutput_arrow.stream(dsn, slot=slot, publication=pub, idle_timeout=5) as changes, \\
+            DeltaSink(out, app_id=slot, change_log=True) as sink:
+        for batches, ack_lsn in changes.groups(linger=0.2):
+            sink.write(batches)
+            sink.commit()
+            if sink.commits:
+                print(sink.commits, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)  # committed, never acknowledged
+            changes.ack(ack_lsn)
+""")
+
+
+def test_kill_between_delta_commit_and_ack_applies_nothing_twice(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    """A stream() loop with DeltaSink dies right after its first Delta commits: the slot
+    sends those transactions again, and the tables' txn versions make the sink skip them."""
+    pg, p, slot = pg18, unique_name, unique_name
+    setup(pg, p, slot)
+    rng = random.Random(3)
+    for r in range(4):
+        workload_round(pg, p, r, rng, 6)
+    out = tmp_path / "lake"
+    script = tmp_path / "commit_then_die.py"
+    script.write_text(_COMMIT_THEN_DIE)
+    proc = subprocess.run([sys.executable, str(script), pg.dsn, slot, p, str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert int(proc.stdout.split()[0]) > 0
+    # The slot did not move: everything comes again, and what was committed is skipped.
+    assert pg.query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                    "WHERE slot_name = %s", (slot,))[0][0] is not None
+    for r in range(4, 6):
+        workload_round(pg, p, r, rng, 6)
+    drain(pg, p, slot, out)
+    check_replicas(pg, p, out)
+    check_change_log(pg, p, slot, out)
+
+
+def test_a_table_without_identity_is_refused_or_appended(pg18: PgServer, unique_name: str,
+                                                        tmp_path: Path) -> None:
+    pg = pg18
+    t = f"{unique_name}_log"
+    pg.execute(f"CREATE TABLE {t} (msg text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t} WITH (publish = 'insert')")
+    pg.create_slot(unique_name)
+    pg.execute(f"INSERT INTO {t} VALUES ('a'), ('b')")
+    rows = pg.get_binary_changes(unique_name, {"proto_version": "1",
+                                               "publication_names": unique_name})
+    outputs = pgoutput_arrow.decode([(lsn, bytes(d)) for lsn, _, d in rows])
+    batches = outputs.tables[f"public.{t}"].to_batches()
+    sink = DeltaSink(tmp_path / "refused")
+    for b in batches:
+        sink.add("table", f"public.{t}", b)
+    with pytest.raises(DeltaSinkError, match=f"public.{t} has no replica identity key"):
+        sink.commit()
+    sink = DeltaSink(tmp_path / "appended", append_only=True)
+    for b in batches:
+        sink.add("table", f"public.{t}", b)
+    sink.commit()
+    from deltalake import DeltaTable
+    got = DeltaTable(str(tmp_path / "appended" / f"public.{t}")).to_pyarrow_table()
+    assert sorted(got.column("msg").to_pylist()) == ["a", "b"]
+
+
+def test_cli_delta_options_need_format_delta(tmp_path: Path) -> None:
+    proc = subprocess.run([dump_command(), "x.parquet", "--format", "jsonl", "--change-log"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--format delta" in proc.stderr
+    proc = subprocess.run([dump_command(), "x.parquet", "--format", "delta"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--output" in proc.stderr
+
+
+def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_d"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, a int, b text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    pg.execute(f"INSERT INTO {t} VALUES (1, 10, 'x'), (2, 20, 'y')")
+    first = pg.get_binary_changes(unique_name, options)
+    pg.execute(f"ALTER TABLE {t} DROP COLUMN b")
+    pg.execute(f"UPDATE {t} SET a = 11 WHERE id = 1")
+    pg.execute(f"INSERT INTO {t} VALUES (3, 30)")
+    second = pg.get_binary_changes(unique_name, options)
+    for drop in (False, True):
+        out = tmp_path / f"drop_{drop}"
+        _sink_parts(out, [first, second], drop_columns=drop)  # two Delta commits
+        got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+        rows = {r["id"]: r for r in got.to_pylist()}
+        assert {k: r["a"] for k, r in rows.items()} == {1: 11, 2: 20, 3: 30}
+        if drop:
+            assert "b" not in got.column_names
+        else:  # kept; null in the rows changed since the drop
+            assert {k: r["b"] for k, r in rows.items()} == {1: None, 2: "y", 3: None}
+
+
+def test_a_commit_of_only_a_truncate_empties_the_replica(pg18: PgServer, unique_name: str,
+                                                         tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    pg.execute(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    first = pg.get_binary_changes(unique_name, options)
+    pg.execute(f"TRUNCATE {t}")
+    second = pg.get_binary_changes(unique_name, options)
+    out = tmp_path / "lake"
+    _sink_parts(out, [first, second], app_id="a", change_log=True)
+    replica = DeltaTable(str(out / f"public.{t}"))
+    assert replica.to_pyarrow_table().num_rows == 0
+    log = DeltaTable(str(out / "_changes" / f"public.{t}")).to_pyarrow_table().sort_by("_commit_lsn")
+    assert log.column("_op").to_pylist() == ["insert", "insert", "truncate"]
+    # The replica's txn: the commit LSN of the TRUNCATE's transaction.
+    assert replica.transaction_version(f"a:public.{t}") == log.column("_commit_lsn")[2].as_py()
+
+
+def test_a_retype_without_a_lossless_common_type_makes_the_column_text(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    """text -> int cannot widen either way: the Delta column stays a string column and the
+    new values arrive as their text; int -> bigint widens the Delta column."""
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_r"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, w text, n int)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    pg.execute(f"INSERT INTO {t} VALUES (1, '10', 1), (2, '20', 2)")
+    first = pg.get_binary_changes(unique_name, options)
+    pg.execute(f"ALTER TABLE {t} ALTER COLUMN w TYPE int USING w::int, "
+               "ALTER COLUMN n TYPE bigint")
+    pg.execute(f"UPDATE {t} SET w = 11, n = 5000000000 WHERE id = 1")
+    second = pg.get_binary_changes(unique_name, options)
+    out = tmp_path / "lake"
+    _sink_parts(out, [first, second])
+    got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+    assert got.schema.field("w").type == pa.string()
+    assert got.schema.field("n").type == pa.int64()
+    assert {r["id"]: (r["w"], r["n"]) for r in got.to_pylist()} == {
+        1: ("11", 5000000000), 2: ("20", 2)}
+
+
+def test_keys_swapped_and_reused_in_one_commit_keep_their_toast_values(
+        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+    """Rows 1 and 2 swap keys through 3 (unchanged TOAST values follow their rows), row 5
+    moves to 6 and a new row takes key 5, row 7 is deleted and inserted again: one commit,
+    against rows an earlier commit wrote."""
+    from deltalake import DeltaTable
+
+    pg, t = pg18, f"{unique_name}_k"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, big text, n int)")
+    pg.execute(f"ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    big = {i: f"{i}" * 3000 for i in (1, 2, 5, 7)}
+    for i, v in big.items():
+        pg.execute(f"INSERT INTO {t} VALUES (%s, %s, 0)", (i, v))
+    first = pg.get_binary_changes(unique_name, options)
+    with pg.connect() as conn:
+        cur = conn.cursor()
+        cur.execute("BEGIN")
+        cur.execute(f"UPDATE {t} SET id = 3, n = 1 WHERE id = 1")
+        cur.execute(f"UPDATE {t} SET id = 1, n = 2 WHERE id = 2")
+        cur.execute(f"UPDATE {t} SET id = 2 WHERE id = 3")
+        cur.execute(f"UPDATE {t} SET id = 6 WHERE id = 5")
+        cur.execute(f"INSERT INTO {t} VALUES (5, 'new five', 5)")
+        cur.execute(f"DELETE FROM {t} WHERE id = 7")
+        cur.execute(f"INSERT INTO {t} VALUES (7, 'new seven', 7)")
+        cur.execute("COMMIT")
+    second = pg.get_binary_changes(unique_name, options)
+    out = tmp_path / "lake"
+    _sink_parts(out, [first, second])
+    got = {r["id"]: (r["big"], r["n"]) for r in
+           DeltaTable(str(out / f"public.{t}")).to_pyarrow_table().to_pylist()}
+    assert got == {r[0]: (r[1], r[2]) for r in pg.query(f"SELECT id, big, n FROM {t}")}
+    assert got[2] == (big[1], 1) and got[1] == (big[2], 2) and got[6] == (big[5], 0)
