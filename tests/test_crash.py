@@ -173,6 +173,13 @@ def read_cli_output(fmt: str, stdout: Path, out: Path) -> list[tuple[str, int]]:
             m = re.match(r"\s*\S+\s+(insert|update|delete)\s+public\.t\s+id=(\d+)", line)
             if m:
                 changes.append((m.group(1), int(m.group(2))))
+    elif fmt == "delta":
+        from deltalake import DeltaTable
+
+        log = DeltaTable(str(out / "_changes" / "public.t")).to_pyarrow_table()
+        log = log.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
+        for r in log.select(["_op", "id", "_before"]).to_pylist():
+            changes.append((r["_op"], r["id"] if r["id"] is not None else r["_before"]["id"]))
     else:
         files = sorted((out / "public.t").glob(f"*.{fmt}"))
         tables = [pq.read_table(f) if fmt == "parquet" else ipc.open_file(pa.OSFile(str(f))).read_all()
@@ -187,7 +194,9 @@ def crash_under_cli(server: PgServer, crashes: list[str], fmt: str, tmp_path: Pa
     """The scenario with ``pgoutput-dump --dsn --format fmt`` consuming."""
     scenario = CrashScenario(server)
     out, stdout = tmp_path / "out", tmp_path / "stdout"
-    args = ["--output", str(out)] if fmt in ("parquet", "arrow") else []
+    args = ["--output", str(out)] if fmt in ("parquet", "arrow", "delta") else []
+    if fmt == "delta":
+        args.append("--change-log")  # every change, besides the replica
     with open(stdout, "w") as f:
         proc = subprocess.Popen(
             [*DUMP, "--dsn", server.dsn, "--slot", "s", "--publication", "p", "--format", fmt,
@@ -205,11 +214,18 @@ def crash_under_cli(server: PgServer, crashes: list[str], fmt: str, tmp_path: Pa
         code = proc.wait(timeout=30)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
     scenario.check(read_cli_output(fmt, stdout, out))
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        replica = DeltaTable(str(out / "public.t")).to_pyarrow_table().sort_by("id")
+        assert [(r["id"], r["v"]) for r in replica.select(["id", "v"]).to_pylist()] == \
+            [tuple(r) for r in server.query("SELECT id, v FROM t ORDER BY id")]
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("fmt,crashes", [("jsonl", ["immediate"]), ("pretty", ["kill"]),
-                                         ("parquet", ["immediate", "kill"]), ("arrow", ["kill"])])
+                                         ("parquet", ["immediate", "kill"]), ("arrow", ["kill"]),
+                                         ("delta", ["immediate", "kill"])])
 def test_cli_survives_server_crashes_mid_transaction(fmt: str, crashes: list[str],
                                                      tmp_path: Path) -> None:
     with PgServer(version=18) as server:

@@ -37,11 +37,13 @@ def synced_slot(standby: PgServer, slot: str) -> tuple[bool, int]:
 class DumpConsumer:
     """``pgoutput-dump --failover`` writing Parquet."""
 
+    FORMAT = ["--format", "parquet"]
+
     def __init__(self, dsn: str, out: Path) -> None:
         self.out = out
         self.proc = subprocess.Popen(
             [*DUMP, "--dsn", dsn, "--slot", "s", "--create-slot", "--failover", "--publication",
-             "p", "--format", "parquet", "--output", str(out), "--commit-interval", "0.2",
+             "p", *self.FORMAT, "--output", str(out), "--commit-interval", "0.2",
              "--status-interval", "0.3", "--reconnect-attempts", "60", "--reconnect-timeout", "120"],
             stderr=subprocess.PIPE, text=True)
 
@@ -57,6 +59,22 @@ class DumpConsumer:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class DeltaConsumer(DumpConsumer):
+    """``pgoutput-dump --failover`` keeping a Delta replica and change log; the change log's
+    rows, in commit order, are what it wrote."""
+
+    FORMAT = ["--format", "delta", "--change-log"]
+
+    def finish(self) -> list[dict[str, Any]]:
+        from deltalake import DeltaTable
+
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=30) == 0, self.proc.stderr.read() if self.proc.stderr else ""
+        log = DeltaTable(str(self.out / "_changes" / "public.t")).to_pyarrow_table()
+        return log.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")]) \
+            .select(["_op", "id"]).to_pylist()
 
 
 class StreamConsumer:
@@ -99,10 +117,11 @@ class StreamConsumer:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("how,consumer", [("immediate", DumpConsumer), ("kill", StreamConsumer)],
-                         ids=["immediate-dump", "kill-stream"])
+@pytest.mark.parametrize("how,consumer", [("immediate", DumpConsumer), ("kill", StreamConsumer),
+                                          ("kill", DeltaConsumer)],
+                         ids=["immediate-dump", "kill-stream", "kill-delta"])
 def test_failover_slot_resumes_on_the_promoted_standby(
-        how: str, consumer: type[DumpConsumer | StreamConsumer], tmp_path: Path) -> None:
+        how: str, consumer: type[DumpConsumer | DeltaConsumer | StreamConsumer], tmp_path: Path) -> None:
     servers: list[PgServer] = []
     c: DumpConsumer | StreamConsumer | None = None
     try:

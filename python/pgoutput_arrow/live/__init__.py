@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from .._internal import lsn_to_str
 from .options import StreamOptions, default_proto_version, parse_lsn
-from .livestream import HEARTBEAT_PREFIX, LiveBatch, LiveStream, StreamStats, stream
+from .livestream import HEARTBEAT_PREFIX, LiveBatch, LiveStream, stream
+from .stats import StreamStats
 from .slot_guard import SlotStatus, drop_slot, slot_status
 from .snapshot import (ExportedSnapshot, SnapshotChunk, SnapshotGone, SnapshotPlan, SnapshotReader,
                        export_snapshot, open_snapshot_connection, plan_snapshot, read_chunk, snapshot_table)

@@ -15,14 +15,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._pg import one_line
 from .connection import connect
 from .slot_guard import SlotStatus, query_slot_status
-
-if TYPE_CHECKING:
-    from .livestream import StreamStats
+from .stats import StreamStats
 
 __all__ = ["MetricsServer", "WAL_STATUSES"]
 
@@ -74,7 +72,7 @@ class _SlotPoller:
 class _Collector:
     """Builds every metric family at scrape time."""
 
-    def __init__(self, stats: Callable[[], "StreamStats"], poller: _SlotPoller) -> None:
+    def __init__(self, stats: Callable[[], StreamStats], poller: _SlotPoller) -> None:
         self.stats, self.poller = stats, poller
 
     def describe(self) -> list[Any]:
@@ -152,7 +150,7 @@ class MetricsServer:
     """Serves the metrics of one stream at ``http://addr:port/metrics`` until :meth:`close`.
     ``port`` 0 picks a free port (read :attr:`port`)."""
 
-    def __init__(self, stats: Callable[[], "StreamStats"], *, dsn: str, slot: str, port: int,
+    def __init__(self, stats: Callable[[], StreamStats], *, dsn: str, slot: str, port: int,
                  addr: str = "0.0.0.0", connect_timeout: float = 10.0,
                  poll_interval: float = 5.0) -> None:
         try:
