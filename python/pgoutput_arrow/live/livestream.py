@@ -216,6 +216,8 @@ class LiveStream:
         #: Per table: rows of transactions committed below this LSN are dropped (a table
         #: whose own snapshot was taken at that point, see snapshot_table).
         self._table_floors: dict[str, int] = {}
+        #: Snapshots of tables added later (snapshot_table), handed out before anything else.
+        self._late: collections.deque[tuple[str, Iterator[pa.RecordBatch]]] = collections.deque()
         self._rate_window: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=12)
         self._fed_since_flush = 0
         self._last_flush = self._t0
@@ -292,6 +294,10 @@ class LiveStream:
     def _next_group(self, wait: bool) -> tuple[list[LiveBatch], int] | None:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
         when nothing arrived during one short read)."""
+        while self._late and not (self._closed or self._stop):
+            late = self._next_late_group()
+            if late is not None:
+                return late
         while not self._pending:
             if self._snapshot is not None and not (self._closed or self._stop):
                 self._pump_snapshot()
@@ -358,6 +364,10 @@ class LiveStream:
         if self._exported is not None:
             self._exported.close()
             self._exported = None
+        while self._late:  # a table snapshot not read to its end: its slot and connections
+            close = getattr(self._late.popleft()[1], "close", None)
+            if close is not None:
+                close()
         if self._copy is not None:
             try:
                 self._send_status(force=True)
@@ -423,8 +433,6 @@ class LiveStream:
             buffered_bytes=buffered, spilled_bytes=spilled, lag_seconds=lag_seconds,
             table_changes=dict(self._table_changes), table_bytes=dict(self._table_bytes))
 
-    # ------------------------------------------------------------------ connecting
-
     # ------------------------------------------------------------------ the snapshot
 
     def _start_snapshot(self) -> None:
@@ -489,20 +497,39 @@ class LiveStream:
     def snapshot_table(self, table: str, connections: int = 2) -> int:
         """Takes the snapshot of ``table``, added to the publication after this stream's slot
         was created (call it once ``ALTER PUBLICATION ... ADD TABLE`` committed): its rows
-        come out next, as snapshot rows at the LSN returned, and the table's changes that
-        committed before that LSN are dropped from the stream from now on (the snapshot
-        holds them). Changes of the table handed out before this call committed before
-        that LSN too: ordered by ``_commit_lsn, _seq`` the snapshot's rows come after them."""
+        come out next (read as they are handed out), as snapshot rows at the LSN returned,
+        and the table's changes that committed before that LSN are dropped from the stream
+        from now on (the snapshot holds them), those decoded but not handed out yet
+        included. Changes of the table handed out before this call committed before that
+        LSN too: ordered by ``_commit_lsn, _seq`` the snapshot's rows come after them."""
         o = self.options
         lsn, batches = snapshot_table(self.dsn, table, publication=o.publications, connections=connections,
                                       chunk_bytes=o.snapshot_chunk_bytes, connect_timeout=o.connect_timeout,
                                       **{"binary": o.binary, **o.decoder_options})
         self._table_floors[table] = lsn
-        group = [LiveBatch("table", table, None, self._unify(table, b), self._emitted, snapshot=True)
-                 for b in batches if b.num_rows]
-        if group:
-            self._pending.appendleft((group, self._emitted))
+
+        def below(item: LiveBatch) -> LiveBatch | None:
+            if item.table != table or item.kind != "table" or item.snapshot:
+                return item
+            kept = self._drop_already_handled(item.batch, lsn)
+            return dataclasses.replace(item, batch=kept) if kept.num_rows else None
+
+        self._current = collections.deque(b for b in map(below, self._current) if b is not None)
+        self._pending = collections.deque(
+            ([b for b in map(below, group) if b is not None], ack) for group, ack in self._pending)
+        self._late.append((table, batches))
         return lsn
+
+    def _next_late_group(self) -> tuple[list[LiveBatch], int] | None:
+        """The next batch of the first table snapshot that :meth:`snapshot_table` queued, as a
+        group; None once that snapshot is exhausted (it is then dropped from the queue)."""
+        table, batches = self._late[0]
+        for batch in batches:
+            if batch.num_rows:
+                return [LiveBatch("table", table, None, self._unify(table, batch), self._emitted,
+                                  snapshot=True)], self._emitted
+        self._late.popleft()
+        return None
 
     # ------------------------------------------------------------------ connecting
 
