@@ -292,3 +292,41 @@ def test_keys_swapped_and_reused_in_one_commit_keep_their_toast_values(
            DeltaTable(str(out / f"public.{t}")).to_pyarrow_table().to_pylist()}
     assert got == {r[0]: (r[1], r[2]) for r in pg.query(f"SELECT id, big, n FROM {t}")}
     assert got[2] == (big[1], 1) and got[1] == (big[2], 2) and got[6] == (big[5], 0)
+
+
+def test_live_snapshot_then_changes_into_delta(pg: PgServer, unique_name: str, tmp_path: Path) -> None:
+    """pgoutput-dump --create-slot --snapshot --format delta: the rows that existed before the
+    slot land in the replica as inserts (``_op = "snapshot"`` in the change log), then the
+    changes (updates, a key change, deletes, an insert; a TOAST value left unchanged):
+    the replica equals the table, the change log holds each snapshot row once."""
+    from deltalake import DeltaTable
+
+    from test_live import DUMP, caught_up_lsn, slot_state, wait_until
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, big text); INSERT INTO {t} SELECT g, "
+               f"'v' || g, CASE WHEN g % 10 = 0 THEN repeat('x', 4000) END FROM generate_series(1, 2000) g; "
+               f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    out = tmp_path / "lake"
+    proc = subprocess.Popen([*DUMP, "--dsn", pg.dsn, "--slot", slot, "--create-slot", "--snapshot",
+                             "--publication", pub, "--format", "delta", "--output", str(out),
+                             "--change-log", "--commit-interval", "0.2", "--status-interval", "0.3"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: proc.poll() is None and (slot_state(pg, slot)[0] or 0) > 0, 60,
+                   "the snapshot and the stream")
+        pg.execute(f"UPDATE {t} SET v = 'u' WHERE id % 7 = 0; UPDATE {t} SET id = id + 10000 WHERE id = 10; "
+                   f"DELETE FROM {t} WHERE id % 11 = 0; INSERT INTO {t} VALUES (5000, 'new', NULL)")
+        end = caught_up_lsn(pg)
+        wait_until(lambda: proc.poll() is None and (slot_state(pg, slot)[0] or 0) >= end, 60,
+                   lambda: f"the sink to confirm {end}: {slot_state(pg, slot)}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    replica = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table().sort_by("id")
+    assert [tuple(r.values()) for r in replica.select(["id", "v", "big"]).to_pylist()] == \
+        [tuple(r) for r in pg.query(f"SELECT id, v, big FROM {t} ORDER BY id")]
+    log = DeltaTable(str(out / "_changes" / f"public.{t}")).to_pyarrow_table()
+    snapshot_ids = [r["id"] for r in log.to_pylist() if r["_op"] == "snapshot"]
+    assert sorted(snapshot_ids) == list(range(1, 2001))
