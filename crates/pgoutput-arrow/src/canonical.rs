@@ -30,7 +30,7 @@ use arrow_buffer::Buffer;
 use arrow_schema::SchemaRef;
 use pgoutput_proto::encode::pgoutput as encode;
 use pgoutput_proto::peek::change_relation_id;
-use pgoutput_proto::{parse_message, Message, Oid, Relation, RelationId, TypeInfo};
+use pgoutput_proto::{in_stream_block, parse_message, Message, Oid, Relation, RelationId, TypeInfo};
 
 use crate::decoder::Decoder;
 use crate::error::DecodeError;
@@ -44,8 +44,9 @@ pub const CATALOG_KINDS: &[u8] = b"RYSArCcPp";
 /// The kinds of row changes: Insert, Update, Delete, Truncate.
 pub const CHANGE_KINDS: &[u8] = b"IUDT";
 
-/// The kinds that end a transaction's decoding (see [`CATALOG_KINDS`]).
-pub const END_KINDS: &[u8] = b"CcPp";
+/// The kinds that end a transaction's decoding (see [`CATALOG_KINDS`]): the framing rule,
+/// [`pgoutput_proto::TRANSACTION_END_KINDS`].
+pub const END_KINDS: &[u8] = pgoutput_proto::TRANSACTION_END_KINDS;
 
 /// Types with an oid below this are built in: pgoutput sends no Type message for them.
 const FIRST_NORMAL_OID: Oid = 16384;
@@ -297,10 +298,6 @@ fn rank(kind: u8) -> u8 {
     }
 }
 
-/// Messages that go inside the Stream Start … Stop of a rebuilt streamed transaction.
-fn stream_inner(kind: u8) -> bool {
-    matches!(kind, b'Y' | b'R' | b'I' | b'U' | b'D' | b'T' | b'M')
-}
 
 /// What the decoder fed by the rebuilt stream currently knows, so that a Relation or Type
 /// message is injected only when it is missing or stale.
@@ -407,7 +404,7 @@ pub fn canonical_stream(
             with_catalog(&scratch, rows, xid, end, false, catalog, &mut state, &mut out);
             continue;
         }
-        scratch.extend(group.iter().copied().filter(|&i| stream_inner(rows[i].data[0])));
+        scratch.extend(group.iter().copied().filter(|&i| in_stream_block(rows[i].data[0])));
         if scratch.is_empty() {
             // Nothing was streamed (an abort of a transaction whose changes never left the
             // server): there is nothing to decode.

@@ -22,6 +22,18 @@ use std::fmt;
 
 use crate::types::{Lsn, Message, Xid};
 
+/// The kinds (first bytes) of the messages that end a transaction's decoding: Commit,
+/// Stream Commit, Prepare and Stream Prepare (a two-phase transaction is decoded at its
+/// Prepare; Commit Prepared and Rollback Prepared only decide it).
+pub const TRANSACTION_END_KINDS: &[u8] = b"CcPp";
+
+/// Whether a message of this kind belongs inside a Stream Start … Stop block when its
+/// transaction is streamed: Relation, Type, the row changes, Truncate and Message (see the
+/// module documentation).
+pub fn in_stream_block(kind: u8) -> bool {
+    matches!(kind, b'Y' | b'R' | b'I' | b'U' | b'D' | b'T' | b'M')
+}
+
 /// A message that is well formed but does not fit the transactions seen so far (a Commit
 /// without Begin, a Stream Commit for an unknown xid). The framing is left as it was.
 #[derive(Debug, Clone, PartialEq, Eq)]

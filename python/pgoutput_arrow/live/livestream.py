@@ -68,6 +68,9 @@ __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "HEARTBEAT_PREFIX
 #: they are among the stream's messages.
 HEARTBEAT_PREFIX = "pgoutput_arrow.heartbeat"
 
+#: StreamOptions' fields, readable as attributes of a LiveStream.
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(StreamOptions))
+
 
 @dataclasses.dataclass(frozen=True)
 class LiveBatch:
@@ -127,6 +130,14 @@ class LiveStream:
     """An iterator of :class:`LiveBatch` over a live replication slot, and a context manager
     that closes it (after sending the last acknowledged position). See :func:`stream`."""
 
+    def __getattr__(self, name: str) -> Any:
+        """The options as read-only attributes (``stream.slot``, ``stream.binary``, ...):
+        :attr:`options` holds them."""
+        options = self.__dict__.get("options")
+        if options is not None and name in _OPTION_NAMES:
+            return getattr(options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __init__(self, dsn: str, options: StreamOptions | None = None, /, **keywords: Any) -> None:
         """``LiveStream(dsn, slot=..., **options)`` takes the keyword options of
         :func:`stream`; or ``LiveStream(dsn, StreamOptions.of(...))``."""
@@ -136,31 +147,6 @@ class LiveStream:
             raise TypeError("LiveStream takes StreamOptions or keyword options, not both")
         o = self.options = options
         self.dsn = dsn
-        # The options as attributes, as callers (the CLI) read them.
-        self.slot = o.slot
-        self.publications = list(o.publications)
-        self.create_slot = o.create_slot
-        self.temporary_slot = o.temporary_slot
-        self.two_phase = o.two_phase
-        self.create_publication = o.create_publication
-        self.requested_proto_version = o.proto_version
-        self.binary = o.binary
-        self.streaming = o.streaming
-        self.messages = o.messages
-        self.origin = o.origin
-        self.status_interval = o.status_interval
-        self.connect_timeout = o.connect_timeout
-        self.reconnect_attempts = o.reconnect_attempts
-        self.reconnect_timeout = o.reconnect_timeout
-        self.reconnect_initial_delay = o.reconnect_initial_delay
-        self.reconnect_max_delay = o.reconnect_max_delay
-        self.idle_timeout = o.idle_timeout
-        self.stop_after = o.stop_after
-        self.stop_at_lsn = o.stop_at_lsn
-        self.flush_interval = o.flush_interval
-        self.flush_messages = o.flush_messages
-        self.auto_ack = o.auto_ack
-        self.heartbeat_interval = o.heartbeat_interval
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -252,7 +238,7 @@ class LiveStream:
     def __next__(self) -> LiveBatch:
         if not self._started:
             self.open()
-        if self.auto_ack and self._last_yield_ack > self._acked:
+        if self.options.auto_ack and self._last_yield_ack > self._acked:
             self.ack(self._last_yield_ack)
         while not self._current:
             group = self._next_group(wait=True)
@@ -323,9 +309,9 @@ class LiveStream:
         if self.options.metrics_port is not None:
             from .metrics import MetricsServer
 
-            self._metrics = MetricsServer(self.stats, dsn=self.dsn, slot=self.slot,
+            self._metrics = MetricsServer(self.stats, dsn=self.dsn, slot=self.options.slot,
                                           port=self.options.metrics_port,
-                                          connect_timeout=self.connect_timeout)
+                                          connect_timeout=self.options.connect_timeout)
         try:
             if self.options.snapshot:
                 self._start_snapshot()
@@ -540,7 +526,7 @@ class LiveStream:
 
         checked = conn is not None
         if conn is None:
-            conn = connect(self.dsn, self.connect_timeout)
+            conn = connect(self.dsn, self.options.connect_timeout)
         try:
             if not checked:
                 # What the server holds as confirmed already counts as sent (for lag_bytes).
@@ -553,7 +539,7 @@ class LiveStream:
                 cur.start_replication_expert(command, decode=False)
             except psycopg2.Error as e:
                 raise classify_connect_error(
-                    e, f'cannot stream replication slot "{self.slot}"') from None
+                    e, f'cannot stream replication slot "{self.options.slot}"') from None
             copy = CopyBoth(conn)
         except BaseException:
             try:
@@ -578,7 +564,7 @@ class LiveStream:
 
     def _new_decoder(self) -> None:
         # The stream's mode is known here: no need to detect it from the first change.
-        self._decoder = Decoder(**{"binary": self.binary, **self.options.decoder_options})
+        self._decoder = Decoder(**{"binary": self.options.binary, **self.options.decoder_options})
         # Column ids (pg.column_id) are one decoder's own: what earlier decoders' batches
         # had becomes one version without ids, matched by name to the new decoder's.
         for table, versions in self._versions.items():
@@ -627,7 +613,7 @@ class LiveStream:
     def _plain_connection(self) -> Any:
         """The stream's ordinary connection (catalog reads, heartbeats), opened on first use."""
         if self._catalog is None:
-            self._catalog = connect(self.dsn, self.connect_timeout, replication=False)
+            self._catalog = connect(self.dsn, self.options.connect_timeout, replication=False)
         return self._catalog
 
     def _close_plain_connection(self) -> None:
@@ -643,7 +629,7 @@ class LiveStream:
         the ordinary connection: its commit is WAL of this database that the walsender
         decodes, so the slot advances while the published tables are idle (Debezium's
         heartbeat action). Best effort: a failure is said once and retried next time."""
-        if self.heartbeat_interval is None or now - self._last_heartbeat < self.heartbeat_interval:
+        if self.options.heartbeat_interval is None or now - self._last_heartbeat < self.options.heartbeat_interval:
             return
         self._last_heartbeat = now
         try:
@@ -659,18 +645,18 @@ class LiveStream:
     def _reconnect(self, cause: BaseException) -> None:
         """Reconnect with exponential backoff, resuming after what was handed out."""
         self._disconnect()
-        if self.temporary_slot:
+        if self.options.temporary_slot:
             raise ConnectionLost(
                 f"the replication connection was lost ({one_line(str(cause))}) and the "
-                f'temporary slot "{self.slot}" went with it: cannot resume') from None
-        deadline = time.monotonic() + self.reconnect_timeout
-        delay = self.reconnect_initial_delay
+                f'temporary slot "{self.options.slot}" went with it: cannot resume') from None
+        deadline = time.monotonic() + self.options.reconnect_timeout
+        delay = self.options.reconnect_initial_delay
         last: BaseException = cause
-        for attempt in range(1, self.reconnect_attempts + 1):
+        for attempt in range(1, self.options.reconnect_attempts + 1):
             if self._stop or time.monotonic() > deadline:
                 break
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, self.reconnect_max_delay)
+            delay = min(delay * 2, self.options.reconnect_max_delay)
             try:
                 self._floor = max(self._floor, self._emitted)
                 self._connect_and_start(first=False)
@@ -685,7 +671,7 @@ class LiveStream:
                 last = e
         raise ConnectionLost(
             f"lost the replication connection ({one_line(str(cause))}) and could not "
-            f"resume within {self.reconnect_attempts} attempts / {self.reconnect_timeout:.0f}s: "
+            f"resume within {self.options.reconnect_attempts} attempts / {self.options.reconnect_timeout:.0f}s: "
             f"{one_line(str(last))}") from None
 
     # ------------------------------------------------------------------ streaming
@@ -711,7 +697,7 @@ class LiveStream:
     def _read_available(self) -> None:
         copy, receiver, txns = self._copy, self._receiver, self._txns
         feed_batch = self._decoder.feed_batch
-        deadline = time.monotonic() + self.flush_interval
+        deadline = time.monotonic() + self.options.flush_interval
         n = 0
         while True:
             batch, count, nbytes, end, reply, status, error = receiver.read(txns, 1024)
@@ -737,13 +723,13 @@ class LiveStream:
             if count:
                 now = time.monotonic()
                 self._tick(now)
-                if now - self._last_status >= self.status_interval:
+                if now - self._last_status >= self.options.status_interval:
                     self._send_status(force=True)
-                if self._fed_since_flush >= self.flush_messages or now >= deadline:
+                if self._fed_since_flush >= self.options.flush_messages or now >= deadline:
                     self._flush_decoder()
                     if self._pending:
                         return
-                    deadline = now + self.flush_interval
+                    deadline = now + self.options.flush_interval
             if status == 0:
                 break
         self._after_read(n)
@@ -763,21 +749,21 @@ class LiveStream:
             return
         self._idle_advance()
         self._heartbeat(now)
-        if self._status_dirty or now - self._last_status >= self.status_interval:
+        if self._status_dirty or now - self._last_status >= self.options.status_interval:
             self._send_status(force=True)
         if self._should_stop(now):
             self._stop = True
             return
-        wait = min(0.5, max(0.0, self._last_status + self.status_interval - now))
+        wait = min(0.5, max(0.0, self._last_status + self.options.status_interval - now))
         if n == 0:
             select.select([copy], [], [], wait)
 
     def _should_stop(self, now: float) -> bool:
-        if self.stop_after is not None and now - self._t0 >= self.stop_after:
+        if self.options.stop_after is not None and now - self._t0 >= self.options.stop_after:
             return True
-        if self.idle_timeout is not None and now - self._last_data >= self.idle_timeout:
+        if self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout:
             return True
-        if (self.stop_at_lsn is not None and self._wal_end >= self.stop_at_lsn
+        if (self.options.stop_at_lsn is not None and self._wal_end >= self.options.stop_at_lsn
                 and self._txns.idle and not self._pending):
             return True
         return False
