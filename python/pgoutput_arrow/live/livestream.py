@@ -135,7 +135,8 @@ class LiveStream:
         :attr:`options` holds them."""
         options = self.__dict__.get("options")
         if options is not None and name in _OPTION_NAMES:
-            return getattr(options, name)
+            value = getattr(options, name)
+            return list(value) if name == "publications" else value
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __init__(self, dsn: str, options: StreamOptions | None = None, /, **keywords: Any) -> None:
