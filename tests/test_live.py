@@ -492,6 +492,8 @@ def test_server_restart_mid_stream_is_survived(pg: PgServer, unique_name: str) -
                 raise AssertionError(f"{e}; workload errors: {errors!r}; server log:\n"
                                      f"{server.log_tail(15)}") from e
             reconnects = s.stats().reconnects
+            # It ended at the stop_at_lsn set while it ran, not at stop_after's 150 s.
+            assert s.stats().elapsed_s < 140
         stopper.join(timeout=30)
         worker.join(timeout=60)
         assert not errors, errors

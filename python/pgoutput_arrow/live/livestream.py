@@ -148,6 +148,8 @@ class LiveStream:
             raise TypeError("LiveStream takes StreamOptions or keyword options, not both")
         o = self.options = options
         self.dsn = dsn
+        # Where the stream ends; a caller may move it while the stream runs.
+        self.stop_at_lsn: int | None = o.stop_at_lsn
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -764,7 +766,7 @@ class LiveStream:
             return True
         if self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout:
             return True
-        if (self.options.stop_at_lsn is not None and self._wal_end >= self.options.stop_at_lsn
+        if (self.stop_at_lsn is not None and self._wal_end >= self.stop_at_lsn
                 and self._txns.idle and not self._pending):
             return True
         return False
