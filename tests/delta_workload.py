@@ -21,6 +21,11 @@ import pgoutput_arrow
 from pg_harness import PgServer
 
 
+def workload_tables(p: str) -> list[str]:
+    """The workload's tables."""
+    return [f"{p}_toast", f"{p}_full", f"{p}_acc", f"{p}_hist"]
+
+
 def setup(pg: PgServer, p: str, slot: str) -> None:
     pg.execute(f"CREATE TABLE {p}_toast (id int PRIMARY KEY, big text, n int, "
                "amount numeric(10,2), ts timestamptz)")
@@ -28,7 +33,8 @@ def setup(pg: PgServer, p: str, slot: str) -> None:
     pg.execute(f"CREATE TABLE {p}_full (a int, b text, c int)")
     pg.execute(f"ALTER TABLE {p}_full REPLICA IDENTITY FULL")
     pg.execute(f"CREATE TABLE {p}_acc (aid int PRIMARY KEY, abalance int, filler text)")
-    pg.execute(f"CREATE PUBLICATION {p} FOR TABLE {p}_toast, {p}_full, {p}_acc")
+    pg.execute(f"CREATE TABLE {p}_hist (aid int, delta int, mtime timestamp)")
+    pg.execute(f"CREATE PUBLICATION {p} FOR TABLE {p}_toast, {p}_full, {p}_acc, {p}_hist")
     pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
     pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{slot}_audit",))
 
@@ -50,6 +56,17 @@ def workload_round(pg: PgServer, p: str, r: int, rng: random.Random, rounds: int
         cur.execute(f"INSERT INTO {p}_acc SELECT g, 0, 'f' FROM generate_series(%s, %s) g",
                     (base, base + 19))
         cur.execute(f"INSERT INTO {p}_full VALUES (%s, 'x', 1), (%s, 'y', 2)", (base, base + 1))
+        # Three identical rows: one is updated and one deleted (in this round or the next,
+        # so within one Delta commit and across two); PostgreSQL changes one of them each.
+        cur.execute(f"INSERT INTO {p}_full VALUES (%s, 'dup', 0), (%s, 'dup', 0), (%s, 'dup', 0)",
+                    (base + 2, base + 2, base + 2))
+        # This round's: one updated (c 1), one deleted, one left (c 0); the last round's
+        # left one updated to equal the updated one, then one of those two deleted.
+        for a, c in ((base + 2, 0), (base - 98, 1)):
+            cur.execute(f"UPDATE {p}_full SET c = c + 1 WHERE ctid = (SELECT ctid FROM {p}_full "
+                        f"WHERE a = %s AND c = 0 LIMIT 1)", (a,))
+            cur.execute(f"DELETE FROM {p}_full WHERE ctid = (SELECT ctid FROM {p}_full "
+                        f"WHERE a = %s AND c = %s LIMIT 1)", (a, c))
         # Unchanged TOAST: only n moves.
         if not has_n:
             cur.execute(f"UPDATE {p}_toast SET amount = amount + 1 WHERE id %% 3 = %s", (r % 3,))
@@ -71,8 +88,10 @@ def workload_round(pg: PgServer, p: str, r: int, rng: random.Random, rounds: int
             cur.execute(f"UPDATE {p}_toast SET big = %s WHERE id = %s",
                         (_big(rng, -r), rng.choice(ids[-3:])))
         for _ in range(10):  # pgbench-like
+            aid, delta = rng.randint(0, base + 19), rng.randint(-5000, 5000)
             cur.execute(f"UPDATE {p}_acc SET abalance = abalance + %s WHERE aid = %s",
-                        (rng.randint(-5000, 5000), rng.randint(0, base + 19)))
+                        (delta, aid))
+            cur.execute(f"INSERT INTO {p}_hist VALUES (%s, %s, now())", (aid, delta))
         cur.execute(f"UPDATE {p}_full SET b = b || 'u', c = c + 1 WHERE a = %s", (base,))
         cur.execute(f"DELETE FROM {p}_full WHERE a = %s", (base - 99,))
         if r == rounds // 3:
@@ -118,7 +137,7 @@ def check_replicas(pg: PgServer, p: str, out: Path) -> dict[str, int]:
     from deltalake import DeltaTable
 
     counts = {}
-    for t in (f"{p}_toast", f"{p}_full", f"{p}_acc"):
+    for t in workload_tables(p):
         cols = _columns(pg, t)
         want = Counter(tuple(_pg_value(v) for v in r)
                        for r in pg.query(f"SELECT {', '.join(cols)} FROM {t}"))
@@ -153,7 +172,7 @@ def check_change_log(pg: PgServer, p: str, slot: str, out: Path) -> int:
                     "'publication_names', %s)", (f"{slot}_audit", p))
     changes = pgoutput_arrow.decode([(lsn, bytes(d)) for lsn, _, d in rows])
     total = 0
-    for t in (f"{p}_toast", f"{p}_full", f"{p}_acc"):
+    for t in workload_tables(p):
         name = f"public.{t}"
         want = Counter(zip(changes.tables[name].column("_commit_lsn").to_pylist(),
                            changes.tables[name].column("_lsn").to_pylist(),

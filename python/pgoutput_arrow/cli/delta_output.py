@@ -4,15 +4,61 @@
 Live, each group (``--commit-interval`` seconds of whole transactions) is one Delta commit
 per table, made when the pipeline syncs, before the group is acknowledged. From a capture, a
 commit is made once about ``--rows-per-file`` changes are held, and at the end.
+
+The directory is checked first (created, locked against a second writer, written to), so a
+location that cannot be written fails in one line before a slot is made or a row is read.
+Live with ``--snapshot``, ``DIR/_snapshot.json`` records the initial snapshot (its slot, then
+its consistent point, then ``done`` once its last group is committed), so that the same
+command started again resumes: a finished snapshot is not taken again (the slot is streamed
+from where it was confirmed), and one cut short is discarded (its Delta tables deleted, its
+slot dropped) and taken again, as the Parquet output does (docs/delta.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TextIO
 
+from .._files import fsync_dir
+from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
-__all__ = ["DeltaOutput"]
+__all__ = ["DeltaOutput", "SNAPSHOT_RECORD", "writable_directory"]
+
+#: The initial snapshot the lake holds or was taking (see the module's docstring).
+SNAPSHOT_RECORD = "_snapshot.json"
+
+
+def writable_directory(root: Path) -> TextIO:
+    """Creates ``root`` if needed and takes its writer's lock (``root/.lock``, held while the
+    returned file is open); an ``OSError`` in one line when the location cannot be written
+    (a file, under a file, read-only, no permission) or another writer holds it."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / ".lock", "w")
+    except OSError as e:
+        raise OSError(f"cannot write --output {root}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise OSError(f"{root} is being written by another pgoutput-dump") from None
+    return lock
+
+
+def _delta_tables(root: Path) -> list[Path]:
+    """The Delta tables under ``root`` (replicas, and change logs under ``_changes``)."""
+    found = []
+    for parent in (root, root / "_changes"):
+        if parent.is_dir():
+            found += [d for d in sorted(parent.iterdir())
+                      if d.is_dir() and (d / "_delta_log").is_dir()]
+    return found
 
 
 class DeltaOutput:
@@ -20,25 +66,88 @@ class DeltaOutput:
         from ..sinks import DeltaSink
 
         self.live = live
+        self.root = Path(args.output)
+        self._lock = writable_directory(self.root)
         self.sink = DeltaSink(
             str(args.output), app_id=args.app_id or (args.slot if live else "capture"),
             replica=not args.change_log_only, change_log=args.change_log or args.change_log_only,
             append_only=args.append_only, drop_columns=args.drop_columns,
             max_rows=args.rows_per_file, max_seconds=None)
+        #: Whether the lake holds Delta tables already (for --snapshot: an empty lake).
+        self.checkpoint = 1 if _delta_tables(self.root) else 0
+        self._slot = ""
+        self._snapshot_lsn: int | None = None
+        self._end_lsn = 0
+
+    # -- the initial snapshot (LiveSource asks, as it asks the Parquet output)
+
+    def snapshot_record(self) -> dict[str, object] | None:
+        """The snapshot this lake holds or was taking: ``{"slot", "lsn", "done"}`` (``lsn``
+        None while its slot was being created)."""
+        try:
+            record: dict[str, object] = json.loads((self.root / SNAPSHOT_RECORD).read_text())
+        except FileNotFoundError:
+            return None
+        lsn = record.get("lsn")
+        record["lsn"] = lsn_to_int(str(lsn)) if lsn is not None else None
+        record["done"] = bool(record.get("done")) and record["lsn"] is not None
+        return record
+
+    def _record(self, slot: str, lsn: int | None, done: bool) -> None:
+        tmp = self.root / f".{SNAPSHOT_RECORD}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn),
+                       "done": done}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / SNAPSHOT_RECORD)
+        fsync_dir(self.root)
+
+    def begin_snapshot(self, slot: str, lsn: int | None) -> None:
+        """Records, durably, the snapshot being taken: before its slot is created (``lsn``
+        None), then with the slot's consistent point."""
+        self._record(slot, lsn, False)
+        self._slot = slot
+        self._snapshot_lsn = lsn
+
+    def discard_snapshot(self) -> int:
+        """Deletes the Delta tables and the record of a snapshot that never finished (the
+        lake held nothing else: ``--snapshot`` starts in an empty lake). Returns how many
+        tables were deleted."""
+        tables = _delta_tables(self.root)
+        for d in tables:
+            shutil.rmtree(d)
+        fsync_dir(self.root)
+        (self.root / SNAPSHOT_RECORD).unlink(missing_ok=True)
+        fsync_dir(self.root)
+        self.checkpoint = 0
+        return len(tables)
+
+    def written(self) -> bool:
+        """Whether this run committed anything to the lake."""
+        return self.sink.commits > 0
+
+    # -- the pipeline's sink
 
     def write(self, chunk: Chunk, end_lsn: int) -> None:
         for name, _version, batch in chunk.tables:
             self.sink.add("table", name, batch)
         for batch in chunk.truncates:
             self.sink.add("truncates", None, batch)
+        self._end_lsn = max(self._end_lsn, end_lsn)
         if not self.live and self.sink.due():
             self.sink.commit()
 
     def sync(self) -> None:
         self.sink.commit()
+        if self._snapshot_lsn is not None and self._end_lsn >= self._snapshot_lsn:
+            # Its last group is committed: from now on a restart streams the slot.
+            self._record(self._slot, self._snapshot_lsn, True)
+            self._snapshot_lsn = None
 
     def finish(self) -> None:
         self.sink.commit()
 
     def close(self) -> None:
         self.sink.close()
+        self._lock.close()

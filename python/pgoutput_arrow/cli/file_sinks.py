@@ -287,6 +287,10 @@ class LiveFileSink:
     def sync(self) -> None:
         pass  # write() made the group durable, checkpoint included
 
+    def written(self) -> bool:
+        """Whether this run wrote a file."""
+        return bool(self.files)
+
     def finish(self) -> None:
         pass
 

@@ -5,6 +5,14 @@ This is the one module of the CLI that uses :mod:`pgoutput_arrow.live`.
 
 SIGINT / SIGTERM stop after the group being written (it is acknowledged) and exit 0; a
 second one stops at once.
+
+Restarted with the same command (a supervisor's restart), ``--create-slot`` reuses the slot
+when it exists (a logical pgoutput slot of this database, checked before streaming), and
+``--snapshot`` takes the snapshot only when the output (``--output``: Parquet, Arrow or
+Delta) does not hold a finished one; one cut short is discarded and taken again with a new
+slot. A slot this run created is dropped again when the run fails before its output holds
+anything that depends on it (the snapshot unfinished, or nothing written), so a failure
+leaves no slot holding WAL behind.
 """
 
 from __future__ import annotations
@@ -12,20 +20,40 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from collections.abc import Generator
+from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ..decoding import Output, OutputKind
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
+from ..exceptions import SlotInUse, SlotInvalidated, SlotNotFound
+from ..live.slot_guard import drop_slot, invalidation_message, slot_status
 from ..live.snapshot import drop_unfinished_slot
 from .arguments import publications
-from .file_sinks import LiveFileSink
 from .capture_source import decoder_options
 from .progress import Progress, nbytes, si
 
-__all__ = ["LiveSource"]
+__all__ = ["LiveSource", "ResumableOutput"]
+
+
+class ResumableOutput(Protocol):
+    """An output that says where a restart resumes (``--output`` of Parquet, Arrow or
+    Delta): what it holds, and the initial snapshot it holds or was taking."""
+
+    root: Path
+    #: Nonzero when the output holds changes already.
+    checkpoint: int
+
+    def snapshot_record(self) -> dict[str, object] | None: ...
+
+    def begin_snapshot(self, slot: str, lsn: int | None) -> None: ...
+
+    def discard_snapshot(self) -> int: ...
+
+    def written(self) -> bool: ...
 
 
 class LiveSource:
@@ -37,9 +65,16 @@ class LiveSource:
     acknowledges = True
 
     def __init__(self, args: argparse.Namespace, start_lsn: int | None, linger: float,
-                 files: LiveFileSink | None = None) -> None:
+                 files: ResumableOutput | None = None) -> None:
         publication, create = publications(args)
         snapshot = bool(args.snapshot) and self._needs_snapshot(args, files)
+        self.args = args
+        self.files = files
+        self.snapshot = snapshot
+        #: Whether this run acknowledged a position (with a snapshot: its end, or later).
+        self.acked = False
+        #: Whether the slot was there before this run (None: not asked, nothing to drop).
+        self.slot_existed: bool | None = None
         starts = [x for x in (start_lsn, args.start_lsn) if x]
         snapshot_options = {}
         if snapshot:
@@ -65,7 +100,7 @@ class LiveSource:
         self.old_handlers: dict[int, Any] = {}
 
     @staticmethod
-    def _needs_snapshot(args: argparse.Namespace, files: LiveFileSink | None) -> bool:
+    def _needs_snapshot(args: argparse.Namespace, files: ResumableOutput | None) -> bool:
         """With ``--output``, whether the snapshot is still to be taken: not when the
         directory holds a complete one; a snapshot a kill cut short is deleted first, with its
         slot (if it never advanced), since its exported snapshot died with the process."""
@@ -77,16 +112,19 @@ class LiveSource:
                 raise OSError(f"{files.root} holds changes streamed without a snapshot: "
                               "--snapshot needs an empty directory")
             return True
+        slot = str(record["slot"])
+        if slot != args.slot:
+            raise OSError(f"{files.root} holds the snapshot of slot {slot}, not of --slot {args.slot}")
         if record["done"]:
             return False
         lsn = record["lsn"]
-        slot = str(record["slot"])
         dropped = drop_unfinished_slot(args.dsn, slot, lsn if isinstance(lsn, int) else None,
                                        args.connect_timeout)
         removed = files.discard_snapshot()
         where = f" at {lsn_to_str(lsn)}" if isinstance(lsn, int) else ""
+        what = "files" if hasattr(files, "fmt") else "Delta tables"
         sys.stderr.write(f"pgoutput-dump: the snapshot of slot {slot}{where} was interrupted and its "
-                         f"exported snapshot ended with that process: starting it over ({removed} files "
+                         f"exported snapshot ended with that process: starting it over ({removed} {what} "
                          f"deleted{', slot dropped' if dropped else ''})\n")
         return True
 
@@ -100,6 +138,15 @@ class LiveSource:
         self.old_handlers = {s: signal.signal(s, self._on_signal)
                              for s in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if self.args.create_slot and not self.args.temporary:
+                self.slot_existed = bool(slot_status(self.args.dsn, self.args.slot,
+                                                     self.args.connect_timeout))
+                if not self.slot_existed and not self.snapshot and self.files is not None \
+                        and self.files.checkpoint:
+                    # The output holds changes of a slot that is gone: a new one would start
+                    # at the current WAL position and skip the changes in between.
+                    raise SlotInvalidated(invalidation_message(self.args.slot, "does not exist",
+                                                               None))
             self.stream.__enter__()
         except BaseException:
             self._restore()
@@ -115,9 +162,37 @@ class LiveSource:
                  tb: TracebackType | None) -> None:
         try:
             self.stream.__exit__(kind, value, tb)
+            if kind is not None and issubclass(kind, Exception):
+                self._drop_slot_of_failed_run()
         finally:
             self._restore()
             self.progress.close()
+
+    def _drop_slot_of_failed_run(self) -> None:
+        """After a failure: drops the slot this run created when nothing kept depends on it
+        (its snapshot unfinished, or nothing written), so it does not hold WAL forever. A
+        slot that was there before, or that the output resumes from, stays."""
+        if self.slot_existed is not False:
+            return
+        # Acknowledged: the slot moved with the output. Written without a snapshot: the output
+        # holds changes a new slot would not send again. An unfinished snapshot is taken
+        # again by the next run (with a new slot).
+        if self.acked or (self.files is not None and self.files.written() and not self.snapshot):
+            return
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                drop_slot(self.args.dsn, self.args.slot, self.args.connect_timeout)
+            except SlotNotFound:
+                return
+            except SlotInUse:  # our walsender is still going away
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise
+            sys.stderr.write(f'pgoutput-dump: dropped replication slot "{self.args.slot}", '
+                             "created by this run, which failed before its output depended on it\n")
+            return
 
     def groups(self) -> Generator[tuple[list[Output], int | None], None, None]:
         """(batches of whole committed transactions, the LSN to acknowledge once they are
@@ -130,6 +205,7 @@ class LiveSource:
 
     def ack(self, lsn: int) -> None:
         self.stream.ack(lsn)
+        self.acked = self.acked or lsn > 0
 
     def _update(self) -> None:
         """``lag 1.2 MB  35.1k msg/s  4.2 MB/s  rows 120k  confirmed 0/16B3748``."""

@@ -47,18 +47,19 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
     sinks: list[Sink] = []
     files: FileSink | LiveFileSink | None = None
+    resumable: LiveFileSink | DeltaOutput | None = None  # where a live restart resumes
     source: CaptureSource | LiveSource
     try:
         if live:
             # The output directory first: its checkpoint says where to resume.
             if fmt in ("parquet", "arrow"):
-                files = LiveFileSink(args.output, fmt)
+                files = resumable = LiveFileSink(args.output, fmt)
                 sinks.append(files)
             elif fmt == "delta":  # resumes after what each Delta table holds (its txn)
-                sinks.append(DeltaOutput(args, live=True))
+                resumable = DeltaOutput(args, live=True)
+                sinks.append(resumable)
             source = LiveSource(args, files.checkpoint if isinstance(files, LiveFileSink) else None,
-                                linger=args.commit_interval if sinks else 0.0,
-                                files=files if isinstance(files, LiveFileSink) else None)
+                                linger=args.commit_interval if sinks else 0.0, files=resumable)
         else:
             source = CaptureSource(args)
             if fmt in ("parquet", "arrow"):

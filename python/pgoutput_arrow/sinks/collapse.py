@@ -12,7 +12,9 @@ column no change sent keeps the target's value.
 With ``REPLICA IDENTITY FULL`` there is no key, only whole rows: :func:`collapse_full` turns
 each change into the removal of its old row and the addition of its new one (an unchanged
 TOAST value taken from the old row, which PostgreSQL sends whole for such tables), and keeps
-per distinct row the net count, so a row added and removed within the commit cancels out.
+per distinct row the net count, so a row added and removed within the commit cancels out;
+a removed row carries how many of its equal rows the commit removes (``REMOVED``), since
+PostgreSQL removes one row of identical duplicates per change.
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ import pyarrow.compute as pc
 
 from .._internal import rows_json
 
-__all__ = ["MATCH_PREFIX", "SENT_PREFIX", "DELETED", "PARTIAL", "Collapsed", "collapse_keyed",
-           "collapse_full", "in_commit_order", "json_lines"]
+__all__ = ["MATCH_PREFIX", "SENT_PREFIX", "DELETED", "PARTIAL", "REMOVED", "Collapsed",
+           "collapse_keyed", "row_ids",
+                      "collapse_full", "in_commit_order", "json_lines"]
 
 #: Column name prefixes and columns of the collapsed rows that are not the table's.
 MATCH_PREFIX = "_pgo_match_"
 SENT_PREFIX = "_pgo_sent_"
 DELETED = "_pgo_deleted"
 PARTIAL = "_pgo_partial"
+#: Of a removed row of a ``REPLICA IDENTITY FULL`` table: how many equal rows go.
+REMOVED = "_pgo_removed"
 
 
 @dataclass
@@ -233,7 +238,7 @@ def json_lines(table: pa.Table) -> pa.StringArray:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(body.tobytes()))
 
 
-def _row_ids(table: pa.Table) -> np.ndarray:
+def row_ids(table: pa.Table) -> np.ndarray:
     """One integer per row, equal for rows of equal values (compared as their JSON, so any
     column type, lists and maps included, compares)."""
     return _codes([json_lines(table)]) if table.num_rows else np.zeros(0, dtype=np.int64)
@@ -241,8 +246,9 @@ def _row_ids(table: pa.Table) -> np.ndarray:
 
 def collapse_full(table: pa.Table, columns: list[str]) -> pa.Table:
     """For a ``REPLICA IDENTITY FULL`` table: the distinct rows that the changes add (a
-    ``DELETED`` False row, repeated as many times as added) or remove (``DELETED`` True, once:
-    every equal row of the target matches it)."""
+    ``DELETED`` False row, repeated as many times as added) or remove (``DELETED`` True, once,
+    with ``REMOVED`` saying how many of the target's equal rows go: each change removes one
+    of identical duplicates)."""
     n = table.num_rows
     is_delete, is_update = _ops(table)
     before = table.column("_before")
@@ -269,7 +275,7 @@ def collapse_full(table: pa.Table, columns: list[str]) -> pa.Table:
     events = pa.concat_tables([pa.table(old_cols), pa.table(new_cols)])
     sign = np.concatenate([-np.ones(len(old_rows), dtype=np.int64),
                            np.ones(len(new_rows), dtype=np.int64)])
-    ids = _row_ids(events.select(columns))
+    ids = row_ids(events.select(columns))
     uniq, inverse = np.unique(ids, return_inverse=True)
     inverse = inverse.reshape(-1)
     net = np.zeros(len(uniq), dtype=np.int64)
@@ -285,4 +291,5 @@ def collapse_full(table: pa.Table, columns: list[str]) -> pa.Table:
     take = np.concatenate([removes, adds]).astype(np.int64)
     rows = events.take(pa.array(take, pa.int64()))
     deleted = np.concatenate([np.ones(len(removes), dtype=bool), np.zeros(len(adds), dtype=bool)])
-    return rows.append_column(DELETED, pa.array(deleted))
+    removed = np.concatenate([-net[net < 0], np.zeros(len(adds), dtype=np.int64)])
+    return rows.append_column(DELETED, pa.array(deleted)).append_column(REMOVED, pa.array(removed))

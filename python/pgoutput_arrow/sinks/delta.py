@@ -16,6 +16,7 @@ commits (the live source's ``groups()`` and a decoder's flushes are).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,11 +29,13 @@ import pyarrow.compute as pc
 from .._internal import META_COLUMNS, lsn_to_str
 from ..decoding import conform, unify_schemas
 from ..exceptions import PgoutputError
-from .collapse import (DELETED, MATCH_PREFIX, PARTIAL, SENT_PREFIX, collapse_full,
-                       collapse_keyed, in_commit_order, json_lines)
+from .collapse import (DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, collapse_full,
+                       collapse_keyed, in_commit_order, json_lines, row_ids)
 from .delta_schema import cast_column, conformed, delta_storable, delta_type_name, widened
 
 __all__ = ["DeltaSink", "DeltaSinkError", "CHANGE_LOG_DIR"]
+
+log = logging.getLogger(__name__)
 
 #: Where the change logs go, under the sink's root.
 CHANGE_LOG_DIR = "_changes"
@@ -141,8 +144,11 @@ class DeltaSink:
     ``root`` (a path or a URI deltalake takes, with ``storage_options``).
 
     ``app_id`` names the source in the tables' ``txn`` (the CLI uses the slot's name): two
-    sinks of different sources writing the same tables need different ones. Tables without a
-    replica identity key are refused unless ``append_only`` (their inserts are appended).
+    sinks of different sources writing the same tables need different ones. A table without a
+    replica identity key (PostgreSQL publishes only its inserts and truncates) is kept by
+    appending its inserts, said once in a log line; an update or delete of it (possible only
+    when its changes predate a change of its replica identity) is an error, unless
+    ``append_only``, which keeps the inserts alone.
     ``replica=False`` keeps only change logs. A column dropped in PostgreSQL stays in the
     replica (null in rows changed since) unless ``drop_columns``.
 
@@ -182,6 +188,8 @@ class DeltaSink:
         self._bytes = 0
         self._since: float | None = None
         self._targets: dict[str, _Target] = {}
+        # Tables kept by appending their inserts (no replica identity key), said once each.
+        self._appended: set[str] = set()
         #: Delta commits made, and change rows applied (after skipping what tables held).
         self.commits = 0
         self.rows_written = 0
@@ -326,18 +334,31 @@ class DeltaSink:
                 self._merge_full(target, collapsed, columns, schema, version)
             else:
                 self._merge_keyed(target, collapsed, keys, partial, schema, version)
-        elif self.append_only:
+        else:
+            # No key (REPLICA IDENTITY DEFAULT without a primary key, or NOTHING): PostgreSQL
+            # refuses UPDATE and DELETE on such a table while a publication publishes them, so
+            # only inserts (and TRUNCATE) arrive, and the replica is their rows.
             ops = rows.column("_op")
+            moved = rows.filter(pc.is_in(ops, pa.array(["update", "delete"])))
+            if moved.num_rows and not self.append_only:
+                first = moved.slice(0, 1).to_pylist()[0]
+                raise DeltaSinkError(
+                    f"{name} has no replica identity key (REPLICA IDENTITY {identity.upper()}) "
+                    f"but its changes hold {moved.num_rows} updates or deletes (the first a "
+                    f"{first['_op']} committed at {lsn_to_str(first['_commit_lsn'])}), which "
+                    "cannot be matched to rows of the Delta table: give the table a primary key "
+                    "or REPLICA IDENTITY FULL / USING INDEX, or keep only its inserts "
+                    "(--append-only, DeltaSink(append_only=True))")
+            if name not in self._appended:
+                self._appended.add(name)
+                log.warning("%s has no replica identity key (REPLICA IDENTITY %s): its inserts "
+                            "are appended to %s%s", name, identity.upper(), target.uri,
+                            " (its updates and deletes are dropped: --append-only)"
+                            if self.append_only else "")
             inserts = rows.filter(pc.is_in(ops, pa.array(["insert", "snapshot"])))
             data = inserts.select(columns + _REPLICA_META)
             schema = target.evolve(data.schema, self.drop_columns)
             self._write(target, data, schema, "overwrite" if overwrite else "append", version)
-        else:
-            raise DeltaSinkError(
-                f"{name} has no replica identity key (REPLICA IDENTITY {identity.upper()}): "
-                "its updates and deletes cannot be matched to rows of the Delta table. Give it "
-                "a primary key or REPLICA IDENTITY FULL / USING INDEX, or keep it append-only "
-                "(--append-only, DeltaSink(append_only=True))")
 
     def _write(self, target: _Target, rows: pa.Table, schema: pa.Schema, mode: str,
                version: int) -> None:
@@ -381,7 +402,23 @@ class DeltaSink:
 
     def _merge_full(self, target: _Target, rows: pa.Table, columns: list[str], schema: pa.Schema,
                     version: int) -> None:
-        source = conformed(rows, schema).append_column(DELETED, rows.column(DELETED))
+        source = conformed(rows, schema)
+        removals = rows.filter(rows.column(DELETED))
+        if removals.num_rows:
+            # PostgreSQL removes one of identical rows per change; the MERGE below removes
+            # every equal row, so the ones that stay are added back (with their own _special
+            # and commit position).
+            kept = self._kept_duplicates(target, source.filter(rows.column(DELETED)),
+                                         removals.column(REMOVED), columns, schema)
+            if kept.num_rows:
+                flags = pa.concat_arrays([rows.column(DELETED).combine_chunks(),
+                                          pa.array([False] * kept.num_rows)])
+                source = pa.concat_tables([source, kept])
+                source = source.append_column(DELETED, flags)
+            else:
+                source = source.append_column(DELETED, rows.column(DELETED))
+        else:
+            source = source.append_column(DELETED, rows.column(DELETED))
         s = {c: f"s.{_quote(c)}" for c in source.column_names}
         # A removed row matches every equal row of the table (the old row is all PostgreSQL
         # identifies it by); an added one never matches.
@@ -394,6 +431,46 @@ class DeltaSink:
                                   predicate=f"NOT {s[DELETED]}")
          .execute())
         target.refreshed()
+
+    @staticmethod
+    def _kept_duplicates(target: _Target, removed: pa.Table, counts: pa.ChunkedArray,
+                         columns: list[str], schema: pa.Schema) -> pa.Table:
+        """The rows of the replica equal to a removed row that stay: of ``n`` equal rows of
+        which a commit removes ``r``, ``n - r`` (read from the replica, narrowed by the
+        removed rows' values of its plain columns, then compared whole)."""
+        import pyarrow.dataset as ds
+
+        if target.table is None:
+            return schema.empty_table()
+        narrow = None
+        for c in columns:
+            t = schema.field(c).type
+            if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_boolean(t)
+                    or pa.types.is_date(t) or pa.types.is_timestamp(t)
+                    or pa.types.is_decimal(t)):
+                continue
+            values = removed.column(c).combine_chunks()
+            test = ds.field(c).isin(values.drop_null())
+            if values.null_count:
+                test = test | ds.field(c).is_null()
+            narrow = test if narrow is None else narrow & test
+        held = target.table.to_pyarrow_dataset().to_table(filter=narrow)
+        held = conformed(held, schema)
+        if not held.num_rows:
+            return schema.empty_table()
+        ids = row_ids(pa.concat_tables([removed.select(columns), held.select(columns)]))
+        removed_ids, held_ids = ids[:removed.num_rows], ids[removed.num_rows:]
+        to_remove = dict(zip(removed_ids.tolist(), counts.to_pylist()))
+        seen: dict[int, int] = {}
+        keep = []
+        for i, rid in enumerate(held_ids.tolist()):
+            r = to_remove.get(rid)
+            if r is None:
+                continue
+            seen[rid] = seen.get(rid, 0) + 1
+            if seen[rid] > r:  # the first r equal rows go, the others stay
+                keep.append(i)
+        return held.take(pa.array(keep, pa.int64()))
 
     def _append_log(self, target: _Target, rows: pa.Table | None,
                     truncs: list[tuple[int, int, int]], version: int) -> None:
