@@ -311,7 +311,8 @@ def main() -> None:
     w("")
     met = [n for n, t in targets.items() if t.ok]
     missed = [n for n, t in targets.items() if t.ok is False]
-    w(f"This run meets {len(met)} of the {len(targets)} targets"
+    measured = [t for t in targets.values() if t.ok is not None]
+    w(f"This run meets {len(met)} of the {len(measured)} targets it measured"
       + (f" and misses {len(missed)}: " + "; ".join(
           f"{n} ({targets[n].text(targets[n].measured)})" for n in missed) if missed else "")
       + ".")

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from delta_workload import (check_change_log, check_replicas, drain, dump_delta, setup,
                             workload_round)
 from pg_harness import PgServer, bin_dir_for
+from threads import CheckedThread
 
 
 def _commits(out: Path) -> int:
@@ -66,7 +67,7 @@ def main() -> int:
         pgbench = subprocess.Popen(
             [str(bin_dir_for(args.pg) / "pgbench"), "-n", "-c", "2", "-R", "500", "-T", "3600", "-f",
              str(script), pg.dsn], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        worker = threading.Thread(target=workload)
+        worker = CheckedThread(target=workload)
         t0 = time.monotonic()
         worker.start()
         kills = 0

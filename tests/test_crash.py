@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,7 +27,9 @@ import pytest
 
 import pgoutput_arrow
 from pg_harness import PgServer
-from test_live import DUMP, alive, caught_up_lsn, slot_state, wait_until
+from test_live import DUMP, alive, caught_up_lsn, free_closed_port, slot_state, wait_until
+from threads import CheckedThread
+from test_operations import scrape
 
 #: Rows of the large transactions: well beyond 64kB of changes, so they are streamed.
 BIG = 1500
@@ -79,13 +80,22 @@ class CrashScenario:
         self.aborted += small + big
         return conns
 
+    def open_on_server(self, conns: list[Any]) -> None:
+        """The left-open transactions are open on the server, holding xids (so the crash
+        aborts them in flight)."""
+        pids = [c.get_backend_pid() for c in conns]
+        rows = self.server.query("SELECT pid, state, backend_xid IS NOT NULL FROM pg_stat_activity "
+                                 "WHERE pid = ANY(%s)", (pids,))
+        assert sorted(rows) == sorted((p, "idle in transaction", True) for p in pids), rows
+
     def run(self, crashes: list[str], consumer_alive: Any) -> None:
         for how in crashes:
             self.committed()
             conns = self.open_transactions()
             self.committed()  # committed while the others are open
             time.sleep(0.7)  # the walsender streams the open large transaction meanwhile
-            consumer_alive()
+            consumer_alive()  # checks that the consumer holds a transaction in flight
+            self.open_on_server(conns)
             self.server.crash(how)
             for c in conns:
                 try:
@@ -136,7 +146,7 @@ def crash_under_stream(server: PgServer, crashes: list[str]) -> None:
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    consumer = threading.Thread(target=consume)
+    consumer = CheckedThread(target=consume)
     consumer.start()
 
     def consumer_alive() -> None:
@@ -197,15 +207,29 @@ def crash_under_cli(server: PgServer, crashes: list[str], fmt: str, tmp_path: Pa
     args = ["--output", str(out)] if fmt in ("parquet", "arrow", "delta") else []
     if fmt == "delta":
         args.append("--change-log")  # every change, besides the replica
+    port = free_closed_port()
     with open(stdout, "w") as f:
         proc = subprocess.Popen(
             [*DUMP, "--dsn", server.dsn, "--slot", "s", "--publication", "p", "--format", fmt,
              *args, "--commit-interval", "0.2", "--status-interval", "0.5",
-             "--reconnect-attempts", "40"],
+             "--reconnect-attempts", "40", "--metrics-port", str(port)],
             stdout=f, stderr=subprocess.PIPE, text=True)
+
+    def in_flight() -> float:
+        try:
+            return scrape(port).get('pgoutput_transactions_in_flight{slot="s"}', 0.0)
+        except OSError:
+            return 0.0
+
+    def consumer_alive() -> None:
+        # The open large transaction reached the CLI in progress (streamed), as its
+        # metrics endpoint says.
+        wait_until(lambda: alive(proc) and in_flight() >= 1, 10,
+                   lambda: f"a transaction in flight at pgoutput-dump: {in_flight()}")
+
     try:
         wait_until(lambda: alive(proc) and slot_state(server, "s")[1] is not None, 30, "stream")
-        scenario.run(crashes, lambda: alive(proc))
+        scenario.run(crashes, consumer_alive)
         end = caught_up_lsn(server)
         wait_until(lambda: alive(proc) and (slot_state(server, "s")[0] or 0) >= end, 60,
                    lambda: f"the consumer to catch up to {end}: {slot_state(server, 's')}")

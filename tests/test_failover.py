@@ -23,6 +23,7 @@ import pgoutput_arrow
 
 from pg_harness import PgServer, lsn_to_int
 from test_live import DUMP, alive, caught_up_lsn, read_output, slot_state, wait_until
+from threads import CheckedThread
 
 
 def synced_slot(standby: PgServer, slot: str) -> tuple[bool, int]:
@@ -86,7 +87,7 @@ class StreamConsumer:
         self.stream = pgoutput_arrow.stream(
             dsn, slot="s", publication="p", create_slot=True, failover=True, status_interval=0.3,
             reconnect_attempts=60, reconnect_timeout=120, stop_after=200)
-        self.thread = threading.Thread(target=self._consume)
+        self.thread = CheckedThread(target=self._consume)
         self.thread.start()
 
     def _consume(self) -> None:
@@ -180,7 +181,7 @@ def test_failover_slot_resumes_on_the_promoted_standby(
                 if conn is not None:
                     conn.close()
 
-        worker = threading.Thread(target=workload)
+        worker = CheckedThread(target=workload)
         worker.start()
         assert written.wait(timeout=120)
         # The slot is synchronized (persistent on the standby) and has moved with the stream.

@@ -30,6 +30,7 @@ import pgoutput_arrow
 from pgoutput_arrow import exceptions as exc
 from pgoutput_arrow.live import LiveStream, lsn_to_str, parse_lsn
 from pg_harness import PgServer, PgServerError, lsn_to_int
+from threads import CheckedThread
 
 DUMP = [sys.executable, "-m", "pgoutput_arrow.cli"]
 
@@ -246,7 +247,7 @@ def test_cli_killed_with_sigkill_resumes_exactly_once(pg: PgServer, unique_name:
     # Start once so that the slot exists before the workload: every change is in it.
     first = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     wait_slot_active(pg, slot, first)
-    worker = threading.Thread(target=workload)
+    worker = CheckedThread(target=workload)
     worker.start()
     # New kill points every run; the seed is printed (shown when the test fails) and
     # PGOUTPUT_KILL_SEED replays a run.
@@ -400,7 +401,7 @@ def test_cli_killed_during_schema_changes_loses_nothing(pg18: PgServer, unique_n
 
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     wait_slot_active(pg, slot, proc)
-    worker = threading.Thread(target=workload)
+    worker = CheckedThread(target=workload)
     worker.start()
     seed = int(os.environ.get("PGOUTPUT_KILL_SEED", time.time_ns() % 2**32))
     print(f"kill points: PGOUTPUT_KILL_SEED={seed}")
@@ -472,7 +473,7 @@ def test_server_restart_mid_stream_is_survived(pg: PgServer, unique_name: str) -
                 done.set()
 
         got: list[int] = []
-        worker = threading.Thread(target=workload)
+        worker = CheckedThread(target=workload)
         with pgoutput_arrow.stream(server.dsn, slot="s", publication="p", stop_after=150,
                                    reconnect_initial_delay=0.2, reconnect_attempts=30) as s:
 
@@ -480,7 +481,7 @@ def test_server_restart_mid_stream_is_survived(pg: PgServer, unique_name: str) -
                 done.wait(timeout=140)
                 s.stop_at_lsn = caught_up_lsn(server)
 
-            stopper = threading.Thread(target=stop_when_done)
+            stopper = CheckedThread(target=stop_when_done)
             worker.start()
             stopper.start()
             try:
@@ -625,7 +626,7 @@ def test_idle_slot_advances_while_only_unpublished_tables_change(pg: PgServer,
     items: list[Any] = []
     s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name,
                               status_interval=0.5, stop_after=60)
-    runner = threading.Thread(target=lambda: items.extend(s))
+    runner = CheckedThread(target=lambda: items.extend(s))
     s.open()
     runner.start()
     try:
@@ -966,7 +967,7 @@ def test_two_phase_prepared_transaction_survives_a_consumer_restart(
 
     s = pgoutput_arrow.stream(pg.dsn, create_slot=True, **opts)
     s.open()
-    runner = threading.Thread(target=consume, args=(s,))
+    runner = CheckedThread(target=consume, args=(s,))
     runner.start()
     pg.execute(f"BEGIN; INSERT INTO {t} VALUES (1); PREPARE TRANSACTION '{unique_name}'")
     after_prepare = pg.current_wal_lsn()
@@ -990,7 +991,7 @@ def test_two_phase_prepared_transaction_survives_a_consumer_restart(
     # A new consumer (as after a crash) gets the prepared changes again, then the commit.
     s = pgoutput_arrow.stream(pg.dsn, **opts)
     s.open()
-    runner = threading.Thread(target=consume, args=(s,))
+    runner = CheckedThread(target=consume, args=(s,))
     runner.start()
     try:
         pg.execute(f"COMMIT PREPARED '{unique_name}'")
@@ -1030,7 +1031,7 @@ def test_publication_created_by_another_client_meanwhile(pg: PgServer, unique_na
             except BaseException as e:  # noqa: BLE001  (reported below)
                 opened.append(e)
 
-        thread = threading.Thread(target=start)
+        thread = CheckedThread(target=start)
         thread.start()
         # The stream's CREATE PUBLICATION is waiting for this transaction's.
         deadline = time.monotonic() + 20

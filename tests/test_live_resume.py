@@ -5,7 +5,6 @@ and 15 (the ``pg`` fixture)."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 import time
 
@@ -16,6 +15,7 @@ import pgoutput_arrow
 from pgoutput_arrow import exceptions as exc
 from pgoutput_arrow._internal import TxnTracker
 from pg_harness import PgServer
+from threads import CheckedThread
 
 
 def test_rows_handled_before_a_resume_are_dropped_from_view_columns(
@@ -71,7 +71,7 @@ def test_a_slot_dropped_while_streaming_is_an_error_not_a_new_slot(
             errors.append(e)
 
     s.open()
-    runner = threading.Thread(target=consume)
+    runner = CheckedThread(target=consume)
     runner.start()
     try:
         pg.execute(f"INSERT INTO {t} VALUES (1)")

@@ -8,7 +8,6 @@ import json
 import re
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -20,6 +19,7 @@ from pgoutput_arrow import exceptions as exc
 from pgoutput_arrow.live import HEARTBEAT_PREFIX
 from pg_harness import PgServer, lsn_to_int
 from test_live import DUMP, alive, dump, free_closed_port, slot_state, wait_until
+from threads import CheckedThread
 
 
 def invalidate_slots(server: PgServer) -> None:
@@ -197,7 +197,7 @@ def test_metrics_endpoint_lag_matches_pg_replication_slots(pg18: PgServer, uniqu
                 if len(groups) == 1:
                     s.ack(ack)
 
-        consumer = threading.Thread(target=consume)
+        consumer = CheckedThread(target=consume)
         consumer.start()
         pg18.execute(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, 100) g")
         wait_until(lambda: groups, 10, "the first transaction")

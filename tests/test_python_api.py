@@ -17,6 +17,7 @@ import pgoutput_arrow
 from pgoutput_arrow import _internal
 from dump_workload import LONG, Workload, capture_workload, comparable
 from pg_harness import PgServer, int_to_lsn
+from threads import CheckedThread
 
 
 @pytest.fixture(scope="module")
@@ -314,7 +315,7 @@ def test_gil_is_released_while_decoding(workload: Workload) -> None:
         seen.append(decoding)  # needs the GIL: True only if it ran inside the native call
 
     native = pgoutput_arrow.Decoder()._native
-    thread = threading.Thread(target=observe)
+    thread = CheckedThread(target=observe)
     thread.start()
     interval = sys.getswitchinterval()
     sys.setswitchinterval(300.0)

@@ -20,6 +20,7 @@ import pytest
 
 import pgoutput_arrow
 from pg_harness import PgServer
+from threads import CheckedThread
 from replay import data_columns, replay, server_rows, compare_state
 
 HISTORY_SQL = [
@@ -338,8 +339,7 @@ def test_live_stream_unifies_across_a_reconnect(pg18: PgServer) -> None:
     """Column ids are one decoder's own: after the walsender is killed and the stream
     reconnects with a new decoder, its batches still land in the columns they belong to (a
     value of a column added before the reconnect was lost, its column split in two)."""
-    import threading
-    import time
+        import time
 
     pg18.execute("CREATE TABLE reconn (id int PRIMARY KEY, a int, b int)")
     pg18.execute("CREATE PUBLICATION reconn FOR TABLE reconn")
@@ -361,7 +361,7 @@ def test_live_stream_unifies_across_a_reconnect(pg18: PgServer) -> None:
             time.sleep(0.05)
 
     s.open()
-    runner = threading.Thread(target=consume)
+    runner = CheckedThread(target=consume)
     runner.start()
     try:
         pg18.execute("INSERT INTO reconn VALUES (1, 10, 100)")

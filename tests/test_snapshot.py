@@ -11,7 +11,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import types
 from pathlib import Path
@@ -27,6 +26,7 @@ from pgoutput_arrow import _internal
 from pgoutput_arrow.exceptions import CopyDataError, ReplicationError
 from pgoutput_arrow.live import LiveStream
 from pg_harness import PgServer
+from threads import CheckedThread
 from replay import compare_state, replay, server_rows
 
 DUMP = [sys.executable, "-m", "pgoutput_arrow.cli"]
@@ -124,7 +124,7 @@ def test_snapshot_then_changes_equal_the_final_select(pg: PgServer, unique_name:
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    writes = threading.Thread(target=writer)
+    writes = CheckedThread(target=writer)
     s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name, snapshot=True,
                               snapshot_connections=2, snapshot_chunk_bytes=8 * 8192, binary=binary,
                               on_snapshot=on_snapshot, idle_timeout=3.0)
@@ -329,10 +329,13 @@ def run_dump_with_kills(pg: PgServer, p: str, out: Path, kills: int, seed: int,
            "--format", "parquet", "--output", str(out), "--commit-interval", "0.2"]
     rng = random.Random(seed)
     messages = []
+    writers = []
     for k in range(kills):
         started = time.time()
         proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=write_during_snapshot, args=(pg, tables, rows, k + 1), daemon=True).start()
+        writers.append(CheckedThread(target=write_during_snapshot, args=(pg, tables, rows, k + 1),
+                                     daemon=True))
+        writers[-1].start()
         if k < snapshot_kills:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and proc.poll() is None and not wrote_snapshot_files(out, started):
@@ -347,7 +350,8 @@ def run_dump_with_kills(pg: PgServer, p: str, out: Path, kills: int, seed: int,
         while pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (p,)):
             assert time.monotonic() < deadline
             time.sleep(0.1)
-    time.sleep(1.0)  # the last writes (a TRUNCATE waits for the snapshot's locks) are committed
+    for w in writers:  # the writes (a TRUNCATE waits for the snapshot's locks) are committed
+        w.join(timeout=60)
     proc = subprocess.run([*cmd, "--idle-timeout", "3"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return tables, "".join(messages) + proc.stderr

@@ -26,6 +26,7 @@ from pgoutput_arrow import spark as sp  # noqa: E402  (the built package, native
 from pgoutput_arrow.spark._common import spark_schema as spark_schema_of  # noqa: E402
 
 from spark_workload import run_workload  # noqa: E402
+from threads import CheckedThread
 
 
 @pytest.fixture(scope="session")
@@ -1034,7 +1035,7 @@ def test_stream_restart_from_checkpoint_exactly_once(spark: Any, pg18: Any, uniq
         wconn.close()
 
     q = start({"processingTime": "0.5 seconds"}, 30)
-    w = threading.Thread(target=writer)
+    w = CheckedThread(target=writer)
     w.start()
     deadline = time.monotonic() + 180
     while sum(1 for p in q.recentProgress if p["numInputRows"] > 0) < 3 or w.is_alive():
