@@ -438,24 +438,24 @@ class DeltaSink:
         """The rows of the replica equal to a removed row that stay: of ``n`` equal rows of
         which a commit removes ``r``, ``n - r`` (read from the replica, narrowed by the
         removed rows' values of its plain columns, then compared whole)."""
-        import pyarrow.dataset as ds
-
         if target.table is None:
             return schema.empty_table()
-        narrow = None
+        # Read whole, then narrowed in memory: delta-rs' files may hold view types that a
+        # dataset filter cannot compare with the table's schema types.
+        held = conformed(target.table.to_pyarrow_dataset().to_table(), schema)
+        keep_rows = None
         for c in columns:
             t = schema.field(c).type
             if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_boolean(t)
-                    or pa.types.is_date(t) or pa.types.is_timestamp(t)
-                    or pa.types.is_decimal(t)):
+                    or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_decimal(t)):
                 continue
             values = removed.column(c).combine_chunks()
-            test = ds.field(c).isin(values.drop_null())
+            test = pc.is_in(held.column(c), value_set=values.drop_null())
             if values.null_count:
-                test = test | ds.field(c).is_null()
-            narrow = test if narrow is None else narrow & test
-        held = target.table.to_pyarrow_dataset().to_table(filter=narrow)
-        held = conformed(held, schema)
+                test = pc.or_(test, pc.is_null(held.column(c)))
+            keep_rows = test if keep_rows is None else pc.and_(keep_rows, test)
+        if keep_rows is not None:
+            held = held.filter(keep_rows)
         if not held.num_rows:
             return schema.empty_table()
         ids = row_ids(pa.concat_tables([removed.select(columns), held.select(columns)]))

@@ -1,0 +1,298 @@
+"""The restart matrix: ``pgoutput-dump --dsn ... --create-slot [--snapshot] --format F --output
+DIR`` stopped (SIGINT) or killed (kill -9) at each point of its life and started again with
+the same command line, as a supervisor (systemd, Kubernetes) restarts a job: during the
+snapshot, right after it, while changes stream, and during the shutdown that a SIGINT starts.
+At the end every output equals PostgreSQL's ``SELECT`` value by value, and holds every change
+once.
+
+Per cell (format × snapshot or not × which signal lands where) one sequence of runs of the
+same command, with tests/delta_workload.py's rounds (TOAST updates, key changes, identical
+rows of a ``REPLICA IDENTITY FULL`` table, a keyless append-only table, a TRUNCATE, added,
+dropped and retyped columns) committed in between and during the runs:
+
+1. (with ``--snapshot``) killed while the snapshot is written: the next run discards it
+   and its slot and takes it again;
+2. (with ``--snapshot``) stopped as soon as the snapshot is complete: the next run does not
+   take it again, and reuses the slot;
+3. killed while changes stream;
+4. stopped with SIGINT and, 0.1 s later, killed: during the shutdown;
+5. drained with ``--idle-timeout``.
+
+Checked: Delta replicas (deltalake and polars) and Parquet/Arrow files replayed against
+``SELECT`` (tests/replay.py); Delta change logs and files hold each change of the slot once;
+jsonl (stdout appended over the runs) holds every change, a change printed before a kill
+and not yet acknowledged printed again after it (stdout cannot be written and acknowledged
+atomically: a consumer drops a line whose ``(commit_lsn, lsn)`` it has).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+
+import pgoutput_arrow
+from delta_workload import check_change_log, check_replicas, setup, workload_round
+from pg_harness import PgServer
+from replay import compare_state, replay, server_rows
+from test_live import DUMP, slot_state, wait_until
+
+ROUNDS = 9
+#: Rows in the accounts table before the slot: the snapshot takes a few seconds.
+PREFILL = 30000
+KILL, STOP = signal.SIGKILL, signal.SIGINT
+
+
+class Runs:
+    """The one command, run again and again into one output."""
+
+    def __init__(self, pg: PgServer, p: str, fmt: str, snapshot: bool, tmp: Path) -> None:
+        self.pg, self.p, self.fmt, self.snapshot = pg, p, fmt, snapshot
+        self.out = tmp / "out"
+        self.stdout = tmp / "stdout.jsonl"
+        self.cmd = [*DUMP, "--dsn", pg.dsn, "--slot", p, "--create-slot", "--publication", p,
+                    "--format", fmt, "--commit-interval", "0.2", "--status-interval", "0.3"]
+        if fmt != "jsonl":
+            self.cmd += ["--output", str(self.out)]
+        if fmt == "delta":
+            self.cmd.append("--change-log")
+        if snapshot:
+            self.cmd += ["--snapshot", "--snapshot-connections", "1",
+                         "--snapshot-chunk-bytes", str(256 << 10)]
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr: list[str] = []
+
+    def start(self, *extra: str) -> None:
+        with open(self.stdout, "a") as f:
+            self.proc = subprocess.Popen([*self.cmd, *extra], stdout=f, stderr=subprocess.PIPE,
+                                         text=True)
+
+    def alive(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"pgoutput-dump exited {self.proc.returncode}: "
+                                 f"{self.proc.stderr.read() if self.proc.stderr else ''}")
+        return True
+
+    def signal(self, sig: int, then_kill_after: float | None = None) -> None:
+        """Sends ``sig`` (and kill -9 ``then_kill_after`` seconds later, if still running);
+        waits for the end, and for the server to see the slot inactive."""
+        proc = self.proc
+        assert proc is not None
+        proc.send_signal(sig)
+        if then_kill_after is not None:
+            try:
+                proc.wait(timeout=then_kill_after)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(KILL)
+        code = proc.wait(timeout=60)
+        err = proc.stderr.read() if proc.stderr else ""
+        self.stderr.append(err)
+        if sig == STOP and then_kill_after is None:
+            assert code == 0, f"stopped with SIGINT: exit {code}: {err}"
+        wait_until(lambda: not self.pg.query(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (self.p,)), 20,
+            "the slot to be released")
+
+    # -- where a run is
+
+    def snapshot_record(self) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads((self.out / "_snapshot.json").read_text()))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def snapshot_written(self) -> bool:
+        """Some of the snapshot is in the output (the run is in the middle of it)."""
+        if self.fmt == "delta":
+            return any(self.out.glob("*/_delta_log/*.json"))
+        return any(self.out.glob("*/snapshot-*"))
+
+    def snapshot_done(self) -> bool:
+        record = self.snapshot_record()
+        if record is None or record.get("lsn") is None:
+            return False
+        if self.fmt == "delta":
+            return bool(record.get("done"))
+        checkpoint = json.loads((self.out / "_checkpoint.json").read_text())["lsn"]
+        return pgoutput_arrow.lsn_to_int(checkpoint) >= pgoutput_arrow.lsn_to_int(record["lsn"])
+
+    def streaming(self) -> bool:
+        return self.alive() and slot_state(self.pg, self.p)[1] is not None
+
+
+def _sequence(runs: Runs, pg: PgServer, p: str, first: int, second: int, rng: random.Random) -> None:
+    """The runs of one cell; ``first`` and ``second`` are the signals of the kill points."""
+    rounds = iter(range(ROUNDS))
+
+    def workload(n: int) -> None:
+        for _ in range(n):
+            workload_round(pg, p, next(rounds), rng, ROUNDS)
+
+    if runs.snapshot:
+        # 1. During the snapshot.
+        runs.start()
+        wait_until(lambda: runs.alive() and runs.snapshot_written(), 60, "the snapshot to start")
+        time.sleep(rng.uniform(0.0, 0.2))
+        runs.signal(first)
+        assert first == STOP or not runs.snapshot_done(), "the snapshot ended before the kill"
+        # 2. Right after it: the next run neither takes it again nor refuses the slot.
+        runs.start()
+        wait_until(lambda: runs.alive() and runs.snapshot_done(), 120, "the snapshot to end")
+        runs.signal(second)
+    else:
+        runs.start()
+        wait_until(runs.streaming, 60, "the stream to start")
+    # The audit slot sees the changes from here on, as the sink's slot does.
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{p}_audit",))
+    # 3. While changes stream.
+    if runs.snapshot:
+        runs.start()
+        wait_until(runs.streaming, 60, "the stream to start again")
+    workload(3)
+    time.sleep(rng.uniform(0.1, 1.0))
+    runs.signal(first)
+    # 4. During the shutdown.
+    runs.start()
+    wait_until(runs.streaming, 60, "the stream to start again")
+    workload(3)
+    time.sleep(rng.uniform(0.0, 0.5))
+    runs.signal(STOP, then_kill_after=0.1)
+    workload(ROUNDS - 6)
+    # 5. To the end.
+    runs.start("--idle-timeout", "3")
+    assert runs.proc is not None
+    code = runs.proc.wait(timeout=300)
+    err = runs.proc.stderr.read() if runs.proc.stderr else ""
+    assert code == 0, err
+    runs.stderr.append(err)
+
+
+def _read_files(out: Path, fmt: str, name: str) -> pa.Table | None:
+    directory = out / name
+    if not directory.is_dir():
+        return None
+    tables = []
+    for f in sorted(directory.glob(f"*.{fmt}")):
+        tables.append(pq.read_table(f) if fmt == "parquet"
+                      else ipc.open_file(pa.OSFile(str(f))).read_all())
+    if not tables:
+        return None
+    from pgoutput_arrow._files import decoded
+    return decoded(pa.concat_tables(tables, promote_options="permissive"))
+
+
+def _check_files(pg: PgServer, p: str, out: Path, fmt: str) -> None:
+    """The files, replayed, equal SELECT value by value; no change is in two files."""
+    import types
+
+    keys = {f"public.{p}_toast": ["id"], f"public.{p}_acc": ["aid"], f"public.{p}_full": [],
+            f"public.{p}_hist": []}
+    tables = {}
+    for name in keys:
+        t = _read_files(out, fmt, name)
+        assert t is not None, f"no files for {name}"
+        tables[name] = t
+        changes = [(c, lsn, s) for c, lsn, s, op in zip(
+            t.column("_commit_lsn").to_pylist(), t.column("_lsn").to_pylist(),
+            t.column("_seq").to_pylist(), t.column("_op").to_pylist()) if op != "snapshot"]
+        twice = [k for k, n in Counter(changes).items() if n > 1]
+        assert not twice, f"{name}: changes written twice: {twice[:3]}"
+    trunc_dir = out / "_truncates"
+    truncs = [pq.read_table(f) if fmt == "parquet" else ipc.open_file(pa.OSFile(str(f))).read_all()
+              for f in sorted(trunc_dir.glob(f"*.{fmt}"))] if trunc_dir.is_dir() else []
+    truncates = pa.concat_tables(truncs) if truncs else pa.table({
+        "relations": pa.array([], pa.list_(pa.string())), "_commit_lsn": pa.array([], pa.int64()),
+        "_seq": pa.array([], pa.int64())})
+    states = replay(types.SimpleNamespace(tables=tables, truncates=truncates), keys)  # type: ignore[arg-type]
+    conn = pg.connect()
+    try:
+        for name, table in tables.items():
+            compare_state(states[name], server_rows(conn, name, table), name)
+    finally:
+        conn.close()
+
+
+def _check_jsonl(pg: PgServer, p: str, stdout: Path) -> None:
+    """Every change of the audit slot is in the output; a change printed twice was printed
+    again by the run after a kill (the same line)."""
+    lines = [json.loads(line) for line in stdout.read_text().splitlines() if line.strip()]
+    got = Counter((o["commit_lsn"], o["lsn"], o["op"], o["table"]) for o in lines
+                  if o["op"] in ("insert", "update", "delete"))
+    rows = pg.query("SELECT lsn::text, xid::text::bigint, data FROM "
+                    "pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+                    "'publication_names', %s)", (f"{p}_audit", p))
+    changes = pgoutput_arrow.decode([(lsn, bytes(d)) for lsn, _, d in rows])
+    want: Counter[tuple[str, str, str, str]] = Counter()
+    for name, t in changes.tables.items():
+        for c, lsn, op in zip(t.column("_commit_lsn").to_pylist(), t.column("_lsn").to_pylist(),
+                              t.column("_op").to_pylist()):
+            want[(pgoutput_arrow.lsn_to_str(c), pgoutput_arrow.lsn_to_str(lsn), op,
+                  name.split(".", 1)[1])] += 1
+    assert set(got) == set(want), (f"missing {list((want - got).elements())[:3]}, "
+                                   f"not in the slot {list(set(got) - set(want))[:3]}")
+
+
+# format, --snapshot, the signals of the first and second kill points
+CELLS = [
+    ("delta", True, KILL, STOP),
+    ("delta", True, STOP, KILL),
+    ("delta", False, KILL, KILL),
+    ("parquet", True, KILL, STOP),
+    ("parquet", False, STOP, KILL),
+    ("arrow", True, STOP, KILL),
+    ("jsonl", False, KILL, KILL),
+]
+
+
+def _ids(cell: tuple[str, bool, int, int]) -> str:
+    fmt, snap, a, b = cell
+    name = {KILL: "kill9", STOP: "sigint"}
+    return f"{fmt}-{'snapshot' if snap else 'nosnapshot'}-{name[a]}-{name[b]}"
+
+
+def _run_cell(pg: PgServer, unique_name: str, tmp_path: Path,
+              cell: tuple[str, bool, int, int]) -> None:
+    fmt, snapshot, first, second = cell
+    p = unique_name
+    setup(pg, p, None, prefill=PREFILL if snapshot else 0)
+    runs = Runs(pg, p, fmt, snapshot, tmp_path)
+    rng = random.Random(zlib.crc32(_ids(cell).encode()))
+    _sequence(runs, pg, p, first, second, rng)
+    said = "".join(runs.stderr)
+    if snapshot and first == KILL:
+        assert "was interrupted" in said and "starting it over" in said, said
+    if fmt == "delta":
+        check_replicas(pg, p, runs.out)
+        check_change_log(pg, p, p, runs.out)
+    elif fmt in ("parquet", "arrow"):
+        _check_files(pg, p, runs.out, fmt)
+    else:
+        _check_jsonl(pg, p, runs.stdout)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("cell", CELLS, ids=_ids)
+def test_same_command_resumes_after_each_stop_pg18(pg18: PgServer, unique_name: str,
+                                                   tmp_path: Path,
+                                                   cell: tuple[str, bool, int, int]) -> None:
+    _run_cell(pg18, unique_name, tmp_path, cell)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("cell", [CELLS[0], CELLS[3]], ids=_ids)
+def test_same_command_resumes_after_each_stop_pg15(pg15: PgServer, unique_name: str,
+                                                   tmp_path: Path,
+                                                   cell: tuple[str, bool, int, int]) -> None:
+    _run_cell(pg15, unique_name, tmp_path, cell)
