@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
@@ -193,6 +194,21 @@ def _read_files(out: Path, fmt: str, name: str) -> pa.Table | None:
     return decoded(pa.concat_tables(tables, promote_options="permissive"))
 
 
+def _with_specials(table: pa.Table) -> pa.Table:
+    """A column that holds a special value (``_special``: NaN in numeric(10,2)) as text, the
+    special value's text in place of its null, as PostgreSQL's ``::text`` gives it."""
+    specials = table.column("_special").to_pylist()
+    columns = {k for entry in specials if entry for k, _ in entry}
+    for c in sorted(columns):
+        texts = pc.cast(table.column(c), pa.string()).to_pylist()
+        merged = [dict(entry or []).get(c, text) for entry, text in zip(specials, texts)]
+        i = table.column_names.index(c)
+        field = table.schema.field(c)
+        table = table.set_column(i, pa.field(c, pa.string(), True, field.metadata),
+                                 pa.array(merged, pa.string()))
+    return table
+
+
 def _check_files(pg: PgServer, p: str, out: Path, fmt: str) -> None:
     """The files, replayed, equal SELECT value by value; no change is in two files."""
     import types
@@ -203,7 +219,7 @@ def _check_files(pg: PgServer, p: str, out: Path, fmt: str) -> None:
     for name in keys:
         t = _read_files(out, fmt, name)
         assert t is not None, f"no files for {name}"
-        tables[name] = t
+        t = tables[name] = _with_specials(t)
         changes = [(c, lsn, s) for c, lsn, s, op in zip(
             t.column("_commit_lsn").to_pylist(), t.column("_lsn").to_pylist(),
             t.column("_seq").to_pylist(), t.column("_op").to_pylist()) if op != "snapshot"]
