@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -72,7 +73,7 @@ def _sink_parts(out: Path, parts: list[list[tuple[int, int, bytes]]], **options:
             sink.commit()
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
+def _kill(proc: subprocess.Popen[Any]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
 
@@ -84,7 +85,15 @@ def test_live_into_delta_survives_kill_9(pg: PgServer, unique_name: str,
     setup(pg, p, slot)
     out = tmp_path / "lake"
     rng = random.Random(7)
-    proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.DEVNULL)
+    from test_live import wait_slot_active, wait_slot_inactive
+
+    def start() -> subprocess.Popen[str]:
+        # Streaming before the workload goes on (a loaded machine starts Python slowly).
+        proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.PIPE, text=True)
+        wait_slot_active(pg, slot, proc)
+        return proc
+
+    proc = start()
     kills = 0
     try:
         for r in range(ROUNDS):
@@ -93,7 +102,8 @@ def test_live_into_delta_survives_kill_9(pg: PgServer, unique_name: str,
                 time.sleep(rng.uniform(0.5, 2.5))  # within a commit, or between two
                 _kill(proc)
                 kills += 1
-                proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.DEVNULL)
+                wait_slot_inactive(pg, slot)
+                proc = start()
     finally:
         _kill(proc)
     assert kills == 2

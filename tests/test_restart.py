@@ -312,3 +312,106 @@ def test_same_command_resumes_after_each_stop_pg15(pg15: PgServer, unique_name: 
                                                    tmp_path: Path,
                                                    cell: tuple[str, bool, int, int]) -> None:
     _run_cell(pg15, unique_name, tmp_path, cell)
+
+
+def _read_only(directory: Path) -> Any:
+    """A context in which ``directory`` cannot be written: a read-only bind mount over it
+    (the tests run as root, which permissions do not stop), or mode 0555 for another user;
+    skips where neither is possible."""
+    import contextlib
+    import os
+
+    @contextlib.contextmanager
+    def ro() -> Any:
+        directory.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0:
+            directory.chmod(0o555)
+            try:
+                yield
+            finally:
+                directory.chmod(0o755)
+            return
+        mounted = subprocess.run(["mount", "--bind", str(directory), str(directory)],
+                                 capture_output=True, text=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot make a read-only bind mount here: {mounted.stderr.strip()}")
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], check=True)
+            yield
+        finally:
+            subprocess.run(["umount", str(directory)], check=True)
+    return ro()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "delta"])
+def test_an_output_that_cannot_be_written_fails_in_one_line_before_a_slot(
+        pg18: PgServer, unique_name: str, tmp_path: Path, fmt: str) -> None:
+    """A file, a path under a file, a read-only directory: exit 1 with one line naming the
+    path, and neither the slot nor the publication was created."""
+    pg, p = pg18, unique_name
+    pg.execute(f"CREATE TABLE {p} (id int PRIMARY KEY); INSERT INTO {p} VALUES (1)")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    read_only = tmp_path / "read_only"
+
+    def run(output: Path) -> None:
+        proc = subprocess.run(
+            [*DUMP, "--dsn", pg.dsn, "--slot", p, "--create-slot", "--snapshot",
+             "--create-publication", p, "--format", fmt, "--output", str(output)],
+            capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and str(output) in lines[0], proc.stderr
+        assert not pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (p,))
+        assert not pg.query("SELECT 1 FROM pg_publication WHERE pubname = %s", (p,))
+
+    run(a_file)
+    run(a_file / "under")
+    with _read_only(read_only):
+        run(read_only)
+        run(read_only / "new")
+
+
+def test_a_slot_created_by_a_run_that_fails_is_dropped(pg18: PgServer, unique_name: str,
+                                                      tmp_path: Path) -> None:
+    """--create-slot --snapshot --format delta whose lake becomes read-only during the
+    snapshot: the run fails in one line and drops the slot it created (it would hold WAL);
+    once the lake is writable again the same command takes the snapshot and streams."""
+    pg, p = pg18, unique_name
+    setup(pg, p, None, prefill=PREFILL)
+    runs = Runs(pg, p, "delta", True, tmp_path)
+    runs.out.mkdir()
+    runs.start()
+    wait_until(lambda: runs.alive() and runs.snapshot_written(), 60, "the snapshot to start")
+    with _read_only(runs.out):
+        assert runs.proc is not None
+        code = runs.proc.wait(timeout=60)
+        err = runs.proc.stderr.read() if runs.proc.stderr else ""
+    assert code == 1, err
+    assert "dropped replication slot" in err and "error:" in err, err
+    assert not pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (p,))
+    workload_round(pg, p, 0, random.Random(1), ROUNDS)  # the next snapshot takes these
+    runs.start("--idle-timeout", "3")
+    assert runs.proc is not None
+    code = runs.proc.wait(timeout=300)
+    assert code == 0, runs.proc.stderr.read() if runs.proc.stderr else ""
+    check_replicas(pg, p, runs.out)
+
+
+def test_jsonl_with_a_snapshot_and_an_existing_slot_says_so(pg18: PgServer, unique_name: str,
+                                                            tmp_path: Path) -> None:
+    """stdout keeps no record of whether the snapshot it printed was complete: a restart of
+    --create-slot --snapshot --format jsonl whose slot exists is refused in one line (drop
+    the slot to take the snapshot again, or leave --snapshot out to resume from the slot)."""
+    pg, p = pg18, unique_name
+    setup(pg, p, None, prefill=10)
+    runs = Runs(pg, p, "jsonl", True, tmp_path)
+    runs.start("--idle-timeout", "1")
+    assert runs.proc is not None and runs.proc.wait(timeout=120) == 0
+    runs.start()
+    assert runs.proc.wait(timeout=60) == 1
+    err = runs.proc.stderr.read() if runs.proc.stderr else ""
+    assert len(err.splitlines()) == 1 and "already exists" in err, err
+    runs.cmd.remove("--snapshot")
+    runs.start("--idle-timeout", "1")
+    assert runs.proc.wait(timeout=120) == 0
