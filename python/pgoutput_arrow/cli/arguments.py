@@ -187,14 +187,16 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
                    "PGPASSWORD/passfile, sslmode up to verify-full, sslrootcert, ...)")
     g.add_argument("--slot", metavar="NAME", help="the logical replication slot")
     g.add_argument("--create-slot", action="store_true",
-                   help="create the slot if it does not exist")
+                   help="create the slot if it does not exist (an existing one is reused: "
+                   "the same command resumes)")
     g.add_argument("--temporary", action="store_true",
                    help="with --create-slot: a temporary slot, dropped when the connection "
                    "ends (no resume after a disconnect)")
     g.add_argument("--snapshot", action="store_true",
                    help="with --create-slot: first every published table's rows as of the "
                    "slot's creation (_op 'snapshot'; with --output, snapshot-*.parquet files), "
-                   "then the changes from there")
+                   "then the changes from there; with --output, taken again only if the "
+                   "output holds no finished one")
     g.add_argument("--snapshot-connections", metavar="N", type=int, default=4,
                    help="connections that read the snapshot in parallel (default 4)")
     g.add_argument("--snapshot-chunk-bytes", metavar="N", type=int, default=64 << 20,
@@ -242,8 +244,8 @@ def _add_delta_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--change-log-only", action="store_true",
                    help="only the change logs, no replicas")
     g.add_argument("--append-only", action="store_true",
-                   help="keep tables without a replica identity key by appending their "
-                   "inserts (refused otherwise)")
+                   help="tables without a replica identity key (appended by default: only "
+                   "their inserts arrive): drop an update or delete of one instead of stopping")
     g.add_argument("--drop-columns", action="store_true",
                    help="drop a column dropped in PostgreSQL from the replica (default: it "
                    "stays, null in rows changed since)")
