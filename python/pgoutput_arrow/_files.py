@@ -18,13 +18,14 @@ import base64
 import json
 import os
 from pathlib import Path
+from typing import TextIO
 
 import pyarrow as pa
 
 from .decoding import conform, unify_schemas
 
 __all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "fsync_dir",
-           "DATA_SUFFIXES"]
+           "writable_directory", "DATA_SUFFIXES"]
 
 DATA_SUFFIXES = (".parquet", ".arrow")
 
@@ -400,6 +401,26 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def writable_directory(root: Path) -> TextIO:
+    """Creates the output directory ``root`` if needed and takes its writer's lock
+    (``root/.lock``, held while the returned file is open): an ``OSError`` in one line when
+    the location cannot be written (a file, under a file, read-only, no permission) or
+    another pgoutput-dump writes there. Called before anything is created on a server."""
+    import fcntl
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / ".lock", "w")
+    except OSError as e:
+        raise OSError(f"cannot write --output {root}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise OSError(f"{root} is being written by another pgoutput-dump") from None
+    return lock
 
 
 def _maps_as(table: pa.Table, schema: pa.Schema) -> pa.Table:

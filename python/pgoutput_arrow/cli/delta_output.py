@@ -17,38 +17,19 @@ slot dropped) and taken again, as the Parquet output does (docs/delta.md).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import TextIO
 
-from .._files import fsync_dir
+from .._files import fsync_dir, writable_directory
 from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
-__all__ = ["DeltaOutput", "SNAPSHOT_RECORD", "writable_directory"]
+__all__ = ["DeltaOutput", "SNAPSHOT_RECORD"]
 
 #: The initial snapshot the lake holds or was taking (see the module's docstring).
 SNAPSHOT_RECORD = "_snapshot.json"
-
-
-def writable_directory(root: Path) -> TextIO:
-    """Creates ``root`` if needed and takes its writer's lock (``root/.lock``, held while the
-    returned file is open); an ``OSError`` in one line when the location cannot be written
-    (a file, under a file, read-only, no permission) or another writer holds it."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = open(root / ".lock", "w")
-    except OSError as e:
-        raise OSError(f"cannot write --output {root}: {e.strerror or e}") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise OSError(f"{root} is being written by another pgoutput-dump") from None
-    return lock
 
 
 def _delta_tables(root: Path) -> list[Path]:

@@ -22,7 +22,6 @@ the checkpoint.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -32,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._files import TableDirectory, fsync_dir, storable, write_atomically
+from .._files import TableDirectory, fsync_dir, storable, writable_directory, write_atomically
 from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
@@ -143,13 +142,8 @@ class LiveFileSink:
         self.fmt = fmt
         self.ext = "parquet" if fmt == "parquet" else "arrow"
         self.files: list[Path] = []
-        root.mkdir(parents=True, exist_ok=True)
         # One writer per directory: a second one would interleave groups.
-        self._lock = open(root / ".lock", "w")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OSError(f"{root} is being written by another pgoutput-dump") from None
+        self._lock = writable_directory(root)
         self.checkpoint = self._recover()
         self._snapshot_lsn: int | None = None
         self._snapshot_files = sum(1 for d in root.iterdir() if d.is_dir()
