@@ -258,6 +258,22 @@ def _check_jsonl(pg: PgServer, p: str, stdout: Path) -> None:
                   name.split(".", 1)[1])] += 1
     assert set(got) == set(want), (f"missing {list((want - got).elements())[:3]}, "
                                    f"not in the slot {list(set(got) - set(want))[:3]}")
+    # The accounts, replayed from the lines (a line printed again applies again: the same
+    # result), equal SELECT value by value (int8 is printed as a string).
+    acc: dict[int, tuple[str, str]] = {}
+    for o in lines:
+        if o["table"] != f"{p}_acc":
+            continue
+        if o["op"] == "truncate":
+            acc.clear()
+        elif o["op"] == "delete":
+            acc.pop(o["old"]["aid"], None)
+        elif o["op"] in ("insert", "update"):
+            if o["op"] == "update" and o["old"]:
+                acc.pop(o["old"]["aid"], None)
+            acc[o["new"]["aid"]] = (str(o["new"]["abalance"]), o["new"]["filler"])
+    server = {r[0]: (str(r[1]), r[2]) for r in pg.query(f"SELECT aid, abalance, filler FROM {p}_acc")}
+    assert acc == server
 
 
 # format, --snapshot, the signals of the first and second kill points
