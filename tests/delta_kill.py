@@ -8,7 +8,13 @@ balances from two clients at 500 transactions/s, all the while. ``pgoutput-dump 
 --change-log`` is killed with SIGKILL at random points (uniform over 1..5 s of its life:
 mid-commit, between commits, between a commit and its acknowledgement) and restarted.
 
+With ``--snapshot N`` the command is ``--create-slot --snapshot`` (the same command line
+every time, as a supervisor restarts it) over 50,000 accounts that exist before the slot:
+the first N runs are killed during the snapshot (each next run discards it and takes it
+again), one more right after the snapshot is complete, then the kills above.
+
     .venv/bin/python tests/delta_kill.py --kills 12 --pg 18 --seed 1
+    .venv/bin/python tests/delta_kill.py --kills 12 --snapshot 5
 """
 
 from __future__ import annotations
@@ -36,18 +42,67 @@ def _commits(out: Path) -> int:
     return sum(1 for _ in out.glob("**/_delta_log/*.json"))
 
 
+def _snapshot_kills(pg: PgServer, p: str, slot: str, out: Path, extra: list[str], n: int,
+                    rng: random.Random) -> None:
+    """``n`` runs killed during the snapshot, one right after it; then the audit slot."""
+    import json
+
+    def record() -> dict[str, object]:
+        try:
+            return dict(json.loads((out / "_snapshot.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def wrote_since(t: float) -> bool:  # a commit of this run (the last run's are discarded)
+        for f in out.glob("**/_delta_log/*.json"):
+            try:
+                if f.stat().st_mtime > t:
+                    return True
+            except FileNotFoundError:
+                continue
+        return False
+
+    for k in range(n + 1):
+        started, wall = time.monotonic(), time.time()
+        proc = subprocess.Popen(dump_delta(pg, p, slot, out, *extra), stderr=subprocess.PIPE,
+                                text=True)
+        while not (record().get("done") if k == n else wrote_since(wall)):
+            if proc.poll() is not None or time.monotonic() - started > 120:
+                raise AssertionError(f"run {k}: {proc.stderr.read() if proc.stderr else ''}")
+            time.sleep(0.01)
+        if k < n:
+            time.sleep(rng.uniform(0.0, 0.5))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        said = proc.stderr.read() if proc.stderr else ""
+        print(f"snapshot run {k} killed {'after' if k == n else 'during'} the snapshot; "
+              f"{said.strip()[:200]}", flush=True)
+        while pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (slot,)):
+            time.sleep(0.05)
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{slot}_audit",))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=12)
     ap.add_argument("--pg", type=int, default=18, choices=(18, 15))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--snapshot", metavar="N", type=int, default=None,
+                    help="--create-slot --snapshot, killed N times during the snapshot")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     p = slot = "dk"
+    extra = ([] if args.snapshot is None else
+             ["--create-slot", "--snapshot", "--snapshot-connections", "2",
+              "--snapshot-chunk-bytes", str(256 << 10)])
     with PgServer(version=args.pg) as pg, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "lake"
-        setup(pg, p, slot)
+        if args.snapshot is None:
+            setup(pg, p, slot)
+        else:
+            setup(pg, p, None, prefill=50000)
+            _snapshot_kills(pg, p, slot, out, extra, args.snapshot, rng)
         pg.execute(f"INSERT INTO {p}_acc SELECT g, 0, 'pgbench' FROM generate_series(100000, 101999) g")
         script = Path(tmp) / "bench.sql"
         script.write_text("\\set aid random(100000, 101999)\n\\set delta random(-5000, 5000)\n"
@@ -73,7 +128,8 @@ def main() -> int:
         kills = 0
         try:
             while kills < args.kills:
-                proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.DEVNULL)
+                proc = subprocess.Popen(dump_delta(pg, p, slot, out, *extra),
+                                        stderr=subprocess.DEVNULL)
                 time.sleep(rng.uniform(1.0, 5.0))
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
@@ -84,7 +140,7 @@ def main() -> int:
             pgbench.send_signal(signal.SIGINT)
             pgbench.wait()
             worker.join()
-        drain(pg, p, slot, out)
+        drain(pg, p, slot, out, *extra)
         counts = check_replicas(pg, p, out)
         changes = check_change_log(pg, p, slot, out)
         from deltalake import DeltaTable

@@ -218,9 +218,9 @@ def dump_delta(pg: PgServer, p: str, slot: str, out: Path, *extra: str) -> list[
             "--commit-interval", "0.2", *extra]
 
 
-def drain(pg: PgServer, p: str, slot: str, out: Path) -> None:
+def drain(pg: PgServer, p: str, slot: str, out: Path, *extra: str) -> None:
     """Streams the slot into ``out`` until it is idle for 3 seconds."""
-    proc = subprocess.run(dump_delta(pg, p, slot, out, "--idle-timeout", "3"),
+    proc = subprocess.run(dump_delta(pg, p, slot, out, *extra, "--idle-timeout", "3"),
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise AssertionError(f"pgoutput-dump exit {proc.returncode}: {proc.stderr}")
