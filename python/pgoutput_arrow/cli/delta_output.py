@@ -43,6 +43,9 @@ def _delta_tables(root: Path) -> list[Path]:
 
 
 class DeltaOutput:
+    #: What discard_snapshot() counts.
+    DISCARDS = "Delta tables"
+
     def __init__(self, args: argparse.Namespace, live: bool) -> None:
         from ..sinks import DeltaSink
 

@@ -137,6 +137,9 @@ class LiveFileSink:
     """Per-table Parquet or Arrow files, one per table and group, named by the commit LSNs of
     their first and last rows, plus the checkpoint that makes a group count."""
 
+    #: What discard_snapshot() counts.
+    DISCARDS = "files"
+
     def __init__(self, root: Path, fmt: str) -> None:
         self.root = root
         self.fmt = fmt

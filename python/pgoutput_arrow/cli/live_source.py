@@ -46,6 +46,8 @@ class ResumableOutput(Protocol):
     root: Path
     #: Nonzero when the output holds changes already.
     checkpoint: int
+    #: What :meth:`discard_snapshot` counts ("files", "Delta tables").
+    DISCARDS: str
 
     def snapshot_record(self) -> dict[str, object] | None: ...
 
@@ -122,9 +124,8 @@ class LiveSource:
                                        args.connect_timeout)
         removed = files.discard_snapshot()
         where = f" at {lsn_to_str(lsn)}" if isinstance(lsn, int) else ""
-        what = "files" if hasattr(files, "fmt") else "Delta tables"
         sys.stderr.write(f"pgoutput-dump: the snapshot of slot {slot}{where} was interrupted and its "
-                         f"exported snapshot ended with that process: starting it over ({removed} {what} "
+                         f"exported snapshot ended with that process: starting it over ({removed} {files.DISCARDS} "
                          f"deleted{', slot dropped' if dropped else ''})\n")
         return True
 
@@ -148,8 +149,12 @@ class LiveSource:
                     raise SlotInvalidated(invalidation_message(self.args.slot, "does not exist",
                                                                None))
             self.stream.__enter__()
-        except BaseException:
-            self._restore()
+        except BaseException as e:
+            try:
+                if isinstance(e, Exception):  # the stream closed itself: its slot may go
+                    self._drop_slot_of_failed_run()
+            finally:
+                self._restore()
             raise
         return self
 
