@@ -431,3 +431,29 @@ def test_jsonl_with_a_snapshot_and_an_existing_slot_says_so(pg18: PgServer, uniq
     runs.cmd.remove("--snapshot")
     runs.start("--idle-timeout", "1")
     assert runs.proc.wait(timeout=120) == 0
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_a_slot_gone_under_an_output_is_not_created_again(pg18: PgServer, unique_name: str,
+                                                         tmp_path: Path, fmt: str) -> None:
+    """The output holds changes and the slot was dropped: --create-slot would make a new slot
+    at the current WAL position and skip the changes in between; the run says so in one
+    line instead, and creates nothing."""
+    pg, p = pg18, unique_name
+    setup(pg, p, None)
+    runs = Runs(pg, p, fmt, False, tmp_path)
+    runs.start()
+    wait_until(runs.streaming, 60, "the stream to start")
+    workload_round(pg, p, 0, random.Random(0), ROUNDS)
+    end = pg.current_wal_lsn()
+    wait_until(lambda: (slot_state(pg, p)[0] or 0) >= end, 60, "the changes to be written")
+    runs.signal(STOP)
+    pg.execute("SELECT pg_drop_replication_slot(%s)", (p,))
+    workload_round(pg, p, 1, random.Random(1), ROUNDS)  # changes no slot keeps
+    runs.start()
+    assert runs.proc is not None
+    code = runs.proc.wait(timeout=60)
+    err = runs.proc.stderr.read() if runs.proc.stderr else ""
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert f'replication slot "{p}" does not exist' in err and "lost" in err, err
+    assert not pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (p,))
