@@ -402,23 +402,17 @@ class DeltaSink:
 
     def _merge_full(self, target: _Target, rows: pa.Table, columns: list[str], schema: pa.Schema,
                     version: int) -> None:
-        source = conformed(rows, schema)
+        source = conformed(rows, schema).append_column(DELETED, rows.column(DELETED))
         removals = rows.filter(rows.column(DELETED))
         if removals.num_rows:
             # PostgreSQL removes one of identical rows per change; the MERGE below removes
             # every equal row, so the ones that stay are added back (with their own _special
             # and commit position).
-            kept = self._kept_duplicates(target, source.filter(rows.column(DELETED)),
+            kept = self._kept_duplicates(target, conformed(removals, schema),
                                          removals.column(REMOVED), columns, schema)
             if kept.num_rows:
-                flags = pa.concat_arrays([rows.column(DELETED).combine_chunks(),
-                                          pa.array([False] * kept.num_rows)])
+                kept = kept.append_column(DELETED, pa.array([False] * kept.num_rows))
                 source = pa.concat_tables([source, kept])
-                source = source.append_column(DELETED, flags)
-            else:
-                source = source.append_column(DELETED, rows.column(DELETED))
-        else:
-            source = source.append_column(DELETED, rows.column(DELETED))
         s = {c: f"s.{_quote(c)}" for c in source.column_names}
         # A removed row matches every equal row of the table (the old row is all PostgreSQL
         # identifies it by); an added one never matches.
