@@ -100,7 +100,7 @@ golden: setup ## Regenerate tests/golden/captures from the SQL workloads on PG18
 	$(PY) tests/golden/capture.py
 	$(PY) tests/golden/kinds_coverage.py
 
-fuzz: ## Fuzz the parser (target parse), the Arrow decoder (target decode) and the COPY decoder (target copy) for FUZZ_SECONDS each, seeded from the golden captures; prints the executions
+fuzz: ## Fuzz the parser (target parse), the Arrow decoder (target decode) and the COPY decoder (target copy) for FUZZ_SECONDS each, seeded from the golden captures and (copy) real binary COPY output (fuzz/seeds/copy); prints the executions
 	@[ -f $(FUZZ_DIR)/Cargo.toml ] || { echo "error: no $(FUZZ_DIR)/Cargo.toml: there are no fuzz targets yet" >&2; exit 1; }
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 	@# cargo-fuzz needs nightly flags (-Zsanitizer); without a nightly toolchain, stable
