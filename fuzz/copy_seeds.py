@@ -5,7 +5,8 @@ the target can pick, under ``fuzz/seeds/copy/`` (committed: a few KB). Usage::
 
     .venv/bin/python fuzz/copy_seeds.py [--version 18]
 
-``fuzz/seed.py fuzz/corpus/copy`` puts each behind the target's two leading bytes (options
+A layout with the unknown type has a ``-text`` twin where that column holds text, for the
+target's options without binary values. ``fuzz/seed.py fuzz/corpus/copy`` puts each behind the target's two leading bytes (options
 and columns; where the data is cut). The layouts follow ``TYPES`` in
 ``fuzz_targets/copy.rs``: column ``i`` of layout ``(n, k)`` has type ``TYPES[(i + k) % 10]``.
 """
@@ -54,13 +55,20 @@ def main() -> int:
         cur = conn.cursor()
         for n, k in LAYOUTS:
             types = [TYPES[(i + k) % len(TYPES)] for i in range(n)]
-            rows = [", ".join(f"({VALUES[t][r]})::{t}" for t in types) for r in range(4)]
-            query = " UNION ALL ".join(f"SELECT {r}" for r in rows)
-            buf = io.BytesIO()
-            cur.copy_expert(f"COPY ({query}) TO STDOUT (FORMAT binary)", buf)
-            path = OUT / f"n{n}-k{k}.copy"
-            path.write_bytes(buf.getvalue())
-            print(f"{path.relative_to(ROOT)}: {len(buf.getvalue())} bytes, {', '.join(types)}")
+            # Without binary values the snapshot reads a type it cannot decode as its text
+            # (``::text``): the unknown type's column then holds text.
+            for suffix, unknown in (("", "bytea"), ("-text", "text")):
+                if suffix and "bytea" not in types:
+                    continue
+                rows = [", ".join(f"({VALUES[t][r]})::{t}" + ("::text" if t == "bytea" and suffix else "")
+                                  for t in types) for r in range(4)]
+                query = " UNION ALL ".join(f"SELECT {r}" for r in rows)
+                buf = io.BytesIO()
+                cur.copy_expert(f"COPY ({query}) TO STDOUT (FORMAT binary)", buf)
+                path = OUT / f"n{n}-k{k}{suffix}.copy"
+                path.write_bytes(buf.getvalue())
+                print(f"{path.relative_to(ROOT)}: {len(buf.getvalue())} bytes, "
+                      f"{', '.join(types).replace('bytea', unknown)}")
         conn.close()
     return 0
 

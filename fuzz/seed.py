@@ -55,7 +55,7 @@ def seed_decode(corpus: Path) -> int:
 
 
 COPY_SEEDS = ROOT / "fuzz" / "seeds" / "copy"
-COPY_LAYOUT = re.compile(r"^n(\d+)-k(\d+)\.copy$")
+COPY_LAYOUT = re.compile(r"^n(\d+)-k(\d+)(-text)?\.copy$")
 #: The number of types in copy.rs' TYPES.
 COPY_TYPES = 10
 
@@ -75,7 +75,12 @@ def seed_copy(corpus: Path) -> int:
         if m is None:
             continue
         data = path.read_bytes()
+        twin = path.with_name(path.name.replace(".copy", "-text.copy"))
+        if m.group(3):
+            continue  # the -text twin goes with the options without binary values
         for binary in (True, False):
+            if not binary and twin.exists():
+                data = twin.read_bytes()
             for cut in (255, 5, 25):
                 seed = bytes([copy_flags(int(m.group(1)), int(m.group(2)), binary), cut]) + data
                 name = hashlib.sha1(seed).hexdigest()
