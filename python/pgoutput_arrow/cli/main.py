@@ -3,6 +3,7 @@ what went wrong (``--debug`` for the traceback)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -39,6 +40,8 @@ def _one_line(e: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # The package's notices (a keyless table appended to Delta, ...) as our other lines.
+    logging.basicConfig(format=f"{PROG}: %(message)s", level=logging.WARNING)
     try:
         if is_slot_command(args):
             return run_slot_command(args, sys.stdout)
