@@ -69,8 +69,11 @@ class Runs:
         if fmt == "delta":
             self.cmd.append("--change-log")
         if snapshot:
+            # Chunks small enough that the snapshot spans many groups (a Delta group is a
+            # commit per table, slower than a file): a kill lands inside it.
+            chunk = (256 if fmt == "delta" else 32) << 10
             self.cmd += ["--snapshot", "--snapshot-connections", "1",
-                         "--snapshot-chunk-bytes", str(256 << 10)]
+                         "--snapshot-chunk-bytes", str(chunk)]
         self.proc: subprocess.Popen[str] | None = None
         self.stderr: list[str] = []
 
@@ -144,8 +147,9 @@ def _sequence(runs: Runs, pg: PgServer, p: str, first: int, second: int, rng: ra
     if runs.snapshot:
         # 1. During the snapshot.
         runs.start()
-        wait_until(lambda: runs.alive() and runs.snapshot_written(), 60, "the snapshot to start")
-        time.sleep(rng.uniform(0.0, 0.2))
+        wait_until(lambda: runs.alive() and runs.snapshot_written(), 60, "the snapshot to start",
+                   interval=0.01)
+        time.sleep(rng.uniform(0.0, 0.1))
         runs.signal(first)
         assert first == STOP or not runs.snapshot_done(), "the snapshot ended before the kill"
         # 2. Right after it: the next run neither takes it again nor refuses the slot.
