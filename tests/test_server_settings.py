@@ -43,7 +43,7 @@ GROUPS: dict[str, dict[str, str]] = {
     "postgres-dmy": {"DateStyle": "'Postgres, DMY'", "IntervalStyle": "sql_standard",
                      "TimeZone": "'America/New_York'", "extra_float_digits": "1"},
     "postgres-mdy": {"DateStyle": "'Postgres, MDY'", "IntervalStyle": "postgres",
-                     "TimeZone": "'Europe/Amsterdam'", "bytea_output": "escape"},
+                     "TimeZone": "'Europe/Paris'", "bytea_output": "escape"},
     "iso-ymd": {"DateStyle": "'ISO, YMD'", "IntervalStyle": "iso_8601",
                 "TimeZone": "'Pacific/Chatham'", "extra_float_digits": "0"},
 }
@@ -358,3 +358,28 @@ def test_every_path_gives_postgresql_values(pg: PgServer, group: str, unique_nam
         assert compared > 400, compared
     finally:
         pg.configure(RESET)
+
+
+def test_output_settings_join_the_dsn_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned settings come after the DSN's own options (so they win for their names and
+    the others stay), after PGOPTIONS when the DSN has none, in keyword DSNs and URIs."""
+    import psycopg2.extensions
+
+    from pgoutput_arrow._pg import OUTPUT_SETTINGS, with_output_settings
+
+    ours = [f"-c {k}={v}" for k, v in OUTPUT_SETTINGS.items()]
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    for dsn, theirs in [
+        ("host=h dbname=d options='-c lock_timeout=5s -c DateStyle=German'",
+         "-c lock_timeout=5s -c DateStyle=German"),
+        ("postgresql://u@h:5433/d?options=-c%20search_path%3Dapp", "-c search_path=app"),
+        ("host=h", ""),
+    ]:
+        options = psycopg2.extensions.parse_dsn(with_output_settings(dsn))["options"]
+        assert options == " ".join(([theirs] if theirs else []) + ours), (dsn, options)
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=64MB")
+    options = psycopg2.extensions.parse_dsn(with_output_settings("host=h"))["options"]
+    assert options == " ".join(["-c work_mem=64MB", *ours])
+    # A DSN's own options replace PGOPTIONS in libpq: they are kept, PGOPTIONS is not added.
+    options = psycopg2.extensions.parse_dsn(with_output_settings("host=h options=-cgeqo=off"))["options"]
+    assert options == " ".join(["-cgeqo=off", *ours])

@@ -577,10 +577,12 @@ fn resolve_abbrev(abbrev: &[u8], local_secs: i64, timezone: Option<TimeZoneName>
         if abbr.as_bytes() == abbrev {
             return Ok(off.fix().local_minus_utc() as i64);
         }
-        seen.push(abbr.to_string());
+        if !seen.iter().any(|s| s == abbr) {
+            seen.push(abbr.to_string());
+        }
     }
     Err(format!(
-        "time zone {} does not use the abbreviation {name:?} at that local time (it uses {}): the capture was printed under another TimeZone",
+        "time zone {} does not use the abbreviation {name:?} at that local time (it uses {}): the capture was printed under another TimeZone, or by a server whose time zone database differs (tzdata merged zones such as Europe/Amsterdam into others in 2022)",
         tz.name(),
         if seen.is_empty() { "none: the time falls in a transition gap".to_string() } else { seen.join(" or ") }
     ))
