@@ -449,6 +449,48 @@ class PgServer:
         if "include 'pgoutput_test.conf'" not in text:
             main.write_text(text + "\ninclude 'pgoutput_test.conf'\n")
 
+    def configure(self, settings: Mapping[str, str | int | None]) -> None:
+        """Write ``settings`` into the server's configuration file (what postgresql.conf
+        includes) and reload it; a None value removes a setting (back to the default).
+        Returns once a new session sees every value, so that new sessions, walsenders and
+        ``pg_logical_slot_*`` calls all print under them. Only reloadable settings: the
+        output settings (DateStyle, IntervalStyle, TimeZone, extra_float_digits,
+        bytea_output, lc_monetary, ...)."""
+        for name, value in settings.items():
+            if value is None:
+                self._settings.pop(name, None)
+            else:
+                self._settings[name] = str(value)
+        self._write_settings()
+        self._close_conn()
+        self.execute("SELECT pg_reload_conf()")
+        self._close_conn()
+
+        def norm(v: object) -> str:
+            return str(v).strip("'").replace(" ", "").lower()
+
+        wanted = {name: value for name, value in settings.items() if value is not None}
+        deadline = time.monotonic() + 10
+        while True:
+            # A new session is forked by the postmaster, which reloads asynchronously.
+            conn = self.connect()
+            try:
+                with conn.cursor() as cur:
+                    seen = {}
+                    for name in wanted:
+                        # reset_val: psycopg2 sets DateStyle ISO on its own sessions.
+                        cur.execute("SELECT reset_val FROM pg_settings WHERE lower(name) = lower(%s)",
+                                    (name,))
+                        seen[name] = cur.fetchone()[0]
+            finally:
+                conn.close()
+            if all(norm(seen[n]) == norm(v) for n, v in wanted.items()):
+                return
+            if time.monotonic() > deadline:
+                raise PgServerError(f"PostgreSQL {self.version} did not take the settings "
+                                    f"{dict(wanted)} (a new session sees {seen}); log:\n{self.log_tail()}")
+            time.sleep(0.05)
+
     def start(self) -> None:
         """Start the server (again); waits until it accepts connections."""
         if self.running:

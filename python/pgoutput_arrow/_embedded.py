@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ._pg import output_options
+
 __all__ = ["EmbeddedPostgres"]
 
 SYSTEM_USER = "pgoutput_demo"
@@ -176,8 +178,9 @@ class EmbeddedPostgres:
         import psycopg2
 
         if self._conn is None:
+            # The demo's captures are printed by this session: under the package's settings.
             self._conn = psycopg2.connect(host=str(self.sock), port=self.port, user="postgres",
-                                          dbname="postgres")
+                                          dbname="postgres", options=output_options())
             self._conn.autocommit = True
         with self._conn.cursor() as cur:
             cur.execute(sql, params)

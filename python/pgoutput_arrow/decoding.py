@@ -15,11 +15,12 @@ from . import _internal
 from ._internal import lsn_to_int
 from .capture import Capture, capture_from, open_capture
 
-__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode",
+__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
            "unify_schemas", "conform"]
 
 SpecialValues = Literal["keep", "error", "null", "text"]
 EmitMode = Literal["committed", "arrived", "immediate"]
+DateOrder = Literal["MDY", "DMY", "YMD"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -125,6 +126,15 @@ class Decoder:
         default): ``1``, unless the column's first non-empty array, before its first
         batch comes out, has more dimensions; then that many. An array of another depth
         than its column's later is a special value (see ``special_values``).
+    ``date_order``, ``timezone``
+        Only for a capture printed under a DateStyle other than ISO (text mode; the live
+        stream and the CLI pin ISO): ``date_order`` is DateStyle's field order, ``"MDY"``
+        (PostgreSQL's default, and what YMD prints) or ``"DMY"``, which only the SQL
+        (``01/02/2026``) and Postgres (``01-02-2026``) styles need; ``timezone`` is the
+        TimeZone it was printed under (an IANA name, ``"Europe/Berlin"``), which turns the
+        zone abbreviations those styles print for timestamptz (``CET``, ``LMT``) into
+        offsets. Without it such a value raises :class:`DecodeValueError` naming it.
+        Every IntervalStyle is read without an option.
 
     Typical loop::
 
@@ -151,6 +161,8 @@ class Decoder:
         emit: EmitMode = "committed",
         binary: bool | None = None,
         array_ndims: int | None = None,
+        date_order: DateOrder | None = None,
+        timezone: str | None = None,
     ) -> None:
         self._native = _internal.Decoder(
             special_values=special_values,
@@ -161,6 +173,8 @@ class Decoder:
             emit=emit,
             binary=binary,
             array_ndims=array_ndims,
+            date_order=date_order,
+            timezone=timezone,
         )
 
     def feed(self, data: bytes | bytearray | memoryview, lsn: int | str | None = None) -> None:
@@ -247,6 +261,8 @@ def decode(
     spill_dir: str | os.PathLike[str] | None = None,
     binary: bool | None = None,
     array_ndims: int | None = None,
+    date_order: DateOrder | None = None,
+    timezone: str | None = None,
 ) -> Changes:
     """Decodes a whole capture and returns its :class:`Changes`.
 
@@ -271,6 +287,8 @@ def decode(
         spill_dir=spill_dir,
         binary=binary,
         array_ndims=array_ndims,
+        date_order=date_order,
+        timezone=timezone,
     )
     decoder.feed_capture(capture_from(source))
     return decoder.finish()

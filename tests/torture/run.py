@@ -30,6 +30,7 @@ from generator import PRELUDE, Step, Workload, generate  # noqa: E402
 from oracle import (  # noqa: E402
     compare_changes, compare_final, decoded_changes, parse_test_decoding, raw_text_columns, unify_outputs)
 from pg_harness import PgServer  # noqa: E402
+from settings import apply as apply_settings, capture_session, draw as draw_settings, pin  # noqa: E402
 
 #: (name, pgoutput options, slot made with two_phase, minimum server version)
 OPTION_SETS = [
@@ -93,6 +94,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
     result = Result(workload.seed, pg.version, workload.statements())
     db = f"torture_{workload.seed}_{os.getpid()}"
     _drop(pg)  # whatever an interrupted run left (a prepared transaction blocks slot creation)
+    apply_settings(pg, draw_settings(workload.seed))  # the server's output settings of this seed
     pg.execute(f"CREATE DATABASE {db}")
     conns = [pg.connect(pg.dsn_for(db)) for _ in range(2)]
     try:
@@ -112,10 +114,12 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             _execute(conns, step)
         with conns[0].cursor() as cur:
             cur.execute("SELECT pg_switch_wal()")
+            pin(cur)  # test_decoding prints under the calling session's settings
             cur.execute("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL, 'include-xids', '0', "
                         "'skip-empty-xacts', '1')", (_slot(db, "td"),))
             expected = parse_test_decoding((r[0] for r in cur.fetchall()), workload.publication)
             captures = {}
+            capture_session(cur)
             for name, options, _ in _sets(pg):
                 flat: list[str] = []
                 for k, v in {**options, "publication_names": "torture", "messages": "true"}.items():
@@ -126,6 +130,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                 captures[name] = pa.table({"lsn": pa.array([r[0] for r in rows], pa.int64()),
                                            "xid": pa.array([r[1] for r in rows], pa.int64()),
                                            "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
+            pin(cur)
         for name, capture in captures.items():
             _check_paths(result, conns[0], expected, capture, f"PG{pg.version} {name}", workload)
         if live:

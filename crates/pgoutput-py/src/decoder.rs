@@ -93,6 +93,18 @@ pub fn decoder_options(
     Ok(options)
 }
 
+/// How text-mode dates in the SQL and Postgres DateStyles (`date_order`) and zone
+/// abbreviations of the non-ISO ones (`timezone`) are read; None keeps the defaults.
+pub fn set_datetime_options(options: &mut DecoderOptions, date_order: Option<&str>, timezone: Option<&str>) -> PyResult<()> {
+    if let Some(order) = date_order {
+        options.types.date_order = order.parse().map_err(|e: String| PyValueError::new_err(format!("date_order: {e}")))?;
+    }
+    if let Some(zone) = timezone {
+        options.types.timezone = Some(zone.parse().map_err(|e: String| PyValueError::new_err(format!("timezone: {e}")))?);
+    }
+    Ok(())
+}
+
 impl PyDecoder {
     fn lock(&self) -> PyResult<MutexGuard<'_, State>> {
         // Waiting for the lock while holding the GIL could deadlock with a thread that is
@@ -138,7 +150,7 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "keep", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
+    #[pyo3(signature = (*, special_values = "keep", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
@@ -149,8 +161,11 @@ impl PyDecoder {
         emit: &str,
         binary: Option<bool>,
         array_ndims: Option<usize>,
+        date_order: Option<&str>,
+        timezone: Option<&str>,
     ) -> PyResult<Self> {
         let mut options = decoder_options(special_values, views, binary, array_ndims)?;
+        set_datetime_options(&mut options, date_order, timezone)?;
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {
                 return Err(PyValueError::new_err("batch_size must be at least 1"));

@@ -166,6 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="buffered changes of open transactions beyond BYTES spill to disk",
     )
     dec.add_argument("--spill-dir", metavar="DIR", help="where to spill (default: a temp dir)")
+    dec.add_argument(
+        "--date-order", choices=("MDY", "DMY", "YMD"), type=str.upper,
+        help="a capture printed under DateStyle SQL or Postgres: its field order (default "
+        "MDY, PostgreSQL's; YMD prints as MDY). Live streams pin DateStyle ISO",
+    )
+    dec.add_argument(
+        "--timezone", metavar="ZONE",
+        help="a capture printed under DateStyle SQL, German or Postgres: the TimeZone it was "
+        "printed under (IANA name, e.g. Europe/Berlin), to read the zone abbreviations of its "
+        "timestamptz values (CET, LMT)",
+    )
     misc = p.add_argument_group("other")
     misc.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -44,7 +44,9 @@ class CaptureSource:
             self.capture: Capture = open_stream(sys.stdin.buffer)
         else:
             self.capture = open_capture(args.input)
-        self.options = decoder_options(args)
+        # Only a capture can have been printed under other settings: live streams pin them.
+        self.options = {**decoder_options(args), "date_order": args.date_order,
+                        "timezone": args.timezone}
         self.progress = Progress(args.progress)
         self.done = 0
 

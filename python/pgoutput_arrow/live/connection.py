@@ -21,7 +21,7 @@ import ctypes.util
 import os
 from typing import Any
 
-from .._pg import classify_connect_error, one_line
+from .._pg import classify_connect_error, one_line, with_output_settings
 from ..exceptions import ReplicationError
 
 __all__ = ["connect", "CopyBoth", "CopyBothEnded", "load_libpq", "copy_out_functions"]
@@ -37,13 +37,15 @@ _lib: Any = None
 def connect(dsn: str, connect_timeout: float, *, replication: bool = True) -> Any:
     """A psycopg2 replication connection to ``dsn`` (a ``LogicalReplicationConnection``),
     or with ``replication=False`` a plain one in autocommit mode (for catalog queries);
-    failures as the package's exceptions, naming the host and port."""
+    both with the package's output settings (``_pg.OUTPUT_SETTINGS``) added to the DSN's
+    options; failures as the package's exceptions, naming the host and port."""
     import psycopg2
     import psycopg2.extensions
     import psycopg2.extras
 
     try:
         params = psycopg2.extensions.parse_dsn(dsn)
+        dsn = with_output_settings(dsn)
     except psycopg2.ProgrammingError as e:
         raise ReplicationError(f"invalid DSN: {one_line(str(e))}") from None
     host = params.get("host") or os.environ.get("PGHOST") or "(default socket)"

@@ -54,7 +54,7 @@ from .. import _internal
 from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
 from .._catalog import relation_definition
-from .._pg import check_slot, classify_connect_error, quote_ident
+from .._pg import check_slot, classify_connect_error, quote_ident, with_output_settings
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
 from ..live.snapshot import SnapshotChunk, SnapshotGone
 from ._common import is_table_column, rank_within_commit, spark_schema
@@ -142,10 +142,12 @@ class StreamSource:
     # ---------------------------------------------------------------- SQL
 
     def connect(self, autocommit: bool = True) -> Any:
+        """A connection of the driver or of an executor; the peeks print text-mode values
+        under its session's settings, so it carries the package's output settings."""
         import psycopg2
 
         try:
-            conn = psycopg2.connect(self.dsn, connect_timeout=self.connect_timeout)
+            conn = psycopg2.connect(with_output_settings(self.dsn), connect_timeout=self.connect_timeout)
         except psycopg2.Error as e:
             raise classify_connect_error(e, "pgoutput stream: cannot connect") from None
         conn.autocommit = autocommit

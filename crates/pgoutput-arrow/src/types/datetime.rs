@@ -1,6 +1,14 @@
 //! date, time, timestamp, timestamptz, interval and timetz: PostgreSQL's text output
-//! (DateStyle ISO, IntervalStyle postgres: the defaults) and binary send formats
-//! (date.c, timestamp.c, datetime.c in src/backend/utils/adt).
+//! and binary send formats (date.c, timestamp.c, datetime.c in src/backend/utils/adt:
+//! EncodeDateOnly, EncodeDateTime, EncodeTimezone, EncodeInterval).
+//!
+//! Text is read in every DateStyle (ISO, SQL, German, Postgres) and IntervalStyle
+//! (postgres, postgres_verbose, sql_standard, iso_8601) the server may have printed it in:
+//! each style has a shape of its own, so the text says which. Only two things are not in
+//! the text: the field order of SQL and Postgres dates (`01/02/2026` is January 2 under
+//! MDY, February 1 under DMY), given as [`DateOrder`], and the UTC offset behind the zone
+//! *abbreviation* that the non-ISO styles print for timestamptz (`EST`, `LMT`), resolved
+//! through the IANA zone given as [`DateTimeText::timezone`], else an error naming the value.
 //!
 //! Values are first read into PostgreSQL's own representation (days or microseconds
 //! since 2000-01-01, with its ±infinity sentinels), from text or from binary alike;
@@ -10,8 +18,75 @@ use std::fmt::Write;
 
 use arrow_buffer::IntervalMonthDayNano;
 
-use super::num::{err, fixed};
-use super::value::{Result, Special, SpecialValues};
+use super::num::{err, fixed, Shown};
+use super::value::{Result, Special, SpecialValues, ValueError};
+
+/// DateStyle's field order (the `MDY` of `DateStyle = 'SQL, MDY'`): how the SQL and Postgres
+/// styles print a date's day and month as numbers. PostgreSQL prints YMD like MDY.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DateOrder {
+    /// Month before day (`11/25/2026`): PostgreSQL's default.
+    #[default]
+    Mdy,
+    /// Day before month (`25/11/2026`).
+    Dmy,
+    /// Year first for input; printed as MDY.
+    Ymd,
+}
+
+impl DateOrder {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DateOrder::Mdy => "MDY",
+            DateOrder::Dmy => "DMY",
+            DateOrder::Ymd => "YMD",
+        }
+    }
+}
+
+impl std::str::FromStr for DateOrder {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "MDY" | "US" | "NONEURO" | "NONEUROPEAN" => Ok(DateOrder::Mdy),
+            "DMY" | "EURO" | "EUROPEAN" => Ok(DateOrder::Dmy),
+            "YMD" => Ok(DateOrder::Ymd),
+            _ => Err(format!("invalid date order {s:?}: expected MDY, DMY or YMD (DateStyle's field order)")),
+        }
+    }
+}
+
+/// An IANA time zone (`America/New_York`), the TimeZone setting a capture was printed under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeZoneName(chrono_tz::Tz);
+
+impl std::str::FromStr for TimeZoneName {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        s.parse::<chrono_tz::Tz>()
+            .or_else(|_| {
+                // PostgreSQL's names are case-insensitive.
+                chrono_tz::TZ_VARIANTS.iter().copied().find(|tz| tz.name().eq_ignore_ascii_case(s)).ok_or(())
+            })
+            .map(TimeZoneName)
+            .map_err(|_| format!("unknown time zone {s:?}: expected an IANA zone name such as 'Europe/Berlin' or 'UTC'"))
+    }
+}
+
+impl TimeZoneName {
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+}
+
+/// What text-mode dates and times need besides their text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DateTimeText {
+    /// The field order of SQL and Postgres style dates.
+    pub order: DateOrder,
+    /// The zone whose abbreviations non-ISO timestamptz values carry.
+    pub timezone: Option<TimeZoneName>,
+}
 
 /// Days from 1970-01-01 to 2000-01-01.
 const UNIX_TO_PG_DAYS: i32 = 10_957;
@@ -145,21 +220,74 @@ fn packed_days(packed: i64, bc: bool) -> Option<i64> {
     (day <= days_in_month(astro, month)).then(|| days_from_civil(astro, month, day))
 }
 
-pub(crate) fn date_text(bytes: &[u8]) -> Result<i32> {
+const MONTHS: [&[u8]; 12] =
+    [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
+const WEEKDAYS: [&[u8]; 7] = [b"Sun", b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat"];
+
+/// Why a date or timestamp text was refused, beyond "not of any style".
+const ORDER_HINT: &str = " (a month above 12 or a day above the month's: the capture was likely printed in the other DateStyle field order, see date_order)";
+
+/// A date in the ISO (`2026-11-25`), SQL (`11/25/2026`, `25/11/2026`), German (`25.11.2026`)
+/// or Postgres (`11-25-2026`, `25-11-2026`) style, without " BC", packed as [`parse_date`]
+/// packs. `Err(())`: of a numeric style but with a day or month out of range.
+fn parse_date_styled(t: &mut Text<'_>, order: DateOrder) -> std::result::Result<Option<i64>, ()> {
+    let lead = t.s[t.i..].iter().take_while(|c| c.is_ascii_digit()).count();
+    if lead != 2 {
+        return Ok(parse_date(t));
+    }
+    let (Some(a), Some(sep)) = (t.num(2, 2), t.peek()) else { return Ok(None) };
+    if !matches!(sep, b'/' | b'.' | b'-') {
+        return Ok(None);
+    }
+    t.i += 1;
+    let (Some(b), true, Some(year)) = (t.num(2, 2), t.eat(sep), t.num(4, 9)) else { return Ok(None) };
+    let (month, day) = if sep == b'.' || order == DateOrder::Dmy { (b, a) } else { (a, b) };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return Err(());
+    }
+    Ok((year >= 1).then_some(year * 10_000 + month * 100 + day))
+}
+
+/// Days since 1970 of a date read by [`parse_date_styled`]; `Err(())` as there, or a day
+/// beyond the month's last.
+fn styled_days(packed: std::result::Result<Option<i64>, ()>, bc: bool, numeric: bool) -> std::result::Result<Option<i64>, ()> {
+    match packed? {
+        None => Ok(None),
+        Some(p) => match packed_days(p, bc) {
+            Some(d) => Ok(Some(d)),
+            None if numeric => Err(()),
+            None => Ok(None),
+        },
+    }
+}
+
+fn bad_date(bytes: &[u8], ctx: DateTimeText, order_suspect: bool) -> ValueError {
+    ValueError::new(format!(
+        "invalid date value {:?}: expected a DateStyle's date (ISO 2026-11-25, SQL 11/25/2026, German 25.11.2026, Postgres 11-25-2026; \" BC\" after), read with date_order {}{}",
+        Shown(bytes),
+        ctx.order.name(),
+        if order_suspect { ORDER_HINT } else { "" }
+    ))
+}
+
+pub(crate) fn date_text(bytes: &[u8], ctx: DateTimeText) -> Result<i32> {
     match bytes {
         b"infinity" => return Ok(i32::MAX),
         b"-infinity" => return Ok(i32::MIN),
         _ => {}
     }
     let mut t = Text::new(bytes);
-    let parsed = parse_date(&mut t).and_then(|p| {
-        let bc = t.eat_str(b" BC");
-        let days = packed_days(p, bc)?;
-        t.done().then_some(days)
-    });
-    match parsed.and_then(|d| i32::try_from(d - UNIX_TO_PG_DAYS as i64).ok()) {
-        Some(d) if d != i32::MIN && d != i32::MAX => Ok(d),
-        _ => err("date (DateStyle ISO: 2024-01-02, with \" BC\")", bytes),
+    let numeric = bytes.get(2).is_some_and(|c| !c.is_ascii_digit());
+    let packed = parse_date_styled(&mut t, ctx.order);
+    let bc = t.eat_str(b" BC");
+    let days = match styled_days(packed, bc, numeric) {
+        Ok(Some(d)) if t.done() => d,
+        Ok(_) => return Err(bad_date(bytes, ctx, false)),
+        Err(()) => return Err(bad_date(bytes, ctx, true)),
+    };
+    match i32::try_from(days - UNIX_TO_PG_DAYS as i64) {
+        Ok(d) if d != i32::MIN && d != i32::MAX => Ok(d),
+        _ => Err(bad_date(bytes, ctx, false)),
     }
 }
 
@@ -328,44 +456,185 @@ pub(crate) fn timestamp_bin(bytes: &[u8]) -> Result<i64> {
     Ok(i64::from_be_bytes(fixed::<8>("timestamp", bytes)?))
 }
 
-fn timestamp_text_any(bytes: &[u8], with_offset: bool) -> Result<i64> {
+/// A timestamp's text split into its local date and time and the zone that follows.
+struct LocalStamp<'a> {
+    /// Days since 1970 and µs since midnight, local time.
+    days: i64,
+    time: i64,
+    /// A numeric offset (ISO: seconds east of UTC), or the abbreviation the other styles print.
+    zone: Zone<'a>,
+}
+
+enum Zone<'a> {
+    None,
+    East(i64),
+    Abbrev(&'a [u8]),
+}
+
+/// The Postgres style: `Wed Nov 25 10:00:00.5 2026 EST`, `Wed 25 Nov ...` under DMY.
+fn parse_postgres_stamp<'a>(s: &'a [u8]) -> Option<(i64, i64, &'a [u8], &'a [u8])> {
+    let mut parts = s.splitn(6, |&c| c == b' ');
+    let dow = parts.next()?;
+    let (x, y) = (parts.next()?, parts.next()?);
+    let time = parts.next()?;
+    let year = parts.next()?;
+    let zone = parts.next().unwrap_or(b"");
+    let month_of = |m: &[u8]| MONTHS.iter().position(|&n| n == m).map(|i| i as i64 + 1);
+    let day_of = |d: &[u8]| (d.len() == 2 && d.iter().all(u8::is_ascii_digit)).then(|| ((d[0] - b'0') * 10 + d[1] - b'0') as i64);
+    let (month, day) = match (month_of(x), month_of(y)) {
+        (Some(m), None) => (m, day_of(y)?),
+        (None, Some(m)) => (m, day_of(x)?),
+        _ => return None,
+    };
+    let mut ty = Text::new(year);
+    let year = ty.num(4, 9)?;
+    if !ty.done() || year < 1 || !(1..=31).contains(&day) {
+        return None;
+    }
+    let wd = WEEKDAYS.iter().position(|&n| n == dow)? as i64;
+    Some((year * 10_000 + month * 100 + day, wd, time, zone))
+}
+
+/// Any DateStyle's timestamp (ISO, SQL, German, Postgres), its zone not yet resolved;
+/// `Err(true)` when a day or month is out of range for the date order.
+fn parse_stamp(bytes: &[u8], with_zone: bool, order: DateOrder) -> std::result::Result<LocalStamp<'_>, bool> {
+    let (body, bc) = match bytes.strip_suffix(b" BC") {
+        Some(b) => (b, true),
+        None => (bytes, false),
+    };
+    let (days, time, zone) = if body.first().is_some_and(u8::is_ascii_alphabetic) {
+        let (packed, weekday, time_text, zone_text) = parse_postgres_stamp(body).ok_or(false)?;
+        let days = packed_days(packed, bc).ok_or(false)?;
+        if (days + 4).rem_euclid(7) != weekday {
+            return Err(false);
+        }
+        let mut t = Text::new(time_text);
+        let time = parse_time(&mut t).filter(|_| t.done()).ok_or(false)?;
+        let zone = if zone_text.is_empty() { Zone::None } else { Zone::Abbrev(zone_text) };
+        (days, time, zone)
+    } else {
+        let mut t = Text::new(body);
+        let numeric = body.get(2).is_some_and(|c| !c.is_ascii_digit());
+        let packed = parse_date_styled(&mut t, order);
+        if !t.eat(b' ') {
+            return Err(false);
+        }
+        let days = styled_days(packed, bc, numeric).map_err(|_| true)?.ok_or(false)?;
+        let time = parse_time(&mut t).ok_or(false)?;
+        let zone = if t.done() {
+            Zone::None
+        } else if t.eat(b' ') && numeric {
+            Zone::Abbrev(&t.s[t.i..])
+        } else {
+            Zone::East(parse_offset(&mut t).filter(|_| t.done()).ok_or(false)?)
+        };
+        (days, time, zone)
+    };
+    if with_zone == matches!(zone, Zone::None) {
+        return Err(false);
+    }
+    Ok(LocalStamp { days, time, zone })
+}
+
+/// A zone abbreviation that is a number (`+0530`, `-03`, `+05:30`): the IANA database's
+/// abbreviation for zones without a letter one is their offset.
+fn numeric_abbrev(a: &[u8]) -> Option<i64> {
+    let mut t = Text::new(a);
+    if a.len() == 5 && a[3].is_ascii_digit() {
+        let sign = if t.eat(b'+') { 1 } else if t.eat(b'-') { -1 } else { return None };
+        let (h, m) = (t.num(2, 2)?, t.num(2, 2)?);
+        return (m < 60).then_some(sign * (h * 3600 + m * 60));
+    }
+    parse_offset(&mut t).filter(|_| t.done())
+}
+
+/// Seconds east of UTC of `abbrev` at the local time `local_secs` (since 1970): a numeric
+/// abbreviation is its offset; UTC and GMT are 0; a letter one is looked up in `timezone`.
+fn resolve_abbrev(abbrev: &[u8], local_secs: i64, timezone: Option<TimeZoneName>) -> std::result::Result<i64, String> {
+    use chrono::{Offset, TimeZone};
+    use chrono_tz::OffsetName;
+
+    if let Some(east) = numeric_abbrev(abbrev) {
+        return Ok(east);
+    }
+    let name = std::str::from_utf8(abbrev).unwrap_or("?");
+    let Some(TimeZoneName(tz)) = timezone else {
+        if matches!(abbrev, b"UTC" | b"GMT") {
+            return Ok(0);
+        }
+        return Err(format!(
+            "its zone is the abbreviation {name:?} (DateStyle SQL, German or Postgres print one), which does not give the UTC offset: pass timezone= the TimeZone setting the capture was printed under (e.g. 'America/New_York'), or capture with DateStyle ISO"
+        ));
+    };
+    let local = chrono::DateTime::from_timestamp(local_secs, 0)
+        .ok_or_else(|| format!("the time zone {} cannot be looked up this far from 1970", tz.name()))?
+        .naive_utc();
+    let found = tz.from_local_datetime(&local);
+    let mut seen = Vec::new();
+    for dt in [found.earliest(), found.latest()].into_iter().flatten() {
+        let off = dt.offset();
+        let abbr = off.abbreviation().unwrap_or("");
+        if abbr.as_bytes() == abbrev {
+            return Ok(off.fix().local_minus_utc() as i64);
+        }
+        if !seen.iter().any(|s| s == abbr) {
+            seen.push(abbr.to_string());
+        }
+    }
+    Err(format!(
+        "time zone {} does not use the abbreviation {name:?} at that local time (it uses {}): the capture was printed under another TimeZone, or by a server whose time zone database differs (tzdata merged zones such as Europe/Amsterdam into others in 2022)",
+        tz.name(),
+        if seen.is_empty() { "none: the time falls in a transition gap".to_string() } else { seen.join(" or ") }
+    ))
+}
+
+fn timestamp_text_any(bytes: &[u8], with_zone: bool, ctx: DateTimeText) -> Result<i64> {
     match bytes {
         b"infinity" => return Ok(i64::MAX),
         b"-infinity" => return Ok(i64::MIN),
         _ => {}
     }
-    let mut t = Text::new(bytes);
-    let parsed = (|| {
-        let date = parse_date(&mut t)?;
-        if !t.eat(b' ') {
-            return None;
-        }
-        let time = parse_time(&mut t)?;
-        let east = if with_offset { parse_offset(&mut t)? } else { 0 };
-        let bc = t.eat_str(b" BC");
-        if !t.done() {
-            return None;
-        }
-        let days = packed_days(date, bc)? - UNIX_TO_PG_DAYS as i64;
-        let micros = days as i128 * USECS_PER_DAY as i128 + time as i128 - east as i128 * USECS_PER_SEC as i128;
-        i64::try_from(micros).ok().filter(|&v| v != i64::MIN && v != i64::MAX)
-    })();
-    let what = if with_offset {
-        "timestamptz (DateStyle ISO: 2024-01-02 03:04:05.123456+05:30)"
-    } else {
-        "timestamp (DateStyle ISO: 2024-01-02 03:04:05.123456)"
+    let what = if with_zone { "timestamptz" } else { "timestamp" };
+    let bad = |order_suspect: bool, why: &str| {
+        ValueError::new(format!(
+            "invalid {what} value {:?}{}{why}",
+            Shown(bytes),
+            if why.is_empty() {
+                format!(
+                    ": expected a DateStyle's {what} (ISO 2026-11-25 10:00:00.5{z}, SQL 11/25/2026 10:00:00.5{a}, German 25.11.2026 10:00:00.5{a}, Postgres Wed Nov 25 10:00:00.5 2026{a}; \" BC\" last), read with date_order {}{}",
+                    ctx.order.name(),
+                    if order_suspect { ORDER_HINT } else { "" },
+                    z = if with_zone { "+05:30" } else { "" },
+                    a = if with_zone { " EST" } else { "" },
+                )
+            } else {
+                ": ".to_string()
+            }
+        ))
     };
-    parsed.map_or_else(|| err(what, bytes), Ok)
+    let stamp = parse_stamp(bytes, with_zone, ctx.order).map_err(|suspect| bad(suspect, ""))?;
+    let local = stamp.days as i128 * USECS_PER_DAY as i128 + stamp.time as i128;
+    let east = match stamp.zone {
+        Zone::None => 0,
+        Zone::East(e) => e,
+        Zone::Abbrev(a) => {
+            let local_secs = i64::try_from(local.div_euclid(USECS_PER_SEC as i128)).unwrap_or(i64::MAX);
+            resolve_abbrev(a, local_secs, ctx.timezone).map_err(|why| bad(false, &why))?
+        }
+    };
+    let micros = local - UNIX_TO_PG_MICROS as i128 - east as i128 * USECS_PER_SEC as i128;
+    i64::try_from(micros).ok().filter(|&v| v != i64::MIN && v != i64::MAX).ok_or_else(|| bad(false, ""))
 }
 
-/// timestamp_out: "YYYY-MM-DD HH:MM:SS[.ffffff][ BC]".
-pub(crate) fn timestamp_text(bytes: &[u8]) -> Result<i64> {
-    timestamp_text_any(bytes, false)
+/// timestamp_out in any DateStyle: ISO "YYYY-MM-DD HH:MM:SS[.ffffff][ BC]", SQL, German, Postgres.
+pub(crate) fn timestamp_text(bytes: &[u8], ctx: DateTimeText) -> Result<i64> {
+    timestamp_text_any(bytes, false, ctx)
 }
 
-/// timestamptz_out: as timestamp, with the session time zone's offset before " BC".
-pub(crate) fn timestamptz_text(bytes: &[u8]) -> Result<i64> {
-    timestamp_text_any(bytes, true)
+/// timestamptz_out: as timestamp, with the session time zone's offset (ISO) or abbreviation
+/// (the other styles) before " BC".
+pub(crate) fn timestamptz_text(bytes: &[u8], ctx: DateTimeText) -> Result<i64> {
+    timestamp_text_any(bytes, true, ctx)
 }
 
 /// Timestamp(µs) since 1970: ±infinity as i64::MIN / i64::MAX; a value whose µs since 1970
@@ -433,67 +702,242 @@ pub(crate) fn interval_bin(bytes: &[u8]) -> Result<Interval> {
     })
 }
 
-/// interval_out with IntervalStyle postgres: "1 year 2 mons -3 days +04:05:06.789",
-/// "-00:00:01", "infinity" (PostgreSQL 17+).
+/// An interval's fields while they are read, wide enough for any text; checked at the end.
+#[derive(Default)]
+struct Fields {
+    months: i128,
+    days: i128,
+    micros: i128,
+}
+
+impl Fields {
+    fn negated(self) -> Fields {
+        Fields { months: -self.months, days: -self.days, micros: -self.micros }
+    }
+    fn interval(self) -> Option<Interval> {
+        Some(Interval {
+            months: i32::try_from(self.months).ok()?,
+            days: i32::try_from(self.days).ok()?,
+            micros: i64::try_from(self.micros).ok()?,
+        })
+    }
+}
+
+/// An optionally signed whole number of at most 19 digits.
+fn signed_int(b: &[u8]) -> Option<i128> {
+    let (neg, digits) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v = digits.iter().fold(0i128, |v, &c| v * 10 + (c - b'0') as i128);
+    Some(if neg { -v } else { v })
+}
+
+/// Seconds with up to 6 fraction digits (`-6.789`) as microseconds.
+fn signed_seconds(b: &[u8]) -> Option<i128> {
+    let (neg, rest) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let (whole, frac) = match rest.iter().position(|&c| c == b'.') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, &b""[..]),
+    };
+    if frac.len() > 6 || (rest.contains(&b'.') && frac.is_empty()) || !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let f = frac.iter().fold(0i128, |v, &c| v * 10 + (c - b'0') as i128) * 10i128.pow(6 - frac.len() as u32);
+    let v = signed_int(whole)? * USECS_PER_SEC as i128 + f;
+    Some(if neg { -v } else { v })
+}
+
+/// `[+-]H:MM:SS[.ffffff]` (hours of any width) as microseconds.
+fn clock(b: &[u8]) -> Option<i128> {
+    let (neg, rest) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let mut parts = rest.splitn(3, |&c| c == b':');
+    let (h, m, sec) = (parts.next()?, parts.next()?, parts.next()?);
+    if h.is_empty() || h.first() == Some(&b'-') || h.first() == Some(&b'+') || m.len() != 2 || sec.len() < 2 {
+        return None;
+    }
+    let (h, m, sec) = (signed_int(h)?, signed_int(m)?, signed_seconds(sec)?);
+    if !(0..60).contains(&m) || !(0..60 * USECS_PER_SEC as i128).contains(&sec) {
+        return None;
+    }
+    let v = h * USECS_PER_HOUR as i128 + m * USECS_PER_MINUTE as i128 + sec;
+    Some(if neg { -v } else { v })
+}
+
+/// IntervalStyle postgres: `1 year 2 mons -3 days +04:05:06.789`, `-00:00:01`.
+fn interval_postgres(bytes: &[u8]) -> Option<Fields> {
+    let mut f = Fields::default();
+    let mut parts = bytes.split(|&c| c == b' ');
+    while let Some(part) = parts.next() {
+        if part.contains(&b':') {
+            f.micros = clock(part)?;
+            return parts.next().is_none().then_some(f);
+        }
+        let n = signed_int(part)?;
+        match parts.next()? {
+            b"year" | b"years" => f.months += n * 12,
+            b"mon" | b"mons" => f.months += n,
+            b"day" | b"days" => f.days += n,
+            _ => return None,
+        }
+    }
+    Some(f)
+}
+
+/// IntervalStyle postgres_verbose: `@ 1 year 2 mons -3 days 4 hours 5 mins 6.789 secs ago`,
+/// `@ 0`; "ago" negates every field.
+fn interval_verbose(bytes: &[u8]) -> Option<Fields> {
+    let rest = bytes.strip_prefix(b"@ ")?;
+    let (rest, ago) = match rest.strip_suffix(b" ago") {
+        Some(r) => (r, true),
+        None => (rest, false),
+    };
+    if rest == b"0" {
+        return (!ago).then(Fields::default);
+    }
+    let mut f = Fields::default();
+    let mut parts = rest.split(|&c| c == b' ');
+    while let Some(number) = parts.next() {
+        let unit = parts.next()?;
+        let unit = unit.strip_suffix(b"s").unwrap_or(unit);
+        if unit == b"sec" {
+            f.micros += signed_seconds(number)?;
+            continue;
+        }
+        let n = signed_int(number)?;
+        match unit {
+            b"year" => f.months += n * 12,
+            b"mon" => f.months += n,
+            b"day" => f.days += n,
+            b"hour" => f.micros += n * USECS_PER_HOUR as i128,
+            b"min" => f.micros += n * USECS_PER_MINUTE as i128,
+            _ => return None,
+        }
+    }
+    Some(if ago { f.negated() } else { f })
+}
+
+/// IntervalStyle iso_8601: `P1Y2M3DT4H5M6.789S`, `P-1Y-2M3DT-4H-5M-6.789S`, `PT0S`.
+fn interval_iso8601(bytes: &[u8]) -> Option<Fields> {
+    let mut rest = bytes.strip_prefix(b"P")?;
+    let mut f = Fields::default();
+    let mut in_time = false;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        if rest[0] == b'T' && !in_time {
+            in_time = true;
+            rest = &rest[1..];
+            continue;
+        }
+        let end = rest.iter().position(|c| c.is_ascii_alphabetic())?;
+        let (number, unit) = (&rest[..end], rest[end]);
+        rest = &rest[end + 1..];
+        match (in_time, unit) {
+            (true, b'S') => f.micros += signed_seconds(number)?,
+            (false, b'Y') => f.months += signed_int(number)? * 12,
+            (false, b'M') => f.months += signed_int(number)?,
+            (false, b'D') => f.days += signed_int(number)?,
+            (true, b'H') => f.micros += signed_int(number)? * USECS_PER_HOUR as i128,
+            (true, b'M') => f.micros += signed_int(number)? * USECS_PER_MINUTE as i128,
+            _ => return None,
+        }
+    }
+    Some(f)
+}
+
+/// `[+-]Y-M` (sql_standard's year-month field) as months.
+fn year_month(b: &[u8]) -> Option<i128> {
+    let (neg, rest) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    let dash = rest.iter().position(|&c| c == b'-')?;
+    let (y, m) = (signed_int(&rest[..dash])?, signed_int(&rest[dash + 1..])?);
+    if rest[0] == b'-' || rest.get(dash + 1) == Some(&b'-') || rest.get(dash + 1) == Some(&b'+') || !(0..12).contains(&m) {
+        return None;
+    }
+    let v = y * 12 + m;
+    Some(if neg { -v } else { v })
+}
+
+/// IntervalStyle sql_standard: `0`, `1-2`, `3 4:05:06.789`, `4:05:06`, each negated whole by
+/// a leading `-` (`-1-2`, `-3 4:05:06`); fields of both signs or of both kinds as
+/// `+1-2 -3 +4:05:06`.
+fn interval_sql_standard(bytes: &[u8]) -> Option<Fields> {
+    let parts: Vec<&[u8]> = bytes.split(|&c| c == b' ').collect();
+    let mut f = Fields::default();
+    match parts.as_slice() {
+        [b"0"] => {}
+        [ym, d, t] if matches!(ym.first(), Some(b'+' | b'-')) => {
+            f.months = year_month(ym)?;
+            if !matches!(d.first(), Some(b'+' | b'-')) || !matches!(t.first(), Some(b'+' | b'-')) {
+                return None;
+            }
+            f.days = signed_int(d)?;
+            f.micros = clock(t)?;
+        }
+        [first, rest @ ..] if rest.len() <= 1 => {
+            let (neg, first) = match first.strip_prefix(b"-") {
+                Some(f) => (true, f),
+                None => (false, *first),
+            };
+            if matches!(first.first(), Some(b'+' | b'-')) {
+                return None;
+            }
+            match rest {
+                [] if first.contains(&b':') => f.micros = clock(first)?,
+                [] => f.months = year_month(first)?,
+                [t] if !matches!(t.first(), Some(b'+' | b'-')) => {
+                    f.days = signed_int(first)?;
+                    f.micros = clock(t)?;
+                }
+                _ => return None,
+            }
+            if neg {
+                f = f.negated();
+            }
+        }
+        _ => return None,
+    }
+    Some(f)
+}
+
+/// interval_out in any IntervalStyle: postgres (`1 year 2 mons -3 days +04:05:06.789`),
+/// postgres_verbose (`@ 1 year ... ago`), sql_standard (`+1-2 -3 +4:05:06.789`), iso_8601
+/// (`P1Y2M-3DT4H5M6.789S`); "infinity" (PostgreSQL 17+) in all of them.
 pub(crate) fn interval_text(bytes: &[u8]) -> Result<Interval> {
     match bytes {
         b"infinity" => return Ok(INTERVAL_PINF),
         b"-infinity" => return Ok(INTERVAL_NINF),
         _ => {}
     }
-    let bad = || err("interval (IntervalStyle postgres: 1 year 2 mons 3 days 04:05:06)", bytes);
-    let (mut months, mut days, mut micros) = (0i64, 0i64, 0i64);
-    let mut seen_time = false;
-    let mut parts = bytes.split(|&c| c == b' ');
-    while let Some(part) = parts.next() {
-        if seen_time {
-            return bad();
-        }
-        if part.contains(&b':') {
-            let mut t = Text::new(part);
-            let neg = if t.eat(b'-') {
-                true
-            } else {
-                t.eat(b'+');
-                false
-            };
-            let (Some(h), true, Some(m), true, Some(s)) =
-                (t.num(2, 12), t.eat(b':'), t.num(2, 2), t.eat(b':'), t.num(2, 2))
-            else {
-                return bad();
-            };
-            let Some(f) = t.fraction() else { return bad() };
-            if !t.done() || m > 59 || s > 59 {
-                return bad();
-            }
-            let Some(v) = h
-                .checked_mul(USECS_PER_HOUR)
-                .and_then(|v| v.checked_add(m * USECS_PER_MINUTE + s * USECS_PER_SEC + f))
-            else {
-                return bad();
-            };
-            micros = if neg { -v } else { v };
-            seen_time = true;
-            continue;
-        }
-        let Some(n) = super::num::parse_i64(part) else { return bad() };
-        let Some(unit) = parts.next() else { return bad() };
-        let slot = match unit {
-            b"year" | b"years" => {
-                let Some(m) = n.checked_mul(12).and_then(|m| m.checked_add(months)) else { return bad() };
-                months = m;
-                continue;
-            }
-            b"mon" | b"mons" => &mut months,
-            b"day" | b"days" => &mut days,
-            _ => return bad(),
-        };
-        let Some(sum) = slot.checked_add(n) else { return bad() };
-        *slot = sum;
-    }
-    match (i32::try_from(months), i32::try_from(days)) {
-        (Ok(months), Ok(days)) => Ok(Interval { months, days, micros }),
-        _ => bad(),
+    let fields = match bytes.first() {
+        Some(b'@') => interval_verbose(bytes),
+        Some(b'P') => interval_iso8601(bytes),
+        _ if bytes.iter().any(u8::is_ascii_alphabetic) => interval_postgres(bytes),
+        _ => interval_sql_standard(bytes),
+    };
+    match fields.and_then(Fields::interval) {
+        Some(v) if v != INTERVAL_PINF && v != INTERVAL_NINF => Ok(v),
+        _ => err(
+            "interval (any IntervalStyle: postgres 1 year 2 mons -3 days +04:05:06, postgres_verbose @ 1 year 2 mons ago, sql_standard +1-2 -3 +4:05:06, iso_8601 P1Y2M-3DT4H5M6S)",
+            bytes,
+        ),
     }
 }
 

@@ -17,6 +17,7 @@ mod store;
 mod value;
 
 pub(crate) use datetime::civil_from_days;
+pub use datetime::{DateOrder, DateTimeText, TimeZoneName};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,6 +67,14 @@ pub struct TypeOptions {
     /// finished a batch with rows, takes the dimensions of its first non-empty array
     /// (default true): `int4[][]` columns come out as nested lists without options.
     pub learn_array_ndims: bool,
+    /// DateStyle's field order that text-mode SQL and Postgres style dates were printed in
+    /// (default MDY, PostgreSQL's): only `01/02/2026` and `01-02-2026` need it.
+    pub date_order: DateOrder,
+    /// The TimeZone setting that text-mode timestamptz values in the SQL, German or Postgres
+    /// DateStyle were printed under: they carry a zone abbreviation (`EST`, `LMT`) instead of
+    /// an offset. Without it only numeric abbreviations, UTC and GMT are read; ISO's
+    /// offsets never need it.
+    pub timezone: Option<TimeZoneName>,
 }
 
 impl Default for TypeOptions {
@@ -76,6 +85,8 @@ impl Default for TypeOptions {
             binary: false,
             array_ndims: 1,
             learn_array_ndims: true,
+            date_order: DateOrder::Mdy,
+            timezone: None,
         }
     }
 }
@@ -128,6 +139,8 @@ pub struct ColumnBuilder {
     type_name: String,
     extension: Option<&'static str>,
     special: SpecialValues,
+    /// What text-mode dates and times need besides their text.
+    datetime: DateTimeText,
     len: usize,
     /// The Arrow type changed since the builder was made (a list column took the depth
     /// of its first non-empty array).
@@ -263,6 +276,7 @@ impl ColumnBuilder {
             type_name,
             extension,
             special: opts.special_values,
+            datetime: DateTimeText { order: opts.date_order, timezone: opts.timezone },
             len: 0,
             retyped: false,
             scratch: Scratch::default(),
@@ -468,7 +482,7 @@ impl ColumnBuilder {
                 prim!(b, v)
             }
             Col::Date(b) => {
-                let v = if binary { datetime::date_bin(bytes)? } else { datetime::date_text(bytes)? };
+                let v = if binary { datetime::date_bin(bytes)? } else { datetime::date_text(bytes, self.datetime)? };
                 let v = special!(datetime::date_to_arrow(v, sv));
                 prim!(b, v)
             }
@@ -479,8 +493,8 @@ impl ColumnBuilder {
             Col::Timestamp { b, tz } => {
                 let v = match (binary, *tz) {
                     (true, _) => datetime::timestamp_bin(bytes)?,
-                    (false, false) => datetime::timestamp_text(bytes)?,
-                    (false, true) => datetime::timestamptz_text(bytes)?,
+                    (false, false) => datetime::timestamp_text(bytes, self.datetime)?,
+                    (false, true) => datetime::timestamptz_text(bytes, self.datetime)?,
                 };
                 prim!(b, special!(datetime::timestamp_to_arrow(v, sv)))
             }

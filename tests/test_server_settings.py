@@ -1,0 +1,385 @@
+"""Server output settings (issue 21): with DateStyle, IntervalStyle, TimeZone,
+extra_float_digits, bytea_output and lc_monetary written into the server's configuration
+(so that walsenders and ``pg_logical_slot_*`` sessions print under them), every way out gives
+PostgreSQL's values as read in a session with ISO settings, value by value:
+
+* live text and live binary (``stream()``), whose connections pin the output settings;
+* ``pgoutput-dump --dsn`` in every output format (jsonl, parquet, arrow, delta);
+* a capture taken in a session under the server's settings, through ``decode()`` with the
+  date order and time zone it was printed under, through ``pgoutput-dump`` on the capture
+  file, and through Spark's ``pgspark.decode``.
+
+A capture printed with too few float digits (extra_float_digits <= 0) is lossy by nature
+(docs/python.md): its floats are compared only where the group prints them exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pgoutput_arrow
+from pgoutput_arrow._pg import output_options
+from pg_harness import PgServer, int_to_lsn
+
+#: Setting groups: each is written into the configuration once per server.
+GROUPS: dict[str, dict[str, str]] = {
+    "sql-dmy": {"DateStyle": "'SQL, DMY'", "IntervalStyle": "sql_standard",
+                "extra_float_digits": "0", "TimeZone": "'Asia/Kolkata'"},
+    "sql-mdy": {"DateStyle": "'SQL, MDY'", "IntervalStyle": "iso_8601",
+                "extra_float_digits": "-15", "TimeZone": "'America/St_Johns'",
+                "bytea_output": "escape"},
+    "german": {"DateStyle": "'German, DMY'", "IntervalStyle": "postgres_verbose",
+               "TimeZone": "'Africa/Abidjan'", "lc_monetary": "'C.utf8'"},
+    "postgres-dmy": {"DateStyle": "'Postgres, DMY'", "IntervalStyle": "sql_standard",
+                     "TimeZone": "'America/New_York'", "extra_float_digits": "1"},
+    "postgres-mdy": {"DateStyle": "'Postgres, MDY'", "IntervalStyle": "postgres",
+                     "TimeZone": "'Europe/Paris'", "bytea_output": "escape"},
+    "iso-ymd": {"DateStyle": "'ISO, YMD'", "IntervalStyle": "iso_8601",
+                "TimeZone": "'Pacific/Chatham'", "extra_float_digits": "0"},
+}
+#: PostgreSQL's defaults (the harness's TimeZone), written back after each group.
+RESET = {"DateStyle": "'ISO, MDY'", "IntervalStyle": "postgres", "extra_float_digits": "1",
+         "TimeZone": "'UTC'", "bytea_output": "hex", "lc_monetary": "'C'"}
+
+COLUMNS = ("id int PRIMARY KEY, d date, ts timestamp, tstz timestamptz, iv interval, "
+           "f8 float8, f4 float4, b bytea, m money, n numeric(14,4), da date[], "
+           "tsa timestamptz[], fa float8[], tr tstzrange")
+
+ROWS = [
+    "(1, '2026-11-25', '2026-11-25 10:00:00', '2026-11-25 10:00:00+00', "
+    " '1 year 2 mons 3 days 04:05:06.789', 0.30000000000000004, 0.1, '\\x00ff5c27', 1234.56, "
+    " 123456789.1234, '{2026-01-02,2026-12-31}', '{\"2026-01-02 03:04:05.123456+00\"}', "
+    " '{0.30000000000000004,123456789.12345678}', '[2026-01-01 00:00+00,2026-02-01 00:00+00)')",
+    "(2, '0044-03-15 BC', '0044-03-15 12:00:00 BC', '0044-03-15 12:00:00+00 BC', "
+    " '-1 year -2 mons +3 days -04:05:06', 123456789.12345678, 3.4028235e38, 'plain', -99.99, "
+    " -0.0001, '{\"0001-01-01 BC\",10000-01-01}', '{\"1850-06-01 12:00:00+00\"}', "
+    " '{1e-300,-2.5e-10}', '(,2026-01-01 00:00+00]')",
+    "(3, '10000-01-01', '10000-01-01 00:00:00.000001', '1850-06-01 12:00:00+00', "
+    " '-00:00:00.5', 1e-300, -2.5e-10, '', 0, 0, '{}', '{}', '{}', 'empty')",
+    "(4, 'infinity', '-infinity', 'infinity', '1 mon -1 days', '-0', 1.17549435e-38, "
+    " '\\x5c5c', 0.01, 99999999.9999, '{infinity}', '{-infinity}', '{NaN,Infinity}', NULL)",
+    "(5, '2024-11-03', '2024-11-03 01:30:00', '2024-11-03 05:30:00+00', '0', 'NaN', '-Infinity', "
+    " NULL, NULL, NULL, NULL, NULL, NULL, '[2024-11-03 05:30+00,2024-11-03 06:30+00)')",
+    "(6, '2000-02-29', '1900-01-01 00:00:00', '2024-11-03 06:30:00+00', '100:00:00', "
+    " 1.7976931348623157e308, 1e6, '\\xdeadbeef', 92233720368547758.07, 1, "
+    " '{1970-01-01}', '{\"0001-01-01 00:00:00+00\"}', '{5e-324}', NULL)",
+]
+
+#: Each column as a comparable value, computed by PostgreSQL in a session with ISO settings.
+EXPECT_SQL = """
+SELECT id,
+  CASE WHEN d = 'infinity' THEN 2147483647 WHEN d = '-infinity' THEN -2147483648
+       ELSE d - date '1970-01-01' END,
+  CASE WHEN ts = 'infinity' THEN 9223372036854775807 WHEN ts = '-infinity'
+       THEN -9223372036854775808 ELSE (extract(epoch FROM ts) * 1000000)::int8 END,
+  CASE WHEN tstz = 'infinity' THEN 9223372036854775807 WHEN tstz = '-infinity'
+       THEN -9223372036854775808 ELSE (extract(epoch FROM tstz) * 1000000)::int8 END,
+  (extract(year FROM iv) * 12 + extract(month FROM iv))::int, extract(day FROM iv)::int,
+  (extract(hour FROM iv) * 3600000000 + extract(minute FROM iv) * 60000000
+   + extract(microseconds FROM iv))::int8,
+  f8, f4::float8, b, m::text, n,
+  (SELECT array_agg(CASE WHEN x = 'infinity' THEN 2147483647 WHEN x = '-infinity'
+                         THEN -2147483648 ELSE x - date '1970-01-01' END ORDER BY o)
+     FROM unnest(da) WITH ORDINALITY u(x, o)),
+  (SELECT array_agg(CASE WHEN x = 'infinity' THEN 9223372036854775807 WHEN x = '-infinity'
+                         THEN -9223372036854775808 ELSE (extract(epoch FROM x) * 1000000)::int8
+                    END ORDER BY o) FROM unnest(tsa) WITH ORDINALITY u(x, o)),
+  fa, tr::text, da IS NULL, tsa IS NULL
+FROM {table} ORDER BY id"""
+
+NAMES = ["id", "d", "ts", "tstz", "iv", "f8", "f4", "b", "m", "n", "da", "tsa", "fa", "tr"]
+FLOATS = ("f8", "f4", "fa")
+
+
+def expected(pg: PgServer, table: str) -> list[dict[str, Any]]:
+    conn = pg.connect(options=output_options())
+    try:
+        with conn.cursor() as cur:
+            cur.execute(EXPECT_SQL.format(table=table))
+            out = []
+            for r in cur.fetchall():
+                (rid, d, ts, tstz, months, days, micros, f8, f4, b, m, n, da, tsa, fa, tr,
+                 da_null, tsa_null) = r
+                iv = None if months is None else (months, days, micros * 1000)
+                out.append(dict(zip(NAMES, [rid, d, ts, tstz, iv, f8, f4,
+                                            None if b is None else bytes(b), m, n,
+                                            da if da_null or da is not None else [],
+                                            tsa if tsa_null or tsa is not None else [],
+                                            fa, tr])))
+            return out
+    finally:
+        conn.close()
+
+
+def _float_key(v: Any) -> Any:
+    """Floats compared by their value and sign, NaN equal to NaN."""
+    if isinstance(v, float):
+        return "nan" if v != v else (v, str(v).startswith("-"))
+    if isinstance(v, list):
+        return [_float_key(x) for x in v]
+    return v
+
+
+def comparable(table: pa.Table) -> list[dict[str, Any]]:
+    """The decoder's rows as EXPECT_SQL gives them: days, microseconds, (months, days,
+    nanoseconds), floats widened to float64."""
+    cols: dict[str, list[Any]] = {}
+    for name in NAMES:
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        t = col.type
+        if pa.types.is_date32(t):
+            col = col.cast(pa.int32())
+        elif pa.types.is_timestamp(t):
+            col = col.cast(pa.int64())
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            value = t.value_type
+            if pa.types.is_date32(value):
+                col = col.cast(pa.list_(pa.int32()))
+            elif pa.types.is_timestamp(value):
+                col = col.cast(pa.list_(pa.int64()))
+        elif pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            col = col.cast(pa.string())
+        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+            col = col.cast(pa.binary())
+        values = col.to_pylist()
+        if pa.types.is_interval(t):
+            values = [None if v is None else (v.months, v.days, v.nanoseconds) for v in values]
+        if pa.types.is_struct(t):  # Spark and Delta: struct<months, days, nanoseconds>
+            values = [None if v is None else tuple(v.values()) for v in values]
+        cols[name] = values
+    rows = [{k: cols[k][i] for k in cols} for i in range(table.num_rows)]
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def assert_equal(got: list[dict[str, Any]], want: list[dict[str, Any]], what: str,
+                 skip: tuple[str, ...] = ()) -> int:
+    """Every value of ``got`` equals ``want``'s (columns in ``skip`` left out); the number
+    of values compared."""
+    assert [r["id"] for r in got] == [r["id"] for r in want], what
+    n = 0
+    for g, w in zip(got, want):
+        for name, value in g.items():
+            if name in skip:
+                continue
+            assert _float_key(value) == _float_key(w[name]), (
+                f"{what}: row {g['id']} column {name}: got {value!r}, PostgreSQL has {w[name]!r}")
+            n += 1
+    return n
+
+
+def capture_in_server_settings(pg: PgServer, slot: str, publication: str) -> pa.Table:
+    """pg_logical_slot_get_binary_changes in a session under the server's settings (psycopg2
+    sets DateStyle ISO on its sessions: reset it to the configuration's)."""
+    conn = pg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("RESET DateStyle")
+            cur.execute("SELECT lsn::text, xid::text::int8, data FROM "
+                        "pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+                        "'publication_names', %s)", (slot, publication))
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    return pa.table({"lsn": [r[0] for r in rows], "xid": [r[1] for r in rows],
+                     "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
+
+
+def dump_start(*args: str) -> subprocess.Popen[str]:
+    exe = Path(sys.executable).with_name("pgoutput-dump")
+    return subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def dump_wait(proc: subprocess.Popen[str]) -> str:
+    """The stdout of a finished pgoutput-dump, which must have exited 0."""
+    try:
+        out, err = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    assert proc.returncode == 0, f"pgoutput-dump {proc.args!r}: exit {proc.returncode}: {err[-2000:]}"
+    return out
+
+
+def dump(*args: str) -> str:
+    return dump_wait(dump_start(*args))
+
+
+def read_output(directory: Path, fmt: str, table: str) -> pa.Table:
+    if fmt == "delta":
+        import deltalake
+
+        # The table's live files, read as Parquet: deltalake's own reader fails on the file
+        # statistics of BC dates ("Invalid isoformat string: '-0043-03-15'").
+        uris = deltalake.DeltaTable(str(directory / table)).file_uris()
+        return pa.concat_tables([pq.read_table(u.removeprefix("file://")) for u in uris])
+    files = sorted((directory / table).glob(f"*.{'parquet' if fmt == 'parquet' else 'arrow'}"))
+    assert files, f"no {fmt} files under {directory / table}"
+    if fmt == "parquet":
+        return pa.concat_tables([pq.read_table(f) for f in files])
+    tables = []
+    for f in files:
+        with pa.ipc.open_file(pa.memory_map(str(f))) as r:
+            tables.append(r.read_all())
+    return pa.concat_tables(tables)
+
+
+def jsonl_rows(text: str, table: str) -> list[dict[str, Any]]:
+    """jsonl's new values in EXPECT_SQL's terms, for the columns whose JSON is the value
+    itself (the others are PostgreSQL's ISO text, checked through the Arrow formats)."""
+    rows = []
+    for line in text.splitlines():
+        change = json.loads(line)
+        if change.get("op") != "insert" or f"{change['schema']}.{change['table']}" != table:
+            continue
+        new = change["new"]
+        iv = new["iv"]
+        f4 = _json_float(new["f4"])
+        rows.append({"id": new["id"], "f8": _json_float(new["f8"]),
+                     "f4": None if f4 is None else float(np.float32(f4)),
+                     "m": new["m"], "tr": new["tr"],
+                     "iv": None if iv is None else (iv["months"], iv["days"], int(iv["nanoseconds"]))})
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _json_float(v: Any) -> Any:
+    if isinstance(v, str):  # NaN, Infinity, -Infinity
+        return float(v)
+    return None if v is None else float(v)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (SparkSession.builder.master("local[1]").appName("pgoutput-arrow-settings")
+               .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g")
+               .getOrCreate())
+    yield session
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_every_path_gives_postgresql_values(pg: PgServer, group: str, unique_name: str,
+                                           tmp_path: Path, spark: Any) -> None:
+    settings = GROUPS[group]
+    name = unique_name
+    table = f"public.{name}"
+    # deltalake cannot merge ±infinity dates (a panic: "NaiveDate + TimeDelta overflowed"):
+    # the Delta output is checked on a table of the finite rows.
+    finite = [1, 2, 3, 6]
+    pg.execute(f"CREATE TABLE {name} ({COLUMNS}); CREATE TABLE {name}_finite ({COLUMNS}); "
+               f"CREATE PUBLICATION {name} FOR TABLE {name}, {name}_finite")
+    formats = ("jsonl", "parquet", "arrow", "delta")
+    slots = {kind: f"{name}_{kind}" for kind in ("text", "binary", "capture", *formats)}
+    for slot in slots.values():
+        pg.create_slot(slot)
+    pg.configure(settings)
+    try:
+        pg.execute(f"INSERT INTO {name} VALUES {', '.join(ROWS)}; "
+                   f"INSERT INTO {name}_finite SELECT * FROM {name} WHERE id = ANY(%s)", (finite,))
+        pg.flush_wal()
+        end = pg.current_wal_lsn()
+        want = expected(pg, name)
+        compared = 0
+
+        # Live, text and binary: the connection pins the output settings.
+        for kind, binary in (("text", False), ("binary", True)):
+            with pgoutput_arrow.stream(pg.dsn, slot=slots[kind], publication=name, binary=binary,
+                                       stop_at_lsn=end, stop_after=60) as s:
+                batches = [item.batch for item in s if item.kind == "table" and item.name == table]
+                s.ack()
+            got = comparable(pa.Table.from_batches(batches))
+            compared += assert_equal(got, want, f"{group}: live {kind}")
+
+        # pgoutput-dump --dsn in every format, at once (each stops 3 s after the last data).
+        live_args = ["--dsn", pg.dsn, "--publication", name, "--to-lsn", int_to_lsn(end),
+                     "--idle-timeout", "3"]
+        procs = {}
+        for fmt in formats:
+            extra = ["--output", str(tmp_path / fmt)] if fmt != "jsonl" else []
+            if fmt == "delta":
+                extra += ["--table", f"{table}_finite"]
+            procs[fmt] = dump_start(*live_args, "--slot", slots[fmt], "--format", fmt, *extra)
+        for fmt, proc in procs.items():
+            stdout = dump_wait(proc)
+            if fmt == "jsonl":
+                compared += assert_equal(jsonl_rows(stdout, table), want,
+                                         f"{group}: pgoutput-dump --dsn jsonl")
+            elif fmt == "delta":
+                got = comparable(read_output(tmp_path / fmt, fmt, f"{table}_finite"))
+                compared += assert_equal(got, [r for r in want if r["id"] in finite],
+                                         f"{group}: pgoutput-dump --dsn --format delta")
+            else:
+                got = comparable(read_output(tmp_path / fmt, fmt, table))
+                compared += assert_equal(got, want, f"{group}: pgoutput-dump --dsn --format {fmt}")
+
+        # A capture printed under the server's settings.
+        order = settings["DateStyle"].strip("'").split(",")[1].strip()
+        zone = settings["TimeZone"].strip("'")
+        capture = capture_in_server_settings(pg, slots["capture"], name)
+        lossy = int(settings.get("extra_float_digits", "1")) <= 0
+        # Text types that are printed, not decoded, keep the settings they were printed in.
+        skip = ("tr", "m") + (FLOATS if lossy else ())
+        decoded = pgoutput_arrow.decode(capture, date_order=order, timezone=zone)
+        compared += assert_equal(comparable(decoded.tables[table]), want,
+                                 f"{group}: decode() of a capture", skip)
+        path = tmp_path / "capture.parquet"
+        pq.write_table(capture, path)
+        dump(str(path), "--format", "parquet", "--output", str(tmp_path / "cap"),
+             "--date-order", order, "--timezone", zone)
+        compared += assert_equal(comparable(read_output(tmp_path / "cap", "parquet", table)), want,
+                                 f"{group}: pgoutput-dump capture --format parquet", skip)
+
+        # Spark: finite rows (Spark keeps ±infinity in _special, issue 21 item 3).
+        from pgoutput_arrow import spark as pgspark
+
+        df = spark.createDataFrame(capture.to_pandas())
+        frames = pgspark.decode(df, date_order=order, timezone=zone)
+        sdf = frames[table].select("id", "d", "ts", "tstz", "iv", "f8", "f4", "b", "n")
+        got_spark = comparable(sdf.toArrow())
+        compared += assert_equal([r for r in got_spark if r["id"] in finite],
+                                 [r for r in want if r["id"] in finite],
+                                 f"{group}: Spark pgspark.decode of a capture", skip)
+        assert compared > 400, compared
+    finally:
+        pg.configure(RESET)
+
+
+def test_output_settings_join_the_dsn_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned settings come after the DSN's own options (so they win for their names and
+    the others stay), after PGOPTIONS when the DSN has none, in keyword DSNs and URIs."""
+    import psycopg2.extensions
+
+    from pgoutput_arrow._pg import OUTPUT_SETTINGS, with_output_settings
+
+    ours = [f"-c {k}={v}" for k, v in OUTPUT_SETTINGS.items()]
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    for dsn, theirs in [
+        ("host=h dbname=d options='-c lock_timeout=5s -c DateStyle=German'",
+         "-c lock_timeout=5s -c DateStyle=German"),
+        ("postgresql://u@h:5433/d?options=-c%20search_path%3Dapp", "-c search_path=app"),
+        ("host=h", ""),
+    ]:
+        options = psycopg2.extensions.parse_dsn(with_output_settings(dsn))["options"]
+        assert options == " ".join(([theirs] if theirs else []) + ours), (dsn, options)
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=64MB")
+    options = psycopg2.extensions.parse_dsn(with_output_settings("host=h"))["options"]
+    assert options == " ".join(["-c work_mem=64MB", *ours])
+    # A DSN's own options replace PGOPTIONS in libpq: they are kept, PGOPTIONS is not added.
+    options = psycopg2.extensions.parse_dsn(with_output_settings("host=h options=-cgeqo=off"))["options"]
+    assert options == " ".join(["-cgeqo=off", *ours])
