@@ -15,11 +15,12 @@ from . import _internal
 from ._internal import lsn_to_int
 from .capture import Capture, capture_from, open_capture
 
-__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode",
+__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "IntervalType",
            "unify_schemas", "conform"]
 
 SpecialValues = Literal["keep", "error", "null", "text"]
 EmitMode = Literal["committed", "arrived", "immediate"]
+IntervalType = Literal["struct", "month_day_nano"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -101,8 +102,17 @@ class Decoder:
         ``"null"``, ±infinity dates and timestamps are the extreme values of their Arrow
         type (PostgreSQL's own sentinels).
     ``views``
-        Build text and binary columns as view arrays that point into the input messages
-        (zero copy, the default) instead of copying values into contiguous buffers.
+        Build text and binary columns as view arrays (``string_view``, ``binary_view``) that
+        point into the input messages (zero copy) instead of copying values into plain
+        ``string``/``binary`` columns (the default). Plain columns are what every consumer
+        takes; pyarrow's ``filter``, ``sort_by``, ``take`` and ``join`` and pandas'
+        conversion of lists refuse views, which Arrow IPC, DuckDB and polars take.
+    ``interval``
+        ``"struct"`` (the default): interval columns are ``struct<months: int32, days:
+        int32, microseconds: int64>``, PostgreSQL's own fields, exact for every interval
+        (``pg.type_name`` = ``interval`` in the field metadata). ``"month_day_nano"``:
+        Arrow's interval type (DuckDB's INTERVAL; polars, Spark and Delta have no such
+        type), where a time part beyond int64 nanoseconds is a special value.
     ``batch_size``
         Rows per output batch. A batch is also cut once its values reach 256 MiB.
     ``memory_limit``
@@ -144,7 +154,8 @@ class Decoder:
         self,
         *,
         special_values: SpecialValues = "keep",
-        views: bool = True,
+        views: bool = False,
+        interval: IntervalType = "struct",
         batch_size: int | None = None,
         memory_limit: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
@@ -155,6 +166,7 @@ class Decoder:
         self._native = _internal.Decoder(
             special_values=special_values,
             views=views,
+            interval=interval,
             batch_size=batch_size,
             memory_limit=memory_limit,
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
@@ -241,7 +253,8 @@ def decode(
     source: Any,
     *,
     special_values: SpecialValues = "keep",
-    views: bool = True,
+    views: bool = False,
+    interval: IntervalType = "struct",
     batch_size: int | None = None,
     memory_limit: int | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
@@ -266,6 +279,7 @@ def decode(
     decoder = Decoder(
         special_values=special_values,
         views=views,
+        interval=interval,
         batch_size=batch_size,
         memory_limit=memory_limit,
         spill_dir=spill_dir,

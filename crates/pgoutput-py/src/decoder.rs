@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, Output, SpecialValues};
+use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -67,16 +67,28 @@ fn parse_emit(value: &str) -> PyResult<EmitMode> {
     }
 }
 
+fn parse_interval(value: &str) -> PyResult<IntervalType> {
+    match value {
+        "struct" => Ok(IntervalType::Struct),
+        "month_day_nano" => Ok(IntervalType::MonthDayNano),
+        other => Err(PyValueError::new_err(format!(
+            "interval must be 'struct' or 'month_day_nano', not {other:?}"
+        ))),
+    }
+}
+
 /// The type options of a decoder (shared by `Decoder` and the schema functions).
 pub fn decoder_options(
     special_values: &str,
     views: bool,
+    interval: &str,
     binary: Option<bool>,
     array_ndims: Option<usize>,
 ) -> PyResult<DecoderOptions> {
     let mut options = DecoderOptions::default();
     options.types.special_values = parse_special_values(special_values)?;
     options.types.views = views;
+    options.types.interval = parse_interval(interval)?;
     if let Some(binary) = binary {
         options.types.binary = binary;
         options.detect_binary = false;
@@ -138,11 +150,12 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "keep", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
+    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
         views: bool,
+        interval: &str,
         batch_size: Option<usize>,
         memory_limit: Option<usize>,
         spill_dir: Option<PathBuf>,
@@ -150,7 +163,7 @@ impl PyDecoder {
         binary: Option<bool>,
         array_ndims: Option<usize>,
     ) -> PyResult<Self> {
-        let mut options = decoder_options(special_values, views, binary, array_ndims)?;
+        let mut options = decoder_options(special_values, views, interval, binary, array_ndims)?;
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {
                 return Err(PyValueError::new_err("batch_size must be at least 1"));

@@ -519,6 +519,16 @@ pub(crate) fn interval_to_arrow(v: Interval, sv: SpecialValues) -> std::result::
     }
 }
 
+/// PostgreSQL's fields as they are (IntervalType::Struct): every interval fits; ±infinity
+/// (all fields at their maximum or minimum, as PostgreSQL stores them) is null under
+/// SpecialValues::Null, as for the other types.
+pub(crate) fn interval_fields(v: Interval, sv: SpecialValues) -> std::result::Result<Interval, Special> {
+    if sv == SpecialValues::Null && (v == INTERVAL_PINF || v == INTERVAL_NINF) {
+        return Err(Special(String::new()));
+    }
+    Ok(v)
+}
+
 /// interval_out, IntervalStyle postgres (EncodeInterval, INTSTYLE_POSTGRES).
 pub(crate) fn interval_to_text(v: Interval, out: &mut String) {
     if v == INTERVAL_PINF {

@@ -18,6 +18,7 @@ mod value;
 
 pub(crate) use datetime::civil_from_days;
 
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ use arrow_array::builder::{
     Float64Builder, Int16Builder, Int32Builder, Int64Builder, IntervalMonthDayNanoBuilder,
     NullBufferBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder, UInt32Builder,
 };
-use arrow_array::{ArrayRef, ListArray};
+use arrow_array::{ArrayRef, ListArray, StructArray};
 use arrow_buffer::{IntervalMonthDayNano, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, IntervalUnit, TimeUnit};
 
@@ -49,12 +50,45 @@ pub struct PgColumnType {
     pub type_name: Option<String>,
 }
 
+/// How interval columns are typed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IntervalType {
+    /// `struct<months: int32, days: int32, microseconds: int64>` (the default): PostgreSQL's
+    /// own three fields, so every interval is exact (±infinity: every field at its maximum or
+    /// minimum, as PostgreSQL stores them), and every consumer takes it (polars, Spark and
+    /// Delta have no month-day-nanosecond interval).
+    #[default]
+    Struct,
+    /// Arrow's `month_day_nano` interval (DuckDB's INTERVAL, pandas' DateOffset); a time part
+    /// beyond i64 nanoseconds (about 106751 days) is a special value.
+    MonthDayNano,
+}
+
+/// The fields of an interval column typed [`IntervalType::Struct`].
+pub fn interval_struct_fields() -> arrow_schema::Fields {
+    arrow_schema::Fields::from(vec![
+        Field::new("months", DataType::Int32, true),
+        Field::new("days", DataType::Int32, true),
+        Field::new("microseconds", DataType::Int64, true),
+    ])
+}
+
+/// Whether `fields` are those of an interval typed [`IntervalType::Struct`].
+pub fn is_interval_struct(fields: &arrow_schema::Fields) -> bool {
+    fields.len() == 3
+        && fields.iter().zip(interval_struct_fields().iter()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
 /// Choices that change how columns are typed.
 #[derive(Clone, Debug)]
 pub struct TypeOptions {
     pub special_values: SpecialValues,
-    /// Text and binary columns as Utf8View/BinaryView pointing into input buffers (default true).
+    /// Text and binary columns as Utf8View/BinaryView pointing into input buffers (default
+    /// false: Utf8/Binary, which every consumer takes; pyarrow's filter, sort, take and join
+    /// and pandas' list conversion refuse views).
     pub views: bool,
+    /// How interval columns are typed (default [`IntervalType::Struct`]).
+    pub interval: IntervalType,
     /// The stream was started with `binary 'true'` (default false). Only types that cannot be
     /// decoded depend on it: they become Binary (the raw send bytes) instead of Utf8 (the text).
     pub binary: bool,
@@ -72,7 +106,8 @@ impl Default for TypeOptions {
     fn default() -> Self {
         TypeOptions {
             special_values: SpecialValues::Keep,
-            views: true,
+            views: false,
+            interval: IntervalType::Struct,
             binary: false,
             array_ndims: 1,
             learn_array_ndims: true,
@@ -94,6 +129,7 @@ enum Col {
     Time(Time64MicrosecondBuilder),
     Timestamp { b: TimestampMicrosecondBuilder, tz: bool },
     Interval(IntervalMonthDayNanoBuilder),
+    IntervalStruct(Box<IntervalStructBuilder>),
     Uuid(FixedSizeBinaryBuilder),
     Bytea(BinStore),
     /// A type we do not decode, kept as the bytes that came (text or send format).
@@ -101,6 +137,45 @@ enum Col {
     /// Utf8: the text output as sent, or the binary value rendered as that text.
     Str { kind: StrKind, out: StrStore },
     List(Box<ListCol>),
+}
+
+/// An interval as `struct<months, days, microseconds>` ([`IntervalType::Struct`]).
+struct IntervalStructBuilder {
+    months: Int32Builder,
+    days: Int32Builder,
+    micros: Int64Builder,
+    nulls: NullBufferBuilder,
+}
+
+impl IntervalStructBuilder {
+    fn new() -> Self {
+        IntervalStructBuilder {
+            months: Int32Builder::new(),
+            days: Int32Builder::new(),
+            micros: Int64Builder::new(),
+            nulls: NullBufferBuilder::new(0),
+        }
+    }
+
+    fn append_value(&mut self, v: datetime::Interval) {
+        self.months.append_value(v.months);
+        self.days.append_value(v.days);
+        self.micros.append_value(v.micros);
+        self.nulls.append_non_null();
+    }
+
+    fn append_null(&mut self) {
+        self.months.append_null();
+        self.days.append_null();
+        self.micros.append_null();
+        self.nulls.append_null();
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        let children: Vec<ArrayRef> =
+            vec![Arc::new(self.months.finish()), Arc::new(self.days.finish()), Arc::new(self.micros.finish())];
+        Arc::new(StructArray::new(interval_struct_fields(), children, self.nulls.finish()))
+    }
 }
 
 struct ListCol {
@@ -213,7 +288,10 @@ impl ColumnBuilder {
                     b: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
                     tz: true,
                 },
-                oid::INTERVAL if !text_special => Col::Interval(IntervalMonthDayNanoBuilder::new()),
+                oid::INTERVAL if !text_special => match opts.interval {
+                    IntervalType::Struct => Col::IntervalStruct(Box::new(IntervalStructBuilder::new())),
+                    IntervalType::MonthDayNano => Col::Interval(IntervalMonthDayNanoBuilder::new()),
+                },
                 oid::UUID => {
                     extension = Some("arrow.uuid");
                     Col::Uuid(FixedSizeBinaryBuilder::new(16))
@@ -249,6 +327,7 @@ impl ColumnBuilder {
                 DataType::Timestamp(TimeUnit::Microsecond, tz.then(|| Arc::from("UTC")))
             }
             Col::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+            Col::IntervalStruct(_) => DataType::Struct(interval_struct_fields()),
             Col::Uuid(_) => DataType::FixedSizeBinary(16),
             Col::Bytea(s) | Col::Raw(s) => s.data_type(),
             Col::Str { out, .. } => out.data_type(),
@@ -337,6 +416,7 @@ impl ColumnBuilder {
             Col::Time(b) => b.append_null(),
             Col::Timestamp { b, .. } => b.append_null(),
             Col::Interval(b) => b.append_null(),
+            Col::IntervalStruct(b) => b.append_null(),
             Col::Uuid(b) => b.append_null(),
             Col::Bytea(s) | Col::Raw(s) => s.append_null(),
             Col::Str { out, .. } => out.append_null(),
@@ -487,6 +567,11 @@ impl ColumnBuilder {
             Col::Interval(b) => {
                 let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
                 let v: IntervalMonthDayNano = special!(datetime::interval_to_arrow(v, sv));
+                prim!(b, v)
+            }
+            Col::IntervalStruct(b) => {
+                let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
+                let v = special!(datetime::interval_fields(v, sv));
                 prim!(b, v)
             }
             Col::Uuid(b) => {
@@ -697,6 +782,7 @@ impl ColumnBuilder {
             Col::Time(b) => Arc::new(b.finish()),
             Col::Timestamp { b, .. } => Arc::new(b.finish()),
             Col::Interval(b) => Arc::new(b.finish()),
+            Col::IntervalStruct(b) => b.finish(),
             Col::Uuid(b) => Arc::new(b.finish()),
             Col::Bytea(s) | Col::Raw(s) => s.finish(),
             Col::Str { out, .. } => out.finish(),

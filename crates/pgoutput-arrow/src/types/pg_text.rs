@@ -86,6 +86,15 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
             };
             datetime::interval_to_text(Interval { months: v.months, days: v.days, micros }, out);
         }
+        DataType::Struct(fields) if super::is_interval_struct(fields) => {
+            let s = array.as_struct();
+            let v = Interval {
+                months: s.column(0).as_primitive::<Int32Type>().value(i),
+                days: s.column(1).as_primitive::<Int32Type>().value(i),
+                micros: s.column(2).as_primitive::<Int64Type>().value(i),
+            };
+            datetime::interval_to_text(v, out);
+        }
         DataType::FixedSizeBinary(16) => {
             let b = array.as_fixed_size_binary().value(i);
             for (k, byte) in b.iter().enumerate() {
