@@ -43,6 +43,7 @@ class Decoder:
         special_values: str = "keep",
         views: bool = False,
         interval: str = "struct",
+        uuid: str = "text",
         batch_size: int | None = None,
         memory_limit: int | None = None,
         spill_dir: str | PathLike[str] | None = None,
@@ -120,6 +121,7 @@ class CopyDecoder:
         special_values: str = "keep",
         views: bool = False,
         interval: str = "struct",
+        uuid: str = "text",
         binary: bool | None = None,
         array_ndims: int | None = None,
         batch_size: int | None = None,
@@ -158,6 +160,7 @@ def relation_schemas(
     special_values: str = "keep",
     views: bool = False,
     interval: str = "struct",
+    uuid: str = "text",
     binary: bool | None = None,
     array_ndims: int | None = None,
 ) -> dict[str, ArrowTable]: ...
@@ -172,6 +175,7 @@ def relation_schema(
     special_values: str = "keep",
     views: bool = False,
     interval: str = "struct",
+    uuid: str = "text",
     binary: bool | None = None,
     array_ndims: int | None = None,
 ) -> ArrowTable: ...

@@ -15,12 +15,13 @@ from . import _internal
 from ._internal import lsn_to_int
 from .capture import Capture, capture_from, open_capture
 
-__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "IntervalType",
+__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "IntervalType", "UuidType",
            "unify_schemas", "conform"]
 
 SpecialValues = Literal["keep", "error", "null", "text"]
 EmitMode = Literal["committed", "arrived", "immediate"]
 IntervalType = Literal["struct", "month_day_nano"]
+UuidType = Literal["text", "fixed_size_binary"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -113,6 +114,11 @@ class Decoder:
         (``pg.type_name`` = ``interval`` in the field metadata). ``"month_day_nano"``:
         Arrow's interval type (DuckDB's INTERVAL; polars, Spark and Delta have no such
         type), where a time part beyond int64 nanoseconds is a special value.
+    ``uuid``
+        ``"text"`` (the default): uuid columns are ``string``, PostgreSQL's canonical text
+        (pyarrow sorts, groups and joins them; pandas converts lists of them).
+        ``"fixed_size_binary"``: 16 bytes with pyarrow's ``arrow.uuid`` extension type
+        (pyarrow 26 neither sorts nor groups by it, pandas cannot convert a list of it).
     ``batch_size``
         Rows per output batch. A batch is also cut once its values reach 256 MiB.
     ``memory_limit``
@@ -156,6 +162,7 @@ class Decoder:
         special_values: SpecialValues = "keep",
         views: bool = False,
         interval: IntervalType = "struct",
+        uuid: UuidType = "text",
         batch_size: int | None = None,
         memory_limit: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
@@ -167,6 +174,7 @@ class Decoder:
             special_values=special_values,
             views=views,
             interval=interval,
+            uuid=uuid,
             batch_size=batch_size,
             memory_limit=memory_limit,
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
@@ -255,6 +263,7 @@ def decode(
     special_values: SpecialValues = "keep",
     views: bool = False,
     interval: IntervalType = "struct",
+    uuid: UuidType = "text",
     batch_size: int | None = None,
     memory_limit: int | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
@@ -280,6 +289,7 @@ def decode(
         special_values=special_values,
         views=views,
         interval=interval,
+        uuid=uuid,
         batch_size=batch_size,
         memory_limit=memory_limit,
         spill_dir=spill_dir,

@@ -96,7 +96,7 @@ fn binaries(a: &ArrayRef) -> Vec<Option<Vec<u8>>> {
 /// Builds the column from text and from binary under one set of options and checks them.
 fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
     let label = format!("{} [{special:?}, views={views}]", case.label);
-    let opts = TypeOptions { special_values: special, views, binary: false, array_ndims: case.ndims, learn_array_ndims: false };
+    let opts = TypeOptions { special_values: special, views, binary: false, array_ndims: case.ndims, learn_array_ndims: false, ..TypeOptions::default() };
     let mut t = ColumnBuilder::new(&case.ty, &opts);
     let mut b = ColumnBuilder::new(&case.ty, &TypeOptions { binary: true, ..opts.clone() });
     let is_list = matches!(t.data_type(), DataType::List(_));
@@ -176,7 +176,7 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
                 let want = match (v.expect.as_deref(), v.text.as_str()) {
                     (Some(e), _) => e.parse().unwrap(),
                     (None, "infinity") => i32::MAX,
-                    (None, "-infinity") => i32::MIN,
+                    (None, "-infinity") => pgoutput_arrow::DATE32_NEG_INFINITY,
                     _ => panic!("{label}: no expectation for {}", v.text),
                 };
                 assert_eq!(a.value(i), want, "{label}: {}", v.text);
@@ -189,7 +189,7 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
                 let want = match (v.expect.as_deref(), v.text.as_str()) {
                     (Some(e), _) => e.parse().unwrap(),
                     (None, "infinity") => i64::MAX,
-                    (None, "-infinity") => i64::MIN,
+                    (None, "-infinity") => pgoutput_arrow::TIMESTAMP_NEG_INFINITY,
                     _ => panic!("{label}: no expectation for {}", v.text),
                 };
                 assert_eq!(a.value(i), want, "{label}: {}", v.text);
@@ -199,6 +199,27 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
             let a = at.as_primitive::<Time64MicrosecondType>();
             for (i, v) in case.values.iter().enumerate().filter(|(i, _)| ord(*i)) {
                 assert_eq!(a.value(i), v.expect.as_ref().unwrap().parse::<i64>().unwrap(), "{label}");
+            }
+        }
+        DataType::Struct(_) => {
+            // An interval (IntervalType::Struct): PostgreSQL's fields as they are.
+            let s = at.as_struct();
+            let (months, days, micros) = (
+                s.column(0).as_primitive::<arrow_array::types::Int32Type>(),
+                s.column(1).as_primitive::<arrow_array::types::Int32Type>(),
+                s.column(2).as_primitive::<arrow_array::types::Int64Type>(),
+            );
+            for (i, v) in case.values.iter().enumerate().filter(|(i, _)| ord(*i)) {
+                let got = (months.value(i) as i64, days.value(i) as i64, micros.value(i));
+                let want = match v.expect.as_deref() {
+                    Some(e) => {
+                        let e: Value = serde_json::from_str(e).unwrap();
+                        (e[0].as_i64().unwrap(), e[1].as_i64().unwrap(), e[2].as_str().unwrap().parse().unwrap())
+                    }
+                    None if v.text == "infinity" => (i32::MAX as i64, i32::MAX as i64, i64::MAX),
+                    None => (i32::MIN as i64, i32::MIN as i64, i64::MIN),
+                };
+                assert_eq!(got, want, "{label}: {}", v.text);
             }
         }
         DataType::Interval(_) => {
@@ -525,7 +546,7 @@ fn no_panic_on_any_input() {
     for case in &cases {
         for special in [SpecialValues::Error, SpecialValues::Null, SpecialValues::Text] {
             for ndims in [1, 2] {
-                let opts = TypeOptions { special_values: special, views: rng.below(2) == 0, binary: true, array_ndims: ndims, learn_array_ndims: false };
+                let opts = TypeOptions { special_values: special, views: rng.below(2) == 0, binary: true, array_ndims: ndims, learn_array_ndims: false, ..TypeOptions::default() };
                 let mut b = ColumnBuilder::new(&case.ty, &opts);
                 for v in &case.values {
                     for _ in 0..12 {

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues};
+use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues, UuidType};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -77,11 +77,20 @@ fn parse_interval(value: &str) -> PyResult<IntervalType> {
     }
 }
 
+fn parse_uuid(value: &str) -> PyResult<UuidType> {
+    match value {
+        "text" => Ok(UuidType::Text),
+        "fixed_size_binary" => Ok(UuidType::FixedSizeBinary),
+        other => Err(PyValueError::new_err(format!("uuid must be 'text' or 'fixed_size_binary', not {other:?}"))),
+    }
+}
+
 /// The type options of a decoder (shared by `Decoder` and the schema functions).
 pub fn decoder_options(
     special_values: &str,
     views: bool,
     interval: &str,
+    uuid: &str,
     binary: Option<bool>,
     array_ndims: Option<usize>,
 ) -> PyResult<DecoderOptions> {
@@ -89,6 +98,7 @@ pub fn decoder_options(
     options.types.special_values = parse_special_values(special_values)?;
     options.types.views = views;
     options.types.interval = parse_interval(interval)?;
+    options.types.uuid = parse_uuid(uuid)?;
     if let Some(binary) = binary {
         options.types.binary = binary;
         options.detect_binary = false;
@@ -150,12 +160,13 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
+    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", uuid = "text", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
         views: bool,
         interval: &str,
+        uuid: &str,
         batch_size: Option<usize>,
         memory_limit: Option<usize>,
         spill_dir: Option<PathBuf>,
@@ -163,7 +174,7 @@ impl PyDecoder {
         binary: Option<bool>,
         array_ndims: Option<usize>,
     ) -> PyResult<Self> {
-        let mut options = decoder_options(special_values, views, interval, binary, array_ndims)?;
+        let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {
                 return Err(PyValueError::new_err("batch_size must be at least 1"));

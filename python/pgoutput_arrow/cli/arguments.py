@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and every consumer reads it) or Arrow's month_day_nano interval",
     )
     dec.add_argument(
+        "--uuid", choices=("text", "fixed_size_binary"), default="text",
+        help="uuid columns as their canonical text (the default) or 16 bytes with the "
+        "arrow.uuid extension type",
+    )
+    dec.add_argument(
         "--memory-limit", metavar="BYTES", type=positive,
         help="buffered changes of open transactions beyond BYTES spill to disk",
     )

@@ -24,6 +24,7 @@ def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
         "special_values": args.special_values,
         "views": args.views and not args.no_views,
         "interval": args.interval,
+        "uuid": args.uuid,
         "memory_limit": args.memory_limit,
         "spill_dir": args.spill_dir,
     }

@@ -16,8 +16,8 @@ mod render;
 mod store;
 mod value;
 
-pub(crate) use datetime::civil_from_days;
-
+pub(crate) use datetime::{civil_from_days, date32_infinity};
+pub use datetime::{DATE32_NEG_INFINITY, TIMESTAMP_NEG_INFINITY};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,6 +64,18 @@ pub enum IntervalType {
     MonthDayNano,
 }
 
+/// How uuid columns are typed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UuidType {
+    /// Utf8, uuid_out's canonical text (the default): pyarrow sorts, groups and joins it,
+    /// pandas converts lists of it, Spark and Delta take it as it is.
+    #[default]
+    Text,
+    /// FixedSizeBinary(16) with the `arrow.uuid` extension (pyarrow 26 neither sorts nor
+    /// groups by it; pandas cannot convert a list of it).
+    FixedSizeBinary,
+}
+
 /// The fields of an interval column typed [`IntervalType::Struct`].
 pub fn interval_struct_fields() -> arrow_schema::Fields {
     arrow_schema::Fields::from(vec![
@@ -89,6 +101,8 @@ pub struct TypeOptions {
     pub views: bool,
     /// How interval columns are typed (default [`IntervalType::Struct`]).
     pub interval: IntervalType,
+    /// How uuid columns are typed (default [`UuidType::Text`]).
+    pub uuid: UuidType,
     /// The stream was started with `binary 'true'` (default false). Only types that cannot be
     /// decoded depend on it: they become Binary (the raw send bytes) instead of Utf8 (the text).
     pub binary: bool,
@@ -108,6 +122,7 @@ impl Default for TypeOptions {
             special_values: SpecialValues::Keep,
             views: false,
             interval: IntervalType::Struct,
+            uuid: UuidType::Text,
             binary: false,
             array_ndims: 1,
             learn_array_ndims: true,
@@ -292,7 +307,7 @@ impl ColumnBuilder {
                     IntervalType::Struct => Col::IntervalStruct(Box::new(IntervalStructBuilder::new())),
                     IntervalType::MonthDayNano => Col::Interval(IntervalMonthDayNanoBuilder::new()),
                 },
-                oid::UUID => {
+                oid::UUID if opts.uuid == UuidType::FixedSizeBinary => {
                     extension = Some("arrow.uuid");
                     Col::Uuid(FixedSizeBinaryBuilder::new(16))
                 }
