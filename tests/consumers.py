@@ -14,6 +14,7 @@ randomized tester on each seed's default output::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,8 +78,7 @@ def sortable(t: pa.DataType) -> bool:
 def nested(t: pa.DataType) -> bool:
     """Lists, structs and maps: what pyarrow's hash join cannot carry as a non-key column
     (Acero: "Data type ... is not supported in join non-key field"), whoever made them."""
-    t = _storage(t)
-    return pa.types.is_nested(t)
+    return bool(pa.types.is_nested(_storage(t)))
 
 
 def to_text(t: pa.DataType) -> bool:
@@ -95,13 +95,21 @@ def _non_null(col: pa.ChunkedArray | pa.Array, nan_missing: bool = False) -> int
     n = len(col) - col.null_count
     t = _storage(col.type)
     if nan_missing and pa.types.is_floating(t):
-        n -= pc.sum(pc.is_nan(col)).as_py() or 0
-    return n
+        n -= int(pc.sum(pc.is_nan(col)).as_py() or 0)
+    return int(n)
 
 
 def _check_kept(library: str, name: str, expected: int, found: int) -> None:
     if found != expected:
         raise Lost(f"{expected - found} of {expected} non-null values of {name} read as missing by {library}")
+
+
+def _group_count(table: pa.Table, by: str, column: str) -> pa.Table:
+    return table.group_by(by).aggregate([(column, "count")])
+
+
+def _filter_not_deleted(table: pa.Table, columns: list[str]) -> pa.Table:
+    return table.select(columns).filter(pc.field("_op") != "delete")
 
 
 def _pyarrow(table: pa.Table, key: str | None) -> Iterator[Operation]:
@@ -132,16 +140,15 @@ def _pyarrow(table: pa.Table, key: str | None) -> Iterator[Operation]:
         yield Operation(lib, "join", None, join([f.name for f in columns if not nested(f.type) or f.name == key]))
     for f in columns:
         c = f.name
-        yield Operation(lib, "group_by(_op).count", c,
-                        lambda c=c: table.group_by("_op").aggregate([(c, "count")]))
-        yield Operation(lib, "take", c, lambda c=c: table[c].take(pa.array([n - 1, 0] if n else [])))
-        yield Operation(lib, "filter", c, lambda c=c: table.select(list(dict.fromkeys([c, "_op"]))).filter(
-            pc.field("_op") != "delete"))
+        with_op = list(dict.fromkeys([c, "_op"]))
+        yield Operation(lib, "group_by(_op).count", c, functools.partial(_group_count, table, "_op", c))
+        yield Operation(lib, "take", c, functools.partial(table[c].take, pa.array([n - 1, 0] if n else [])))
+        yield Operation(lib, "filter", c, functools.partial(_filter_not_deleted, table, with_op))
         if key is not None and c != key and not nested(f.type):
             yield Operation(lib, "join", c, join([key, c]))
         if sortable(f.type):
-            yield Operation(lib, "sort_by", c, lambda c=c: table.sort_by(c))
-            yield Operation(lib, "group_by", c, lambda c=c: table.group_by(c).aggregate([("_seq", "count")]))
+            yield Operation(lib, "sort_by", c, functools.partial(table.sort_by, c))
+            yield Operation(lib, "group_by", c, functools.partial(_group_count, table, c, "_seq"))
         if to_text(f.type):
             def cast(c: str = c) -> None:
                 out = pc.cast(table[c], pa.string())
@@ -214,10 +221,10 @@ def _duckdb(table: pa.Table, key: str | None) -> Iterator[Operation]:
             rows = sql(f"SELECT _op, count({q}) FROM t GROUP BY _op", t=table.select(list(dict.fromkeys([c, "_op"]))))
             _check_kept(lib, c, _non_null(table[c]), sum(r[1] for r in rows))
         yield Operation(lib, "group by _op count", c, count)
-        yield Operation(lib, "select", c, lambda q=q, c=c: sql(f"SELECT {q} FROM t", t=table.select([c])))
+        yield Operation(lib, "select", c, functools.partial(sql, f"SELECT {q} FROM t", t=table.select([c])))
         if sortable(f.type):
-            yield Operation(lib, "order by", c, lambda q=q, c=c: sql(
-                f"SELECT {q} FROM t ORDER BY {q}", t=table.select([c])))
+            yield Operation(lib, "order by", c, functools.partial(
+                sql, f"SELECT {q} FROM t ORDER BY {q}", t=table.select([c])))
 
 
 def _spark(table: pa.Table, spark: Any) -> Iterator[Operation]:

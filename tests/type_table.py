@@ -53,7 +53,7 @@ ROWS: tuple[Row, ...] = (
     Row(("int2",), "int2", "int16", "int16", "short"),
     Row(("int4",), "int4", "int32", "int32", "int"),
     Row(("int8",), "int8", "int64", "int64", "long"),
-    Row(("oid",), "oid", "uint32", "uint32", "long"),
+    Row(("oid",), "oid", "int64", "int64", "long", "every oid fits; Spark has no unsigned types"),
     Row(("float4",), "float4", "float32", "float32", "float", "NaN, ±Infinity kept"),
     Row(("float8",), "float8", "float64", "float64", "double", "NaN, ±Infinity kept"),
     Row(("numeric(p,s)",), "numeric(p,s), p ≤ 38", "decimal128(p,s)", "decimal128(p,s)", "decimal(p,s)"),
@@ -74,7 +74,8 @@ ROWS: tuple[Row, ...] = (
         "PostgreSQL's fields, exact; month_day_nano with `interval=\"month_day_nano\"`"),
     Row(("uuid",), "uuid", "utf8", "utf8", "string",
         "canonical text; 16 bytes, `arrow.uuid`, with `uuid=\"fixed_size_binary\"`"),
-    Row(("json", "jsonb"), "json, jsonb", "utf8 arrow.json", "utf8 arrow.json", "string"),
+    Row(("json", "jsonb"), "json, jsonb", "utf8", "utf8", "string",
+        "`pg.type_name` says json (pyspark refuses the `arrow.json` extension type)"),
     Row(_UTF8_RENDERED, "inet, cidr, macaddr, money, bit, varbit, geometric types, ranges, "
         "multiranges, timetz, pg_lsn, xml, tsvector, …", "utf8", "utf8", "string",
         "PostgreSQL's exact text output, in binary mode too"),

@@ -100,8 +100,9 @@ class Decoder:
         ``"error"`` raises :class:`DecodeValueError` naming table, column and LSN;
         ``"null"`` stores NULL (and ±infinity dates and timestamps too) and loses the value;
         ``"text"`` decodes such columns as PostgreSQL's text instead. Except under
-        ``"null"``, ±infinity dates and timestamps are the extreme values of their Arrow
-        type (PostgreSQL's own sentinels).
+        ``"null"``, infinity dates and timestamps are the largest value of their Arrow
+        type and -infinity the smallest plus one (DuckDB's ±infinity; pandas reads the
+        smallest timestamp as NaT).
     ``views``
         Build text and binary columns as view arrays (``string_view``, ``binary_view``) that
         point into the input messages (zero copy) instead of copying values into plain

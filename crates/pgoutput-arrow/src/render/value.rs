@@ -97,6 +97,10 @@ impl Column {
     }
 }
 
+fn type_name(field: Option<&Field>) -> Option<&str> {
+    field.and_then(|f| f.metadata().get("pg.type_name")).map(String::as_str)
+}
+
 fn extension_name(field: Option<&Field>) -> Option<&str> {
     field.and_then(|f| f.metadata().get("ARROW:extension:name")).map(String::as_str)
 }
@@ -110,6 +114,10 @@ fn encoder(array: &ArrayRef, field: Option<&Field>, style: Style) -> Result<Box<
         D::Int8 => Box::new(IntEnc { a: array.as_primitive::<Int8Type>().clone(), quoted: false }),
         D::Int16 => Box::new(IntEnc { a: array.as_primitive::<Int16Type>().clone(), quoted: false }),
         D::Int32 => Box::new(IntEnc { a: array.as_primitive::<Int32Type>().clone(), quoted: false }),
+        // An oid (Int64 in the decoder's output) fits a JSON number, as it did when it was UInt32.
+        D::Int64 if type_name(field) == Some("oid") => {
+            Box::new(IntEnc { a: array.as_primitive::<Int64Type>().clone(), quoted: false })
+        }
         D::Int64 => Box::new(IntEnc { a: array.as_primitive::<Int64Type>().clone(), quoted: !p }),
         D::UInt8 => Box::new(IntEnc { a: array.as_primitive::<UInt8Type>().clone(), quoted: false }),
         D::UInt16 => Box::new(IntEnc { a: array.as_primitive::<UInt16Type>().clone(), quoted: false }),

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder, Float32Builder,
     Float64Builder, Int16Builder, Int32Builder, Int64Builder, IntervalMonthDayNanoBuilder,
-    NullBufferBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder, UInt32Builder,
+    NullBufferBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 use arrow_array::{ArrayRef, ListArray, StructArray};
 use arrow_buffer::{IntervalMonthDayNano, OffsetBuffer, ScalarBuffer};
@@ -136,7 +136,7 @@ enum Col {
     Int2(Int16Builder),
     Int4(Int32Builder),
     Int8(Int64Builder),
-    Oid(UInt32Builder),
+    Oid(Int64Builder),
     Float4(Float32Builder),
     Float8(Float64Builder),
     Decimal { b: Decimal128Builder, precision: u8, scale: i8 },
@@ -281,7 +281,7 @@ impl ColumnBuilder {
                 oid::INT2 => Col::Int2(Int16Builder::new()),
                 oid::INT4 => Col::Int4(Int32Builder::new()),
                 oid::INT8 => Col::Int8(Int64Builder::new()),
-                oid::OID => Col::Oid(UInt32Builder::new()),
+                oid::OID => Col::Oid(Int64Builder::new()),
                 oid::FLOAT4 => Col::Float4(Float32Builder::new()),
                 oid::FLOAT8 => Col::Float8(Float64Builder::new()),
                 oid::NUMERIC => match num::decimal_type(typmod) {
@@ -312,10 +312,9 @@ impl ColumnBuilder {
                     Col::Uuid(FixedSizeBinaryBuilder::new(16))
                 }
                 oid::BYTEA => Col::Bytea(BinStore::new(opts.views)),
-                oid::JSON | oid::JSONB => {
-                    extension = Some("arrow.json");
-                    str_col(StrKind::for_oid(oid))
-                }
+                // Plain Utf8 (pg.type_name says json): pyspark refuses the arrow.json
+                // extension type, and pyarrow neither sorts nor groups by it.
+                oid::JSON | oid::JSONB => str_col(StrKind::for_oid(oid)),
                 _ => {
                     let kind = StrKind::for_oid(oid);
                     // aclitem has no send function: even a binary stream sends its text.
@@ -332,7 +331,8 @@ impl ColumnBuilder {
             Col::Int2(_) => DataType::Int16,
             Col::Int4(_) => DataType::Int32,
             Col::Int8(_) => DataType::Int64,
-            Col::Oid(_) => DataType::UInt32,
+            // Int64: every oid (u32) fits, and Spark, which has no unsigned types, takes it.
+            Col::Oid(_) => DataType::Int64,
             Col::Float4(_) => DataType::Float32,
             Col::Float8(_) => DataType::Float64,
             Col::Decimal { precision, scale, .. } => DataType::Decimal128(*precision, *scale),
@@ -395,7 +395,7 @@ impl ColumnBuilder {
     }
 
     /// The Arrow field: name, type, nullable=true, and metadata "pg.type_oid", "pg.type_name",
-    /// "pg.typmod" (and ARROW:extension:name = arrow.uuid / arrow.json where due).
+    /// "pg.typmod" (and ARROW:extension:name = arrow.uuid for uuid as FixedSizeBinary).
     pub fn field(&self, name: &str) -> Field {
         let mut md = HashMap::new();
         md.insert("pg.type_oid".to_string(), self.oid.to_string());
@@ -551,7 +551,10 @@ impl ColumnBuilder {
             Col::Int2(b) => prim!(b, if binary { num::int2_bin(bytes)? } else { num::int_text(bytes)? }),
             Col::Int4(b) => prim!(b, if binary { num::int4_bin(bytes)? } else { num::int_text(bytes)? }),
             Col::Int8(b) => prim!(b, if binary { num::int8_bin(bytes)? } else { num::int_text(bytes)? }),
-            Col::Oid(b) => prim!(b, if binary { num::oid_bin(bytes)? } else { num::int_text(bytes)? }),
+            Col::Oid(b) => {
+                let v: u32 = if binary { num::oid_bin(bytes)? } else { num::int_text(bytes)? };
+                prim!(b, i64::from(v))
+            }
             Col::Float4(b) => prim!(b, if binary { num::float4_bin(bytes)? } else { num::float_text(bytes)? }),
             Col::Float8(b) => prim!(b, if binary { num::float8_bin(bytes)? } else { num::float_text(bytes)? }),
             Col::Decimal { b, precision, scale } => {
