@@ -127,4 +127,4 @@ bench: setup develop ## Run the benchmarks (benches/run.sh)
 lint: setup ## cargo clippy (warnings are errors), mypy --strict on python/ and the test harness (stubs: tests/test_python_api.py runs stubtest)
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/mypy --strict python
-	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py
+	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py tests/consumers.py tests/type_table.py

@@ -8,7 +8,9 @@ seconds of each run as JSON; the parent keeps the medians.
 Decoders:
 
 * ``pgoutput_arrow``: ``pgoutput_arrow.decode(table)`` on the capture as a pyarrow table
-  (columns lsn, xid, data), producing pyarrow tables;
+  (columns lsn, xid, data), producing pyarrow tables (the default: plain utf8/binary);
+* ``pgoutput_arrow_views``: the same with ``views=True`` (text and bytea as view arrays
+  into the capture, zero copy): beside the default, what the default's copy costs;
 * ``pypgoutput``: pypgoutput's message classes (``pypgoutput.decoders.Begin``, ``Insert``,
   …) on each message, as its ``LogicalReplicationReader`` calls them. pypgoutput reads only
   text-format values ('t'), so it runs on the text-mode captures only;
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-DECODERS = ("pgoutput_arrow", "pypgoutput", "kind_byte")
+DECODERS = ("pgoutput_arrow", "pgoutput_arrow_views", "pypgoutput", "kind_byte")
 
 
 def log(msg: str) -> None:
@@ -76,11 +78,11 @@ def _kind_byte_runner(messages: list[bytes]) -> Callable[[], int]:
     return run
 
 
-def _pgoutput_arrow_runner(table: Any) -> Callable[[], int]:
+def _pgoutput_arrow_runner(table: Any, views: bool = False) -> Callable[[], int]:
     import pgoutput_arrow
 
     def run() -> int:
-        result = pgoutput_arrow.decode(table)
+        result = pgoutput_arrow.decode(table, views=views)
         return _count_rows(result)
 
     return run
@@ -108,8 +110,8 @@ def worker(decoder: str, capture: Path, runs: int) -> dict[str, Any]:
 
     table = pq.read_table(capture)
     payload = int(pc.sum(pc.binary_length(table.column("data"))).as_py())
-    if decoder == "pgoutput_arrow":
-        run = _pgoutput_arrow_runner(table)
+    if decoder.startswith("pgoutput_arrow"):
+        run = _pgoutput_arrow_runner(table, views=decoder == "pgoutput_arrow_views")
     else:
         messages: list[bytes] = table.column("data").to_pylist()
         run = (_pypgoutput_runner if decoder == "pypgoutput" else _kind_byte_runner)(messages)

@@ -96,6 +96,43 @@ class Target:
         if self.unit == "%":
             return f"{x:.0%}"
         return f"{fmt_rate(x)} {self.unit}"
+#: The capture shapes the default's cost is shown on: workload → what it is.
+SHAPES = {"text": "bulk load (text-heavy rows)", "pgbench": "many small transactions",
+          "wide": "wide rows (60 columns)"}
+
+
+def views_section(crit: dict[tuple[str, str], dict[str, float]], compare: dict[str, Any]) -> list[str]:
+    """What the default's plain utf8/binary columns cost beside views (``views=True``), both
+    measured in the same run: criterion's ``pgoutput_arrow`` vs ``pgoutput_arrow_views`` and
+    compare.py's ``pgoutput_arrow`` vs ``pgoutput_arrow_views``."""
+    out = ["## The default's cost: plain utf8/binary vs views", "",
+           "The default output has plain `utf8`/`binary` columns, which every consumer takes; "
+           "`views=True` builds `string_view`/`binary_view` arrays pointing into the messages "
+           "instead (zero copy). Both measured in the same run, side by side; ratio = plain "
+           "median time ÷ views median time (above 1: the default is slower by that factor).", ""]
+    by = {(r["capture"], r["decoder"]): r for r in compare.get("results", []) if "median_s" in r}
+    rows = []
+    for workload, shape in SHAPES.items():
+        for mode in ("text", "binary"):
+            cap = f"{workload}-{mode}"
+            plain = crit.get((f"decode/{cap}", "pgoutput_arrow"))
+            views = crit.get((f"decode/{cap}", "pgoutput_arrow_views"))
+            p_py = by.get((cap, "pgoutput_arrow"))
+            v_py = by.get((cap, "pgoutput_arrow_views"))
+            if not (plain and views) and not (p_py and v_py):
+                continue
+            rust = (f"{fmt_rate(plain['mb_per_s'])} | {fmt_rate(views['mb_per_s'])} | "
+                    f"{plain['median_s'] / views['median_s']:.2f}" if plain and views
+                    and "median_s" in plain and "median_s" in views else "– | – | –")
+            py = (f"{p_py['median_s'] * 1e3:.1f} | {v_py['median_s'] * 1e3:.1f} | "
+                  f"{p_py['median_s'] / v_py['median_s']:.2f}" if p_py and v_py else "– | – | –")
+            rows.append(f"| {cap} | {shape} | {rust} | {py} |")
+    if not rows:
+        return out[:2] + ["Not run.", ""]
+    out += ["| capture | shape | Rust plain MB/s | Rust views MB/s | Rust plain ÷ views (time) "
+            "| Python decode() plain ms | views ms | plain ÷ views (time) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|", *rows, ""]
+    return out
 
 
 def main() -> None:
@@ -218,6 +255,9 @@ def main() -> None:
         w(f"- {r['decoder']} on {r['capture']} failed: `{r['error'].splitlines()[-1] if r['error'] else ''}`")
     if errors:
         w("")
+
+    # ---------------------------------------------------------------- views vs plain
+    lines.extend(views_section(crit, compare))
 
     # ---------------------------------------------------------------- live
     w("## Live: draining a slot (`benches/live.py`)")

@@ -36,8 +36,10 @@ import pgoutput_arrow
 
 META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special")
 
-I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
-I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
+# The decoder's ±infinity dates and timestamps (DuckDB's sentinels: -infinity is one above
+# the type's minimum, which pandas reads as NaT).
+I32_MAX, I32_MIN = 2**31 - 1, -(2**31 - 1)
+I64_MAX, I64_MIN = 2**63 - 1, -(2**63 - 1)
 
 
 # --------------------------------------------------------------------------- replay
@@ -187,6 +189,13 @@ def _base_type(t: pa.DataType) -> pa.DataType:
     return t.storage_type if isinstance(t, pa.BaseExtensionType) else t
 
 
+def _is_interval(t: pa.DataType) -> bool:
+    """An interval column: Arrow's month_day_nano, or the decoder's default struct of
+    PostgreSQL's fields (months, days, microseconds)."""
+    return pa.types.is_interval(t) or (pa.types.is_struct(t) and [f.name for f in t]
+                                       == ["months", "days", "microseconds"])
+
+
 def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
     """The column's values as the Python values that :func:`server_rows` produces."""
     t = col.type
@@ -200,6 +209,9 @@ def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
         return col.cast(pa.int64()).to_pylist()
     if pa.types.is_interval(t):
         return [None if v is None else (v.months, v.days, v.nanoseconds // 1000)
+                for v in col.to_pylist()]
+    if _is_interval(t):
+        return [None if v is None else (v["months"], v["days"], v["microseconds"])
                 for v in col.to_pylist()]
     if pa.types.is_float32(t):
         return col.cast(pa.float64()).to_pylist()
@@ -224,7 +236,7 @@ def server_expression(column: str, arrow_type: pa.DataType, pg_type: str, send_f
                 f" THEN '{I64_MIN}'::int8 ELSE (extract(epoch FROM {c}) * 1000000)::int8 END")
     if pa.types.is_time64(t):
         return f"(extract(epoch FROM {c}) * 1000000)::int8"
-    if pa.types.is_interval(t):
+    if _is_interval(t):
         return (f"CASE WHEN {c} IS NULL THEN NULL ELSE ARRAY["
                 f"(extract(year FROM {c}) * 12 + extract(month FROM {c}))::int8,"
                 f" extract(day FROM {c})::int8,"
@@ -250,7 +262,7 @@ def _server_value(v: Any, arrow_type: pa.DataType) -> Any:
     t = _base_type(arrow_type)
     if v is None:
         return None
-    if pa.types.is_interval(t):
+    if _is_interval(t):
         return tuple(v)
     if isinstance(v, memoryview):
         return bytes(v)

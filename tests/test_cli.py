@@ -279,7 +279,7 @@ def test_parquet_directory_of_a_changing_table_reads_back_whole(
     hist = {r["id"]: r for r in _by_commit(pq.read_table(out / HIST)) if r["_op"] == "insert"}
     assert hist[1]["a_renamed"] == 10 and hist[1]["b"] == "b1" and hist[1]["d"] is None
     assert hist[2]["d"] == "1.25" and hist[5]["c"] == "5000000000" and hist[6]["d"] == "six"
-    assert hist[1]["i"] == {"months": 0, "days": 1, "nanoseconds": str(2 * 3600 * 10**9)}
+    assert hist[1]["i"] == {"months": 0, "days": 1, "microseconds": 2 * 3600 * 10**6}
 
 
 def _capture_file(rows: list[tuple[int, int, bytes]], path: Path) -> Path:

@@ -33,7 +33,7 @@ def test_rows_handled_before_a_resume_are_dropped_from_view_columns(
                     "%s, NULL, NULL, 'proto_version', '1', 'publication_names', %s)",
                     (unique_name, unique_name))
     pg.execute("SELECT pg_drop_replication_slot(%s)", (unique_name,))
-    batch = pgoutput_arrow.decode([(lsn, bytes(data)) for lsn, _, data in rows]).tables[
+    batch = pgoutput_arrow.decode([(lsn, bytes(data)) for lsn, _, data in rows], views=True).tables[
         f"public.{t}"].combine_chunks().to_batches()[0]
     assert pa.types.is_string_view(batch.schema.field("note").type)
     assert pa.types.is_binary_view(batch.schema.field("raw").type)

@@ -364,7 +364,7 @@ def test_types_accepted_by_spark(spark: Any) -> None:
     assert [r.oid for r in rows] == [1, 4294967295, None]
     assert rows[0].u == str(u) and rows[1].u is None and rows[2].u == str(uuid.UUID(int=0))
     assert [r.ux for r in rows] == [r.u for r in rows]
-    assert rows[0].iv == Row(months=1, days=2, nanos=3000) and rows[1].iv is None
+    assert rows[0].iv == Row(months=1, days=2, microseconds=3) and rows[1].iv is None
     assert rows[0].tm == datetime.time(1, 2, 3, 4)
     assert [r.sv for r in rows] == ["a", None, "ccc"]
     assert [r.bv for r in rows] == [bytearray(b"a"), None, bytearray(b"c")]
@@ -378,10 +378,10 @@ _README_SPARK_TYPES = {
     "f8": "double", "n10": "decimal(10,2)", "nfree": "string", "n50": "string", "t": "string",
     "vc": "string", "bp": "string", "ch": "string", "nm": "string", "ba": "binary",
     "bo": "boolean", "d": "date", "tm": "time", "ts": "timestamp_ntz", "tz": "timestamp",
-    "iv": "struct<months:int,days:int,nanos:bigint>", "u": "string", "js": "string",
+    "iv": "struct<months:int,days:int,microseconds:bigint>", "u": "string", "js": "string",
     "jb": "string", "ai": "array<int>", "at": "array<string>", "en": "string", "ip": "string",
     "mo": "string", "pt": "string", "rg": "string", "au": "array<string>",
-    "av": "array<struct<months:int,days:int,nanos:bigint>>",
+    "av": "array<struct<months:int,days:int,microseconds:bigint>>",
 }
 
 
@@ -507,16 +507,16 @@ def test_every_type_family_decoded_on_spark_equals_single_process(spark: Any, ty
             assert {c: inserts[i][c] for c in text_cols} == {c: pg_row[c] for c in text_cols}, (mode, i)
         assert all(v is None for c, v in inserts[4].asDict().items() if c != "id")
         r2 = inserts[2]
-        assert r2.iv == Row(months=14, days=3, nanos=(4 * 3600 + 5 * 60 + 6) * 10**9 + 789 * 10**6)
-        assert inserts[3].iv == Row(months=-1, days=-2, nanos=-1000)
-        assert inserts[5].iv == Row(months=-178000000 * 12, days=0, nanos=0)
+        assert r2.iv == Row(months=14, days=3, microseconds=(4 * 3600 + 5 * 60 + 6) * 10**6 + 789 * 10**3)
+        assert inserts[3].iv == Row(months=-1, days=-2, microseconds=-1)
+        assert inserts[5].iv == Row(months=-178000000 * 12, days=0, microseconds=0)
         assert r2.tm == datetime.time(23, 59, 59, 999999) and inserts[3].tm == datetime.time(0, 0, 0, 1)
         assert str(r2.n10) == "99999999.99" and r2.o == 4294967295
         assert r2.ai == [1, None, -3] and r2.at == ["a b", None, "", 'q"t'] and inserts[1].ai == []
         assert inserts[3].ai == [None] and inserts[3].at == [None]
         assert r2.au == ["12345678-9abc-def0-1234-56789abcdef0", None] and inserts[3].au == [None]
-        assert r2.av == [Row(months=0, days=1, nanos=10**9), None, Row(months=-1, days=0, nanos=0)]
-        assert inserts[5].av == [Row(months=0, days=0, nanos=1000)] and inserts[1].av == []
+        assert r2.av == [Row(months=0, days=1, microseconds=10**6), None, Row(months=-1, days=0, microseconds=0)]
+        assert inserts[5].av == [Row(months=0, days=0, microseconds=1)] and inserts[1].av == []
 
     # Text and binary captures of the same changes: the same rows, the enum's bytes aside.
     assert len(by_mode["text"]) == len(by_mode["binary"])

@@ -10,7 +10,10 @@ import pyarrow.compute as pc
 
 __all__ = ["spark_arrow_type", "to_spark_arrow_schema", "cast_for_spark", "cast_column"]
 
-_MDN_STRUCT = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("nanos", pa.int64())])
+#: How an interval reaches Spark and Delta: the decoder's default interval type (PostgreSQL's
+#: fields), also for a month_day_nano column (``interval="month_day_nano"``; its
+#: nanoseconds are whole microseconds).
+_MDN_STRUCT = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
 
 
 def spark_arrow_type(t: pa.DataType) -> pa.DataType:
@@ -104,7 +107,7 @@ def _interval_struct(arr: pa.Array) -> pa.Array:
     vals = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset:arr.offset + n]
     mask = arr.is_null() if arr.null_count else None
     return pa.StructArray.from_arrays(
-        [pa.array(vals["months"]), pa.array(vals["days"]), pa.array(vals["nanos"])],
+        [pa.array(vals["months"]), pa.array(vals["days"]), pa.array(vals["nanos"] // 1000)],
         fields=list(_MDN_STRUCT), mask=mask)
 
 

@@ -16,11 +16,14 @@ from ._internal import lsn_to_int
 from .capture import Capture, capture_from, open_capture
 
 __all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
+           "IntervalType", "UuidType",
            "unify_schemas", "conform"]
 
 SpecialValues = Literal["keep", "error", "null", "text"]
 EmitMode = Literal["committed", "arrived", "immediate"]
 DateOrder = Literal["MDY", "DMY", "YMD"]
+IntervalType = Literal["struct", "month_day_nano"]
+UuidType = Literal["text", "fixed_size_binary"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -99,11 +102,26 @@ class Decoder:
         ``"error"`` raises :class:`DecodeValueError` naming table, column and LSN;
         ``"null"`` stores NULL (and ±infinity dates and timestamps too) and loses the value;
         ``"text"`` decodes such columns as PostgreSQL's text instead. Except under
-        ``"null"``, ±infinity dates and timestamps are the extreme values of their Arrow
-        type (PostgreSQL's own sentinels).
+        ``"null"``, infinity dates and timestamps are the largest value of their Arrow
+        type and -infinity the smallest plus one (DuckDB's ±infinity; pandas reads the
+        smallest timestamp as NaT).
     ``views``
-        Build text and binary columns as view arrays that point into the input messages
-        (zero copy, the default) instead of copying values into contiguous buffers.
+        Build text and binary columns as view arrays (``string_view``, ``binary_view``) that
+        point into the input messages (zero copy) instead of copying values into plain
+        ``string``/``binary`` columns (the default). Plain columns are what every consumer
+        takes; pyarrow's ``filter``, ``sort_by``, ``take`` and ``join`` and pandas'
+        conversion of lists refuse views, which Arrow IPC, DuckDB and polars take.
+    ``interval``
+        ``"struct"`` (the default): interval columns are ``struct<months: int32, days:
+        int32, microseconds: int64>``, PostgreSQL's own fields, exact for every interval
+        (``pg.type_name`` = ``interval`` in the field metadata). ``"month_day_nano"``:
+        Arrow's interval type (DuckDB's INTERVAL; polars, Spark and Delta have no such
+        type), where a time part beyond int64 nanoseconds is a special value.
+    ``uuid``
+        ``"text"`` (the default): uuid columns are ``string``, PostgreSQL's canonical text
+        (pyarrow sorts, groups and joins them; pandas converts lists of them).
+        ``"fixed_size_binary"``: 16 bytes with pyarrow's ``arrow.uuid`` extension type
+        (pyarrow 26 neither sorts nor groups by it, pandas cannot convert a list of it).
     ``batch_size``
         Rows per output batch. A batch is also cut once its values reach 256 MiB.
     ``memory_limit``
@@ -154,7 +172,9 @@ class Decoder:
         self,
         *,
         special_values: SpecialValues = "keep",
-        views: bool = True,
+        views: bool = False,
+        interval: IntervalType = "struct",
+        uuid: UuidType = "text",
         batch_size: int | None = None,
         memory_limit: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
@@ -167,6 +187,8 @@ class Decoder:
         self._native = _internal.Decoder(
             special_values=special_values,
             views=views,
+            interval=interval,
+            uuid=uuid,
             batch_size=batch_size,
             memory_limit=memory_limit,
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
@@ -255,7 +277,9 @@ def decode(
     source: Any,
     *,
     special_values: SpecialValues = "keep",
-    views: bool = True,
+    views: bool = False,
+    interval: IntervalType = "struct",
+    uuid: UuidType = "text",
     batch_size: int | None = None,
     memory_limit: int | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
@@ -282,6 +306,8 @@ def decode(
     decoder = Decoder(
         special_values=special_values,
         views=views,
+        interval=interval,
+        uuid=uuid,
         batch_size=batch_size,
         memory_limit=memory_limit,
         spill_dir=spill_dir,

@@ -189,12 +189,14 @@ fn cast_column(array: &ArrayRef, to: &DataType, table: &str, column: &str) -> Re
     }
     match (array.data_type(), to) {
         (DataType::Date32, DataType::Timestamp(TimeUnit::Microsecond, None)) => {
-            // ±infinity dates (i32 min/max) stay ±infinity timestamps (i64 min/max):
-            // Arrow's cast would make them finite dates in the year ±5.8 million.
-            let timestamps: TimestampMicrosecondArray = array.as_primitive::<Date32Type>().unary(|days| match days {
-                i32::MAX => i64::MAX,
-                i32::MIN => i64::MIN,
-                days => days as i64 * 86_400_000_000,
+            // ±infinity dates stay ±infinity timestamps: Arrow's cast would make them
+            // finite dates in the year ±5.8 million.
+            let timestamps: TimestampMicrosecondArray = array.as_primitive::<Date32Type>().unary(|days| {
+                match crate::types::date32_infinity(days) {
+                    Some("infinity") => i64::MAX,
+                    Some(_) => crate::types::TIMESTAMP_NEG_INFINITY,
+                    None => days as i64 * 86_400_000_000,
+                }
             });
             return Ok(Arc::new(timestamps));
         }
@@ -393,10 +395,10 @@ mod tests {
     #[test]
     fn infinite_dates_stay_infinite_timestamps() {
         use arrow_array::Date32Array;
-        let dates: ArrayRef = Arc::new(Date32Array::from(vec![Some(i32::MAX), Some(i32::MIN), Some(1), None]));
+        let dates: ArrayRef = Arc::new(Date32Array::from(vec![Some(i32::MAX), Some(i32::MIN + 1), Some(1), None]));
         let ts = cast_column(&dates, &Timestamp(TimeUnit::Microsecond, None), "t", "d").unwrap();
         let ts = ts.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
-        assert_eq!(ts.iter().collect::<Vec<_>>(), [Some(i64::MAX), Some(i64::MIN), Some(86_400_000_000), None]);
+        assert_eq!(ts.iter().collect::<Vec<_>>(), [Some(i64::MAX), Some(i64::MIN + 1), Some(86_400_000_000), None]);
         let item = |t: DataType| Arc::new(Field::new("item", t, true));
         let list: ArrayRef = Arc::new(ListArray::new(
             item(Date32),
@@ -406,7 +408,7 @@ mod tests {
         ));
         let cast = cast_column(&list, &List(item(Timestamp(TimeUnit::Microsecond, None))), "t", "d").unwrap();
         let values = cast.as_list::<i32>().values().as_primitive::<arrow_array::types::TimestampMicrosecondType>().clone();
-        assert_eq!(values.values().to_vec(), [i64::MAX, i64::MIN]);
+        assert_eq!(values.values().to_vec(), [i64::MAX, i64::MIN + 1]);
         assert!(cast.is_null(1));
     }
 

@@ -176,7 +176,7 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
                 let want = match (v.expect.as_deref(), v.text.as_str()) {
                     (Some(e), _) => e.parse().unwrap(),
                     (None, "infinity") => i32::MAX,
-                    (None, "-infinity") => i32::MIN,
+                    (None, "-infinity") => pgoutput_arrow::DATE32_NEG_INFINITY,
                     _ => panic!("{label}: no expectation for {}", v.text),
                 };
                 assert_eq!(a.value(i), want, "{label}: {}", v.text);
@@ -189,7 +189,7 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
                 let want = match (v.expect.as_deref(), v.text.as_str()) {
                     (Some(e), _) => e.parse().unwrap(),
                     (None, "infinity") => i64::MAX,
-                    (None, "-infinity") => i64::MIN,
+                    (None, "-infinity") => pgoutput_arrow::TIMESTAMP_NEG_INFINITY,
                     _ => panic!("{label}: no expectation for {}", v.text),
                 };
                 assert_eq!(a.value(i), want, "{label}: {}", v.text);
@@ -199,6 +199,27 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
             let a = at.as_primitive::<Time64MicrosecondType>();
             for (i, v) in case.values.iter().enumerate().filter(|(i, _)| ord(*i)) {
                 assert_eq!(a.value(i), v.expect.as_ref().unwrap().parse::<i64>().unwrap(), "{label}");
+            }
+        }
+        DataType::Struct(_) => {
+            // An interval (IntervalType::Struct): PostgreSQL's fields as they are.
+            let s = at.as_struct();
+            let (months, days, micros) = (
+                s.column(0).as_primitive::<arrow_array::types::Int32Type>(),
+                s.column(1).as_primitive::<arrow_array::types::Int32Type>(),
+                s.column(2).as_primitive::<arrow_array::types::Int64Type>(),
+            );
+            for (i, v) in case.values.iter().enumerate().filter(|(i, _)| ord(*i)) {
+                let got = (months.value(i) as i64, days.value(i) as i64, micros.value(i));
+                let want = match v.expect.as_deref() {
+                    Some(e) => {
+                        let e: Value = serde_json::from_str(e).unwrap();
+                        (e[0].as_i64().unwrap(), e[1].as_i64().unwrap(), e[2].as_str().unwrap().parse().unwrap())
+                    }
+                    None if v.text == "infinity" => (i32::MAX as i64, i32::MAX as i64, i64::MAX),
+                    None => (i32::MIN as i64, i32::MIN as i64, i64::MIN),
+                };
+                assert_eq!(got, want, "{label}: {}", v.text);
             }
         }
         DataType::Interval(_) => {

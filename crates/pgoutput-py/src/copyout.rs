@@ -198,7 +198,7 @@ impl PyCopyDecoder {
     /// since 1970 (the snapshot's time); `first_seq`: `_seq` of the first row.
     #[new]
     #[pyo3(signature = (relation_id, namespace, name, replica_identity, columns, types, *, lsn, commit_ts,
-                        first_seq, special_values = "keep", views = true, binary = None, array_ndims = None,
+                        first_seq, special_values = "keep", views = false, interval = "struct", uuid = "text", binary = None, array_ndims = None,
                         batch_size = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -214,11 +214,13 @@ impl PyCopyDecoder {
         first_seq: i64,
         special_values: &str,
         views: bool,
+        interval: &str,
+        uuid: &str,
         binary: Option<bool>,
         array_ndims: Option<usize>,
         batch_size: Option<usize>,
     ) -> PyResult<Self> {
-        let mut options = decoder_options(special_values, views, binary, array_ndims)?;
+        let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
         if let Some(n) = batch_size {
             options.batch_size = n.max(1);
         }

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, Output, SpecialValues};
+use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues, UuidType};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -67,16 +67,38 @@ fn parse_emit(value: &str) -> PyResult<EmitMode> {
     }
 }
 
+fn parse_interval(value: &str) -> PyResult<IntervalType> {
+    match value {
+        "struct" => Ok(IntervalType::Struct),
+        "month_day_nano" => Ok(IntervalType::MonthDayNano),
+        other => Err(PyValueError::new_err(format!(
+            "interval must be 'struct' or 'month_day_nano', not {other:?}"
+        ))),
+    }
+}
+
+fn parse_uuid(value: &str) -> PyResult<UuidType> {
+    match value {
+        "text" => Ok(UuidType::Text),
+        "fixed_size_binary" => Ok(UuidType::FixedSizeBinary),
+        other => Err(PyValueError::new_err(format!("uuid must be 'text' or 'fixed_size_binary', not {other:?}"))),
+    }
+}
+
 /// The type options of a decoder (shared by `Decoder` and the schema functions).
 pub fn decoder_options(
     special_values: &str,
     views: bool,
+    interval: &str,
+    uuid: &str,
     binary: Option<bool>,
     array_ndims: Option<usize>,
 ) -> PyResult<DecoderOptions> {
     let mut options = DecoderOptions::default();
     options.types.special_values = parse_special_values(special_values)?;
     options.types.views = views;
+    options.types.interval = parse_interval(interval)?;
+    options.types.uuid = parse_uuid(uuid)?;
     if let Some(binary) = binary {
         options.types.binary = binary;
         options.detect_binary = false;
@@ -150,11 +172,13 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "keep", views = true, batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None))]
+    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", uuid = "text", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
         views: bool,
+        interval: &str,
+        uuid: &str,
         batch_size: Option<usize>,
         memory_limit: Option<usize>,
         spill_dir: Option<PathBuf>,
@@ -164,7 +188,7 @@ impl PyDecoder {
         date_order: Option<&str>,
         timezone: Option<&str>,
     ) -> PyResult<Self> {
-        let mut options = decoder_options(special_values, views, binary, array_ndims)?;
+        let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
         set_datetime_options(&mut options, date_order, timezone)?;
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {

@@ -157,9 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
         "values and printed as infinity",
     )
     dec.add_argument(
-        "--no-views", action="store_true",
-        help="copy text and binary values into plain string/binary columns instead of view "
-        "arrays pointing into the messages",
+        "--views", action="store_true",
+        help="text and binary columns as view arrays pointing into the messages (zero copy; "
+        "Arrow output only: pyarrow's filter/sort/take/join and pandas' list conversion "
+        "refuse them) instead of plain string/binary columns",
+    )
+    # The default since views stopped being it; kept so that old command lines still run.
+    dec.add_argument("--no-views", action="store_true", help=argparse.SUPPRESS)
+    dec.add_argument(
+        "--interval", choices=("struct", "month_day_nano"), default="struct",
+        help="interval columns as struct<months, days, microseconds> (the default: exact, "
+        "and every consumer reads it) or Arrow's month_day_nano interval",
+    )
+    dec.add_argument(
+        "--uuid", choices=("text", "fixed_size_binary"), default="text",
+        help="uuid columns as their canonical text (the default) or 16 bytes with the "
+        "arrow.uuid extension type",
     )
     dec.add_argument(
         "--memory-limit", metavar="BYTES", type=positive,

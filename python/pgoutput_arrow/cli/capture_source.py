@@ -22,7 +22,9 @@ def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
     """The decoding options of the command line, as :class:`pgoutput_arrow.Decoder` takes them."""
     return {
         "special_values": args.special_values,
-        "views": not args.no_views,
+        "views": args.views and not args.no_views,
+        "interval": args.interval,
+        "uuid": args.uuid,
         "memory_limit": args.memory_limit,
         "spill_dir": args.spill_dir,
     }

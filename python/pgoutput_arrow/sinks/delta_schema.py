@@ -3,7 +3,7 @@ source table's changing definition (docs/delta.md, "Schema evolution").
 
 Delta's types are Spark's, so columns take the types the Spark integration gives them
 (:mod:`pgoutput_arrow._lake_types`): uint8/16/32 the next wider signed integer, uint64
-decimal(20,0), ``uuid`` its canonical text, ``interval`` a struct of months, days and nanos,
+decimal(20,0), ``uuid`` its canonical text, ``interval`` a struct of months, days and microseconds,
 view arrays plain strings and binaries; and ``time``, which Delta lacks, PostgreSQL's text
 (``'13:45:00'``).
 """

@@ -97,6 +97,10 @@ impl Column {
     }
 }
 
+fn type_name(field: Option<&Field>) -> Option<&str> {
+    field.and_then(|f| f.metadata().get("pg.type_name")).map(String::as_str)
+}
+
 fn extension_name(field: Option<&Field>) -> Option<&str> {
     field.and_then(|f| f.metadata().get("ARROW:extension:name")).map(String::as_str)
 }
@@ -110,6 +114,10 @@ fn encoder(array: &ArrayRef, field: Option<&Field>, style: Style) -> Result<Box<
         D::Int8 => Box::new(IntEnc { a: array.as_primitive::<Int8Type>().clone(), quoted: false }),
         D::Int16 => Box::new(IntEnc { a: array.as_primitive::<Int16Type>().clone(), quoted: false }),
         D::Int32 => Box::new(IntEnc { a: array.as_primitive::<Int32Type>().clone(), quoted: false }),
+        // An oid (Int64 in the decoder's output) fits a JSON number, as it did when it was UInt32.
+        D::Int64 if type_name(field) == Some("oid") => {
+            Box::new(IntEnc { a: array.as_primitive::<Int64Type>().clone(), quoted: false })
+        }
         D::Int64 => Box::new(IntEnc { a: array.as_primitive::<Int64Type>().clone(), quoted: !p }),
         D::UInt8 => Box::new(IntEnc { a: array.as_primitive::<UInt8Type>().clone(), quoted: false }),
         D::UInt16 => Box::new(IntEnc { a: array.as_primitive::<UInt16Type>().clone(), quoted: false }),
@@ -172,6 +180,10 @@ fn encoder(array: &ArrayRef, field: Option<&Field>, style: Style) -> Result<Box<
             let a = array.as_map();
             let entries: ArrayRef = Arc::new(a.entries().clone());
             Box::new(ListEnc::new(Ranges::Offsets32(a.offsets().clone()), &entries, f, style)?)
+        }
+        // An interval (the decoder's struct of PostgreSQL's fields): printed as intervals are.
+        D::Struct(f) if crate::types::is_interval_struct(f) => {
+            Box::new(IntervalEnc { a: interval_structs(array), style })
         }
         D::Struct(_) => Box::new(StructEnc::new(array.as_struct(), style)?),
         // Anything else: Arrow's own text of the value, so that the line is still printed.
@@ -380,7 +392,7 @@ impl Encode for Date32Enc {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>) {
         match self.a.value(i) {
             i32::MAX => infinity(out, self.style, true),
-            i32::MIN => infinity(out, self.style, false),
+            i32::MIN | crate::types::DATE32_NEG_INFINITY => infinity(out, self.style, false),
             days => self.style.raw(out, |o| text::iso_date(o, days as i128)),
         }
     }
@@ -434,7 +446,7 @@ impl Encode for TimestampEnc {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>) {
         match self.a.value(i) {
             i64::MAX => infinity(out, self.style, true),
-            i64::MIN => infinity(out, self.style, false),
+            i64::MIN | crate::types::TIMESTAMP_NEG_INFINITY => infinity(out, self.style, false),
             v => {
                 let us = self.per_us.to_us(v);
                 let sep = if self.style.pretty { b' ' } else { b'T' };
@@ -459,7 +471,30 @@ impl Encode for TimeEnc {
 }
 
 /// Intervals of every unit as months, days and nanoseconds.
-fn intervals(array: &ArrayRef, unit: IntervalUnit) -> Vec<IntervalMonthDayNano> {
+fn intervals(array: &ArrayRef, unit: IntervalUnit) -> Vec<(i32, i32, i128)> {
+    intervals_mdn(array, unit).into_iter().map(|v| (v.months, v.days, v.nanoseconds as i128)).collect()
+}
+
+/// The decoder's interval structs (PostgreSQL's months, days and microseconds) as months,
+/// days and nanoseconds: printed as month_day_nano intervals are, ±infinity (a time part
+/// of i64 max/min) kept as i64 max/min nanoseconds.
+fn interval_structs(array: &ArrayRef) -> Vec<(i32, i32, i128)> {
+    let s = array.as_struct();
+    let (m, d, us) = (
+        s.column(0).as_primitive::<Int32Type>(),
+        s.column(1).as_primitive::<Int32Type>(),
+        s.column(2).as_primitive::<Int64Type>(),
+    );
+    (0..s.len())
+        .map(|i| {
+            let us = us.value(i);
+            let ns = if us == i64::MAX || us == i64::MIN { us as i128 } else { us as i128 * 1000 };
+            (m.value(i), d.value(i), ns)
+        })
+        .collect()
+}
+
+fn intervals_mdn(array: &ArrayRef, unit: IntervalUnit) -> Vec<IntervalMonthDayNano> {
     match unit {
         IntervalUnit::MonthDayNano => array.as_primitive::<IntervalMonthDayNanoType>().values().to_vec(),
         IntervalUnit::YearMonth => array
@@ -477,31 +512,32 @@ fn intervals(array: &ArrayRef, unit: IntervalUnit) -> Vec<IntervalMonthDayNano> 
     }
 }
 
+/// Months, days and nanoseconds (i128: a struct's microseconds may exceed i64 nanoseconds).
 struct IntervalEnc {
-    a: Vec<IntervalMonthDayNano>,
+    a: Vec<(i32, i32, i128)>,
     style: Style,
 }
 
 impl Encode for IntervalEnc {
     fn encode(&mut self, i: usize, out: &mut Vec<u8>) {
-        let v = self.a[i];
+        let (months, days, nanoseconds) = self.a[i];
         if self.style.pretty {
             // `1 mons 2 days 03:04:05`, PostgreSQL's postgres IntervalStyle in one shape.
-            text::int(out, v.months as i64);
+            text::int(out, months as i64);
             out.extend_from_slice(b" mons ");
-            text::int(out, v.days as i64);
+            text::int(out, days as i64);
             out.extend_from_slice(b" days ");
-            if v.nanoseconds < 0 {
+            if nanoseconds < 0 {
                 out.push(b'-');
             }
-            text::iso_time(out, (v.nanoseconds as i128).abs() / 1000);
+            text::iso_time(out, nanoseconds.abs() / 1000);
         } else {
             out.extend_from_slice(b"{\"months\": ");
-            text::int(out, v.months as i64);
+            text::int(out, months as i64);
             out.extend_from_slice(b", \"days\": ");
-            text::int(out, v.days as i64);
+            text::int(out, days as i64);
             out.extend_from_slice(b", \"nanoseconds\": \"");
-            text::int(out, v.nanoseconds);
+            out.extend_from_slice(nanoseconds.to_string().as_bytes());
             out.extend_from_slice(b"\"}");
         }
     }

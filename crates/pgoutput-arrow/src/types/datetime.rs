@@ -291,13 +291,39 @@ pub(crate) fn date_text(bytes: &[u8], ctx: DateTimeText) -> Result<i32> {
     }
 }
 
-/// Date32: days since 1970; ±infinity as i32::MIN / i32::MAX (PostgreSQL's own sentinels).
+/// The Date32 of -infinity: -(2^31 - 1), DuckDB's sentinel (which reads i32::MIN, PostgreSQL's
+/// own, as a date 5877642 BC); infinity is i32::MAX in both. i32::MIN is read as -infinity too.
+pub const DATE32_NEG_INFINITY: i32 = i32::MIN + 1;
+/// The Timestamp(µs) of -infinity: -(2^63 - 1), DuckDB's sentinel (pandas reads i64::MIN,
+/// PostgreSQL's own, as NaT, a missing value); infinity is i64::MAX. i64::MIN is read as
+/// -infinity too.
+pub const TIMESTAMP_NEG_INFINITY: i64 = i64::MIN + 1;
+
+/// Whether an Arrow Date32 is -infinity / infinity (PostgreSQL's date_out text).
+pub(crate) fn date32_infinity(days: i32) -> Option<&'static str> {
+    match days {
+        i32::MAX => Some("infinity"),
+        i32::MIN | DATE32_NEG_INFINITY => Some("-infinity"),
+        _ => None,
+    }
+}
+
+/// Whether an Arrow Timestamp(µs) is -infinity / infinity.
+pub(crate) fn timestamp_infinity(micros: i64) -> Option<&'static str> {
+    match micros {
+        i64::MAX => Some("infinity"),
+        i64::MIN | TIMESTAMP_NEG_INFINITY => Some("-infinity"),
+        _ => None,
+    }
+}
+
+/// Date32: days since 1970; infinity as i32::MAX, -infinity as [`DATE32_NEG_INFINITY`].
 pub(crate) fn date_to_arrow(pg: i32, sv: SpecialValues) -> std::result::Result<i32, Special> {
     if pg == i32::MIN || pg == i32::MAX {
         if sv == SpecialValues::Null {
             return Err(Special(String::new()));
         }
-        return Ok(pg);
+        return Ok(if pg == i32::MIN { DATE32_NEG_INFINITY } else { pg });
     }
     match pg.checked_add(UNIX_TO_PG_DAYS) {
         Some(d) if d != i32::MAX => Ok(d),
@@ -637,14 +663,14 @@ pub(crate) fn timestamptz_text(bytes: &[u8], ctx: DateTimeText) -> Result<i64> {
     timestamp_text_any(bytes, true, ctx)
 }
 
-/// Timestamp(µs) since 1970: ±infinity as i64::MIN / i64::MAX; a value whose µs since 1970
+/// Timestamp(µs) since 1970: infinity as i64::MAX, -infinity as [`TIMESTAMP_NEG_INFINITY`]; a value whose µs since 1970
 /// overflow i64 (after about 294247 AD) is special.
 pub(crate) fn timestamp_to_arrow(pg: i64, sv: SpecialValues) -> std::result::Result<i64, Special> {
     if pg == i64::MIN || pg == i64::MAX {
         if sv == SpecialValues::Null {
             return Err(Special(String::new()));
         }
-        return Ok(pg);
+        return Ok(if pg == i64::MIN { TIMESTAMP_NEG_INFINITY } else { pg });
     }
     match pg.checked_add(UNIX_TO_PG_MICROS) {
         Some(v) if v != i64::MAX => Ok(v),
@@ -961,6 +987,16 @@ pub(crate) fn interval_to_arrow(v: Interval, sv: SpecialValues) -> std::result::
             )))
         }
     }
+}
+
+/// PostgreSQL's fields as they are (IntervalType::Struct): every interval fits; ±infinity
+/// (all fields at their maximum or minimum, as PostgreSQL stores them) is null under
+/// SpecialValues::Null, as for the other types.
+pub(crate) fn interval_fields(v: Interval, sv: SpecialValues) -> std::result::Result<Interval, Special> {
+    if sv == SpecialValues::Null && (v == INTERVAL_PINF || v == INTERVAL_NINF) {
+        return Err(Special(String::new()));
+    }
+    Ok(v)
 }
 
 /// interval_out, IntervalStyle postgres (EncodeInterval, INTSTYLE_POSTGRES).

@@ -16,8 +16,8 @@ mod render;
 mod store;
 mod value;
 
-pub(crate) use datetime::civil_from_days;
-pub use datetime::{DateOrder, DateTimeText, TimeZoneName};
+pub(crate) use datetime::{civil_from_days, date32_infinity};
+pub use datetime::{DateOrder, DateTimeText, TimeZoneName, DATE32_NEG_INFINITY, TIMESTAMP_NEG_INFINITY};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,9 +25,9 @@ use std::sync::Arc;
 use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder, Float32Builder,
     Float64Builder, Int16Builder, Int32Builder, Int64Builder, IntervalMonthDayNanoBuilder,
-    NullBufferBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder, UInt32Builder,
+    NullBufferBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
-use arrow_array::{ArrayRef, ListArray};
+use arrow_array::{ArrayRef, ListArray, StructArray};
 use arrow_buffer::{IntervalMonthDayNano, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, IntervalUnit, TimeUnit};
 
@@ -50,12 +50,59 @@ pub struct PgColumnType {
     pub type_name: Option<String>,
 }
 
+/// How interval columns are typed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IntervalType {
+    /// `struct<months: int32, days: int32, microseconds: int64>` (the default): PostgreSQL's
+    /// own three fields, so every interval is exact (±infinity: every field at its maximum or
+    /// minimum, as PostgreSQL stores them), and every consumer takes it (polars, Spark and
+    /// Delta have no month-day-nanosecond interval).
+    #[default]
+    Struct,
+    /// Arrow's `month_day_nano` interval (DuckDB's INTERVAL, pandas' DateOffset); a time part
+    /// beyond i64 nanoseconds (about 106751 days) is a special value.
+    MonthDayNano,
+}
+
+/// How uuid columns are typed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UuidType {
+    /// Utf8, uuid_out's canonical text (the default): pyarrow sorts, groups and joins it,
+    /// pandas converts lists of it, Spark and Delta take it as it is.
+    #[default]
+    Text,
+    /// FixedSizeBinary(16) with the `arrow.uuid` extension (pyarrow 26 neither sorts nor
+    /// groups by it; pandas cannot convert a list of it).
+    FixedSizeBinary,
+}
+
+/// The fields of an interval column typed [`IntervalType::Struct`].
+pub fn interval_struct_fields() -> arrow_schema::Fields {
+    arrow_schema::Fields::from(vec![
+        Field::new("months", DataType::Int32, true),
+        Field::new("days", DataType::Int32, true),
+        Field::new("microseconds", DataType::Int64, true),
+    ])
+}
+
+/// Whether `fields` are those of an interval typed [`IntervalType::Struct`].
+pub fn is_interval_struct(fields: &arrow_schema::Fields) -> bool {
+    fields.len() == 3
+        && fields.iter().zip(interval_struct_fields().iter()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
 /// Choices that change how columns are typed.
 #[derive(Clone, Debug)]
 pub struct TypeOptions {
     pub special_values: SpecialValues,
-    /// Text and binary columns as Utf8View/BinaryView pointing into input buffers (default true).
+    /// Text and binary columns as Utf8View/BinaryView pointing into input buffers (default
+    /// false: Utf8/Binary, which every consumer takes; pyarrow's filter, sort, take and join
+    /// and pandas' list conversion refuse views).
     pub views: bool,
+    /// How interval columns are typed (default [`IntervalType::Struct`]).
+    pub interval: IntervalType,
+    /// How uuid columns are typed (default [`UuidType::Text`]).
+    pub uuid: UuidType,
     /// The stream was started with `binary 'true'` (default false). Only types that cannot be
     /// decoded depend on it: they become Binary (the raw send bytes) instead of Utf8 (the text).
     pub binary: bool,
@@ -81,7 +128,9 @@ impl Default for TypeOptions {
     fn default() -> Self {
         TypeOptions {
             special_values: SpecialValues::Keep,
-            views: true,
+            views: false,
+            interval: IntervalType::Struct,
+            uuid: UuidType::Text,
             binary: false,
             array_ndims: 1,
             learn_array_ndims: true,
@@ -97,7 +146,7 @@ enum Col {
     Int2(Int16Builder),
     Int4(Int32Builder),
     Int8(Int64Builder),
-    Oid(UInt32Builder),
+    Oid(Int64Builder),
     Float4(Float32Builder),
     Float8(Float64Builder),
     Decimal { b: Decimal128Builder, precision: u8, scale: i8 },
@@ -105,6 +154,7 @@ enum Col {
     Time(Time64MicrosecondBuilder),
     Timestamp { b: TimestampMicrosecondBuilder, tz: bool },
     Interval(IntervalMonthDayNanoBuilder),
+    IntervalStruct(Box<IntervalStructBuilder>),
     Uuid(FixedSizeBinaryBuilder),
     Bytea(BinStore),
     /// A type we do not decode, kept as the bytes that came (text or send format).
@@ -112,6 +162,45 @@ enum Col {
     /// Utf8: the text output as sent, or the binary value rendered as that text.
     Str { kind: StrKind, out: StrStore },
     List(Box<ListCol>),
+}
+
+/// An interval as `struct<months, days, microseconds>` ([`IntervalType::Struct`]).
+struct IntervalStructBuilder {
+    months: Int32Builder,
+    days: Int32Builder,
+    micros: Int64Builder,
+    nulls: NullBufferBuilder,
+}
+
+impl IntervalStructBuilder {
+    fn new() -> Self {
+        IntervalStructBuilder {
+            months: Int32Builder::new(),
+            days: Int32Builder::new(),
+            micros: Int64Builder::new(),
+            nulls: NullBufferBuilder::new(0),
+        }
+    }
+
+    fn append_value(&mut self, v: datetime::Interval) {
+        self.months.append_value(v.months);
+        self.days.append_value(v.days);
+        self.micros.append_value(v.micros);
+        self.nulls.append_non_null();
+    }
+
+    fn append_null(&mut self) {
+        self.months.append_null();
+        self.days.append_null();
+        self.micros.append_null();
+        self.nulls.append_null();
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        let children: Vec<ArrayRef> =
+            vec![Arc::new(self.months.finish()), Arc::new(self.days.finish()), Arc::new(self.micros.finish())];
+        Arc::new(StructArray::new(interval_struct_fields(), children, self.nulls.finish()))
+    }
 }
 
 struct ListCol {
@@ -204,7 +293,7 @@ impl ColumnBuilder {
                 oid::INT2 => Col::Int2(Int16Builder::new()),
                 oid::INT4 => Col::Int4(Int32Builder::new()),
                 oid::INT8 => Col::Int8(Int64Builder::new()),
-                oid::OID => Col::Oid(UInt32Builder::new()),
+                oid::OID => Col::Oid(Int64Builder::new()),
                 oid::FLOAT4 => Col::Float4(Float32Builder::new()),
                 oid::FLOAT8 => Col::Float8(Float64Builder::new()),
                 oid::NUMERIC => match num::decimal_type(typmod) {
@@ -226,16 +315,18 @@ impl ColumnBuilder {
                     b: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
                     tz: true,
                 },
-                oid::INTERVAL if !text_special => Col::Interval(IntervalMonthDayNanoBuilder::new()),
-                oid::UUID => {
+                oid::INTERVAL if !text_special => match opts.interval {
+                    IntervalType::Struct => Col::IntervalStruct(Box::new(IntervalStructBuilder::new())),
+                    IntervalType::MonthDayNano => Col::Interval(IntervalMonthDayNanoBuilder::new()),
+                },
+                oid::UUID if opts.uuid == UuidType::FixedSizeBinary => {
                     extension = Some("arrow.uuid");
                     Col::Uuid(FixedSizeBinaryBuilder::new(16))
                 }
                 oid::BYTEA => Col::Bytea(BinStore::new(opts.views)),
-                oid::JSON | oid::JSONB => {
-                    extension = Some("arrow.json");
-                    str_col(StrKind::for_oid(oid))
-                }
+                // Plain Utf8 (pg.type_name says json): pyspark refuses the arrow.json
+                // extension type, and pyarrow neither sorts nor groups by it.
+                oid::JSON | oid::JSONB => str_col(StrKind::for_oid(oid)),
                 _ => {
                     let kind = StrKind::for_oid(oid);
                     // aclitem has no send function: even a binary stream sends its text.
@@ -252,7 +343,8 @@ impl ColumnBuilder {
             Col::Int2(_) => DataType::Int16,
             Col::Int4(_) => DataType::Int32,
             Col::Int8(_) => DataType::Int64,
-            Col::Oid(_) => DataType::UInt32,
+            // Int64: every oid (u32) fits, and Spark, which has no unsigned types, takes it.
+            Col::Oid(_) => DataType::Int64,
             Col::Float4(_) => DataType::Float32,
             Col::Float8(_) => DataType::Float64,
             Col::Decimal { precision, scale, .. } => DataType::Decimal128(*precision, *scale),
@@ -262,6 +354,7 @@ impl ColumnBuilder {
                 DataType::Timestamp(TimeUnit::Microsecond, tz.then(|| Arc::from("UTC")))
             }
             Col::Interval(_) => DataType::Interval(IntervalUnit::MonthDayNano),
+            Col::IntervalStruct(_) => DataType::Struct(interval_struct_fields()),
             Col::Uuid(_) => DataType::FixedSizeBinary(16),
             Col::Bytea(s) | Col::Raw(s) => s.data_type(),
             Col::Str { out, .. } => out.data_type(),
@@ -315,7 +408,7 @@ impl ColumnBuilder {
     }
 
     /// The Arrow field: name, type, nullable=true, and metadata "pg.type_oid", "pg.type_name",
-    /// "pg.typmod" (and ARROW:extension:name = arrow.uuid / arrow.json where due).
+    /// "pg.typmod" (and ARROW:extension:name = arrow.uuid for uuid as FixedSizeBinary).
     pub fn field(&self, name: &str) -> Field {
         let mut md = HashMap::new();
         md.insert("pg.type_oid".to_string(), self.oid.to_string());
@@ -351,6 +444,7 @@ impl ColumnBuilder {
             Col::Time(b) => b.append_null(),
             Col::Timestamp { b, .. } => b.append_null(),
             Col::Interval(b) => b.append_null(),
+            Col::IntervalStruct(b) => b.append_null(),
             Col::Uuid(b) => b.append_null(),
             Col::Bytea(s) | Col::Raw(s) => s.append_null(),
             Col::Str { out, .. } => out.append_null(),
@@ -470,7 +564,10 @@ impl ColumnBuilder {
             Col::Int2(b) => prim!(b, if binary { num::int2_bin(bytes)? } else { num::int_text(bytes)? }),
             Col::Int4(b) => prim!(b, if binary { num::int4_bin(bytes)? } else { num::int_text(bytes)? }),
             Col::Int8(b) => prim!(b, if binary { num::int8_bin(bytes)? } else { num::int_text(bytes)? }),
-            Col::Oid(b) => prim!(b, if binary { num::oid_bin(bytes)? } else { num::int_text(bytes)? }),
+            Col::Oid(b) => {
+                let v: u32 = if binary { num::oid_bin(bytes)? } else { num::int_text(bytes)? };
+                prim!(b, i64::from(v))
+            }
             Col::Float4(b) => prim!(b, if binary { num::float4_bin(bytes)? } else { num::float_text(bytes)? }),
             Col::Float8(b) => prim!(b, if binary { num::float8_bin(bytes)? } else { num::float_text(bytes)? }),
             Col::Decimal { b, precision, scale } => {
@@ -501,6 +598,11 @@ impl ColumnBuilder {
             Col::Interval(b) => {
                 let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
                 let v: IntervalMonthDayNano = special!(datetime::interval_to_arrow(v, sv));
+                prim!(b, v)
+            }
+            Col::IntervalStruct(b) => {
+                let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
+                let v = special!(datetime::interval_fields(v, sv));
                 prim!(b, v)
             }
             Col::Uuid(b) => {
@@ -711,6 +813,7 @@ impl ColumnBuilder {
             Col::Time(b) => Arc::new(b.finish()),
             Col::Timestamp { b, .. } => Arc::new(b.finish()),
             Col::Interval(b) => Arc::new(b.finish()),
+            Col::IntervalStruct(b) => b.finish(),
             Col::Uuid(b) => Arc::new(b.finish()),
             Col::Bytea(s) | Col::Raw(s) => s.finish(),
             Col::Str { out, .. } => out.finish(),

@@ -61,9 +61,10 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
         DataType::Decimal128(_, scale) => decimal(array.as_primitive::<Decimal128Type>().value(i), *scale, out),
         DataType::Date32 => {
             let days = array.as_primitive::<Date32Type>().value(i);
-            let pg = match days {
-                i32::MAX | i32::MIN => days,
-                d => d - UNIX_TO_PG_EPOCH_DAYS,
+            let pg = match datetime::date32_infinity(days) {
+                Some("infinity") => i32::MAX,
+                Some(_) => i32::MIN,
+                None => days - UNIX_TO_PG_EPOCH_DAYS,
             };
             datetime::date_to_text(pg, out);
         }
@@ -72,9 +73,10 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
         }
         DataType::Timestamp(TimeUnit::Microsecond, tz) => {
             let micros = array.as_primitive::<TimestampMicrosecondType>().value(i);
-            let pg = match micros {
-                i64::MAX | i64::MIN => micros,
-                m => m - UNIX_TO_PG_EPOCH_MICROS,
+            let pg = match datetime::timestamp_infinity(micros) {
+                Some("infinity") => i64::MAX,
+                Some(_) => i64::MIN,
+                None => micros - UNIX_TO_PG_EPOCH_MICROS,
             };
             datetime::timestamp_to_text(pg, tz.is_some(), out);
         }
@@ -85,6 +87,15 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
                 n => n / 1000,
             };
             datetime::interval_to_text(Interval { months: v.months, days: v.days, micros }, out);
+        }
+        DataType::Struct(fields) if super::is_interval_struct(fields) => {
+            let s = array.as_struct();
+            let v = Interval {
+                months: s.column(0).as_primitive::<Int32Type>().value(i),
+                days: s.column(1).as_primitive::<Int32Type>().value(i),
+                micros: s.column(2).as_primitive::<Int64Type>().value(i),
+            };
+            datetime::interval_to_text(v, out);
         }
         DataType::FixedSizeBinary(16) => {
             let b = array.as_fixed_size_binary().value(i);
