@@ -20,6 +20,7 @@ __all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValue
 
 SpecialValues = Literal["keep", "error", "null", "text"]
 EmitMode = Literal["committed", "arrived", "immediate"]
+DatetimeRange = Literal["arrow", "pandas"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -125,6 +126,14 @@ class Decoder:
         default): ``1``, unless the column's first non-empty array, before its first
         batch comes out, has more dimensions; then that many. An array of another depth
         than its column's later is a special value (see ``special_values``).
+    ``datetime_range``
+        Which dates and timestamps the typed columns hold. ``"arrow"`` (the default): every
+        value of date32 and timestamp[us]. ``"pandas"``: what pandas and Python's ``datetime``
+        hold, dates from 0001-01-01 to 9999-12-31 and timestamps from 1677-09-22 to
+        2262-04-10 (pandas' ``datetime64[ns]`` less a day at each end for time zone
+        offsets); other values, ±infinity, BC dates and years past 9999 included, are
+        special values (see ``special_values``). The Spark integration asks for it, so that
+        ``collect()`` and ``toPandas()`` take every row.
 
     Typical loop::
 
@@ -151,6 +160,7 @@ class Decoder:
         emit: EmitMode = "committed",
         binary: bool | None = None,
         array_ndims: int | None = None,
+        datetime_range: DatetimeRange = "arrow",
     ) -> None:
         self._native = _internal.Decoder(
             special_values=special_values,
@@ -161,6 +171,7 @@ class Decoder:
             emit=emit,
             binary=binary,
             array_ndims=array_ndims,
+            datetime_range=datetime_range,
         )
 
     def feed(self, data: bytes | bytearray | memoryview, lsn: int | str | None = None) -> None:
@@ -247,6 +258,7 @@ def decode(
     spill_dir: str | os.PathLike[str] | None = None,
     binary: bool | None = None,
     array_ndims: int | None = None,
+    datetime_range: DatetimeRange = "arrow",
 ) -> Changes:
     """Decodes a whole capture and returns its :class:`Changes`.
 
@@ -271,6 +283,7 @@ def decode(
         spill_dir=spill_dir,
         binary=binary,
         array_ndims=array_ndims,
+        datetime_range=datetime_range,
     )
     decoder.feed_capture(capture_from(source))
     return decoder.finish()

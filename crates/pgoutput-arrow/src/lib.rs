@@ -66,7 +66,7 @@ pub use options::{DecoderOptions, EmitMode};
 pub use output::{Changes, Output, Table, TableVersion};
 pub use table::{meta_fields, ARRIVED_COLUMNS, META_COLUMNS};
 pub use types::{
-    builtin_type_name, to_pg_text, ColumnBuilder, PgColumnType, Source, SpecialValues, TypeOptions, ValueError,
+    builtin_type_name, to_pg_text, ColumnBuilder, DatetimeRange, PgColumnType, Source, SpecialValues, TypeOptions, ValueError,
 };
 pub use unify::{conform, lossless, unify, unify_schemas};
 

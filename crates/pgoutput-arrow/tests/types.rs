@@ -96,7 +96,7 @@ fn binaries(a: &ArrayRef) -> Vec<Option<Vec<u8>>> {
 /// Builds the column from text and from binary under one set of options and checks them.
 fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
     let label = format!("{} [{special:?}, views={views}]", case.label);
-    let opts = TypeOptions { special_values: special, views, binary: false, array_ndims: case.ndims, learn_array_ndims: false };
+    let opts = TypeOptions { special_values: special, views, binary: false, array_ndims: case.ndims, learn_array_ndims: false, ..Default::default() };
     let mut t = ColumnBuilder::new(&case.ty, &opts);
     let mut b = ColumnBuilder::new(&case.ty, &TypeOptions { binary: true, ..opts.clone() });
     let is_list = matches!(t.data_type(), DataType::List(_));
@@ -525,7 +525,7 @@ fn no_panic_on_any_input() {
     for case in &cases {
         for special in [SpecialValues::Error, SpecialValues::Null, SpecialValues::Text] {
             for ndims in [1, 2] {
-                let opts = TypeOptions { special_values: special, views: rng.below(2) == 0, binary: true, array_ndims: ndims, learn_array_ndims: false };
+                let opts = TypeOptions { special_values: special, views: rng.below(2) == 0, binary: true, array_ndims: ndims, learn_array_ndims: false, ..Default::default() };
                 let mut b = ColumnBuilder::new(&case.ty, &opts);
                 for v in &case.values {
                     for _ in 0..12 {

@@ -37,7 +37,7 @@ pub(crate) use oid::builtin_by_name;
 use array::ArrayDecoder;
 use render::StrKind;
 use store::{BinStore, StrStore};
-pub use value::{Source, SpecialValues, ValueError};
+pub use value::{DatetimeRange, Source, SpecialValues, ValueError};
 pub(crate) use value::{Result, Special};
 
 /// How one published column is typed: from the Relation message (+ Type messages).
@@ -66,6 +66,9 @@ pub struct TypeOptions {
     /// finished a batch with rows, takes the dimensions of its first non-empty array
     /// (default true): `int4[][]` columns come out as nested lists without options.
     pub learn_array_ndims: bool,
+    /// Which dates and timestamps the typed columns hold (default: every value of the Arrow
+    /// type); the others are special values. Spark asks for [`DatetimeRange::Pandas`].
+    pub datetime_range: DatetimeRange,
 }
 
 impl Default for TypeOptions {
@@ -76,6 +79,7 @@ impl Default for TypeOptions {
             binary: false,
             array_ndims: 1,
             learn_array_ndims: true,
+            datetime_range: DatetimeRange::Arrow,
         }
     }
 }
@@ -128,6 +132,7 @@ pub struct ColumnBuilder {
     type_name: String,
     extension: Option<&'static str>,
     special: SpecialValues,
+    datetime_range: DatetimeRange,
     len: usize,
     /// The Arrow type changed since the builder was made (a list column took the depth
     /// of its first non-empty array).
@@ -263,6 +268,7 @@ impl ColumnBuilder {
             type_name,
             extension,
             special: opts.special_values,
+            datetime_range: opts.datetime_range,
             len: 0,
             retyped: false,
             scratch: Scratch::default(),
@@ -385,18 +391,18 @@ impl ColumnBuilder {
         }
         // The fixed-width types need none of `put`'s machinery: a short path for them (a
         // value of the wrong width or a special one goes through `put`, which decides).
-        let sv = self.special;
+        let (sv, range) = (self.special, self.datetime_range);
         let done = match &mut self.col {
             Col::Timestamp { b, .. } => bytes
                 .try_into()
                 .ok()
-                .and_then(|v| datetime::timestamp_to_arrow(i64::from_be_bytes(v), sv).ok())
+                .and_then(|v| datetime::timestamp_to_arrow(i64::from_be_bytes(v), sv, range).ok())
                 .map(|v| b.append_value(v))
                 .is_some(),
             Col::Date(b) => bytes
                 .try_into()
                 .ok()
-                .and_then(|v| datetime::date_to_arrow(i32::from_be_bytes(v), sv).ok())
+                .and_then(|v| datetime::date_to_arrow(i32::from_be_bytes(v), sv, range).ok())
                 .map(|v| b.append_value(v))
                 .is_some(),
             Col::Int4(b) => bytes.try_into().map(|v| b.append_value(i32::from_be_bytes(v))).is_ok(),
@@ -450,7 +456,7 @@ impl ColumnBuilder {
                 }
             }};
         }
-        let sv = self.special;
+        let (sv, range) = (self.special, self.datetime_range);
         match &mut self.col {
             Col::Bool(b) => prim!(b, if binary { num::bool_bin(bytes)? } else { num::bool_text(bytes)? }),
             Col::Int2(b) => prim!(b, if binary { num::int2_bin(bytes)? } else { num::int_text(bytes)? }),
@@ -469,7 +475,7 @@ impl ColumnBuilder {
             }
             Col::Date(b) => {
                 let v = if binary { datetime::date_bin(bytes)? } else { datetime::date_text(bytes)? };
-                let v = special!(datetime::date_to_arrow(v, sv));
+                let v = special!(datetime::date_to_arrow(v, sv, range));
                 prim!(b, v)
             }
             Col::Time(b) => {
@@ -482,7 +488,7 @@ impl ColumnBuilder {
                     (false, false) => datetime::timestamp_text(bytes)?,
                     (false, true) => datetime::timestamptz_text(bytes)?,
                 };
-                prim!(b, special!(datetime::timestamp_to_arrow(v, sv)))
+                prim!(b, special!(datetime::timestamp_to_arrow(v, sv, range)))
             }
             Col::Interval(b) => {
                 let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
