@@ -41,6 +41,9 @@ def spark() -> Iterator[Any]:
                .config("spark.sql.execution.arrow.pyspark.validateSchema.enabled", "true")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
+               # time columns are TIME only with it (without: PostgreSQL's text, which
+               # test_spark_default_session.py checks on an untuned session).
+               .config("spark.sql.timeType.enabled", "true")
                .config("spark.ui.enabled", "false")
                .config("spark.driver.memory", "1g")
                .getOrCreate())
@@ -450,7 +453,8 @@ def test_every_type_family_decoded_on_spark_equals_single_process(spark: Any, ty
     # Text mode with plain utf8/binary columns, binary mode with view columns (views=True).
     for mode, views in (("text", False), ("binary", True)):
         rows = w[mode]
-        local = pgoutput_arrow.decode([(l, d) for l, _, d in rows], views=views).tables[name]
+        local = pgoutput_arrow.decode([(l, d) for l, _, d in rows], views=views,
+                                      **sp.SPARK_DECODER_OPTIONS).tables[name]
         assert pa.types.is_string_view(local.schema.field("t").type) == views
         assert local.num_rows == 9, mode  # 6 inserts, 2 updates, 1 delete
         target = sp.to_spark_arrow_schema(local.schema)

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._internal import pg_text
+
 __all__ = ["spark_arrow_type", "to_spark_arrow_schema", "cast_for_spark", "cast_column"]
 
 #: How an interval reaches Spark and Delta: the decoder's default interval type (PostgreSQL's
@@ -16,15 +18,18 @@ __all__ = ["spark_arrow_type", "to_spark_arrow_schema", "cast_for_spark", "cast_
 _MDN_STRUCT = pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())])
 
 
-def spark_arrow_type(t: pa.DataType) -> pa.DataType:
-    """The Arrow type Spark 4.3 accepts (mapInArrow and Python data sources) for ``t``."""
+def spark_arrow_type(t: pa.DataType, time_type: bool = True) -> pa.DataType:
+    """The Arrow type Spark 4.3 accepts (mapInArrow and Python data sources) for ``t``.
+    ``time_type``: whether the session has ``spark.sql.timeType.enabled`` (``time`` is then
+    TIME, time64[ns]); without it Spark refuses TIME in most plans, and ``time`` is
+    PostgreSQL's text (``'13:45:00.5'``), as in Delta."""
     # BaseExtensionType: pyarrow's canonical extension types (arrow.uuid) are not ExtensionType.
     if isinstance(t, pa.BaseExtensionType):
         if t.extension_name == "arrow.uuid":
             return pa.string()
-        return spark_arrow_type(t.storage_type)
+        return spark_arrow_type(t.storage_type, time_type)
     if pa.types.is_dictionary(t):
-        return spark_arrow_type(t.value_type)
+        return spark_arrow_type(t.value_type, time_type)
     if pa.types.is_uint8(t):
         return pa.int16()
     if pa.types.is_uint16(t):
@@ -45,7 +50,7 @@ def spark_arrow_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_interval(t):
         return _MDN_STRUCT
     if pa.types.is_time(t):
-        return pa.time64("ns")
+        return pa.time64("ns") if time_type else pa.string()
     if pa.types.is_timestamp(t):
         return pa.timestamp("us", tz=None if t.tz is None else "UTC")
     if pa.types.is_date64(t):
@@ -56,20 +61,20 @@ def spark_arrow_type(t: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
             or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        return pa.list_(pa.field("element", spark_arrow_type(t.value_type), True))
+        return pa.list_(pa.field("element", spark_arrow_type(t.value_type, time_type), True))
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, spark_arrow_type(f.type), True) for f in t])
+        return pa.struct([pa.field(f.name, spark_arrow_type(f.type, time_type), True) for f in t])
     if pa.types.is_map(t):
-        return pa.map_(spark_arrow_type(t.key_type), spark_arrow_type(t.item_type))
+        return pa.map_(spark_arrow_type(t.key_type, time_type), spark_arrow_type(t.item_type, time_type))
     if pa.types.is_null(t):
         return pa.string()
     return t
 
 
-def to_spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+def to_spark_arrow_schema(schema: pa.Schema, time_type: bool = True) -> pa.Schema:
     """``schema`` with every field's type mapped by :func:`spark_arrow_type`, every field
     nullable (Spark's Arrow data sources compare nullability too) and metadata kept."""
-    return pa.schema([pa.field(f.name, spark_arrow_type(f.type), True, f.metadata) for f in schema],
+    return pa.schema([pa.field(f.name, spark_arrow_type(f.type, time_type), True, f.metadata) for f in schema],
                      metadata=schema.metadata)
 
 
@@ -162,6 +167,9 @@ def _cast_array(arr: pa.Array, target: pa.DataType) -> pa.Array:
                                        mask=arr.is_null() if arr.null_count else None)
     if pa.types.is_null(src):
         return pa.nulls(len(arr), target)
+    if pa.types.is_time(src) and pa.types.is_string(target):
+        # PostgreSQL's text of the time, from the crates (pyarrow's cast pads the fraction).
+        return pa.table(pg_text(pa.table({"t": arr}))).column(0).combine_chunks()
     if pa.types.is_decimal(src) and pa.types.is_string(target):
         return pc.cast(arr, pa.string())
     return pc.cast(arr, target, safe=True)

@@ -24,6 +24,7 @@ EmitMode = Literal["committed", "arrived", "immediate"]
 DateOrder = Literal["MDY", "DMY", "YMD"]
 IntervalType = Literal["struct", "month_day_nano"]
 UuidType = Literal["text", "fixed_size_binary"]
+DatetimeRange = Literal["arrow", "pandas"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -153,6 +154,14 @@ class Decoder:
         zone abbreviations those styles print for timestamptz (``CET``, ``LMT``) into
         offsets. Without it such a value raises :class:`DecodeValueError` naming it.
         Every IntervalStyle is read without an option.
+    ``datetime_range``
+        Which dates and timestamps the typed columns hold. ``"arrow"`` (the default): every
+        value of date32 and timestamp[us]. ``"pandas"``: what pandas and Python's ``datetime``
+        hold, dates from 0001-01-01 to 9999-12-31 and timestamps from 1677-09-22 to
+        2262-04-10 (pandas' ``datetime64[ns]`` less a day at each end for time zone
+        offsets); other values, ±infinity, BC dates and years past 9999 included, are
+        special values (see ``special_values``). The Spark integration asks for it, so that
+        ``collect()`` and ``toPandas()`` take every row.
 
     Typical loop::
 
@@ -183,6 +192,7 @@ class Decoder:
         array_ndims: int | None = None,
         date_order: DateOrder | None = None,
         timezone: str | None = None,
+        datetime_range: DatetimeRange = "arrow",
     ) -> None:
         self._native = _internal.Decoder(
             special_values=special_values,
@@ -197,6 +207,7 @@ class Decoder:
             array_ndims=array_ndims,
             date_order=date_order,
             timezone=timezone,
+            datetime_range=datetime_range,
         )
 
     def feed(self, data: bytes | bytearray | memoryview, lsn: int | str | None = None) -> None:
@@ -287,6 +298,7 @@ def decode(
     array_ndims: int | None = None,
     date_order: DateOrder | None = None,
     timezone: str | None = None,
+    datetime_range: DatetimeRange = "arrow",
 ) -> Changes:
     """Decodes a whole capture and returns its :class:`Changes`.
 
@@ -315,6 +327,7 @@ def decode(
         array_ndims=array_ndims,
         date_order=date_order,
         timezone=timezone,
+        datetime_range=datetime_range,
     )
     decoder.feed_capture(capture_from(source))
     return decoder.finish()

@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::canonical::definition;
-use crate::decoder::decoder_options;
+use crate::decoder::{decoder_options, parse_datetime_range};
 use crate::errors::{decode_error, new_error, panic_error};
 use crate::tables::{ArrowBatch, ArrowTable};
 
@@ -199,7 +199,7 @@ impl PyCopyDecoder {
     #[new]
     #[pyo3(signature = (relation_id, namespace, name, replica_identity, columns, types, *, lsn, commit_ts,
                         first_seq, special_values = "keep", views = false, interval = "struct", uuid = "text", binary = None, array_ndims = None,
-                        batch_size = None))]
+                        batch_size = None, datetime_range = "arrow"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -219,8 +219,10 @@ impl PyCopyDecoder {
         binary: Option<bool>,
         array_ndims: Option<usize>,
         batch_size: Option<usize>,
+        datetime_range: &str,
     ) -> PyResult<Self> {
         let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
+        options.types.datetime_range = parse_datetime_range(datetime_range)?;
         if let Some(n) = batch_size {
             options.batch_size = n.max(1);
         }

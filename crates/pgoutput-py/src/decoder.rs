@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use pgoutput_arrow::{DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues, UuidType};
+use pgoutput_arrow::{DatetimeRange, DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues, UuidType};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -54,6 +54,15 @@ fn parse_special_values(value: &str) -> PyResult<SpecialValues> {
         other => Err(PyValueError::new_err(format!(
             "special_values must be 'keep', 'error', 'null' or 'text', not {other:?}"
         ))),
+    }
+}
+
+/// `datetime_range` of `Decoder` and `CopyDecoder` (see pgoutput_arrow::DatetimeRange).
+pub fn parse_datetime_range(value: &str) -> PyResult<DatetimeRange> {
+    match value {
+        "arrow" => Ok(DatetimeRange::Arrow),
+        "pandas" => Ok(DatetimeRange::Pandas),
+        other => Err(PyValueError::new_err(format!("datetime_range must be 'arrow' or 'pandas', not {other:?}"))),
     }
 }
 
@@ -172,7 +181,7 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", uuid = "text", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None))]
+    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", uuid = "text", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None, datetime_range = "arrow"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
@@ -187,9 +196,11 @@ impl PyDecoder {
         array_ndims: Option<usize>,
         date_order: Option<&str>,
         timezone: Option<&str>,
+        datetime_range: &str,
     ) -> PyResult<Self> {
         let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
         set_datetime_options(&mut options, date_order, timezone)?;
+        options.types.datetime_range = parse_datetime_range(datetime_range)?;
         if let Some(batch_size) = batch_size {
             if batch_size == 0 {
                 return Err(PyValueError::new_err("batch_size must be at least 1"));

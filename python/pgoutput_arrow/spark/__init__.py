@@ -31,12 +31,14 @@ from .replica import apply_changes
 from .snapshot import SparkSnapshot, snapshot
 from .source import PgoutputDataSource
 from .sql import PgoutputChangesUDTF, message_kind, register
-from .types import cast_for_spark, spark_arrow_type, to_spark_arrow_schema
+from .types import SPARK_DECODER_OPTIONS, cast_for_spark, spark_arrow_type, time_type_enabled, to_spark_arrow_schema
 
 __all__ = [
     "to_spark_arrow_schema",
     "spark_arrow_type",
     "cast_for_spark",
+    "time_type_enabled",
+    "SPARK_DECODER_OPTIONS",
     "decode",
     "register",
     "apply_changes",

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from .. import _internal
 from ._common import rank_within_commit, spark_schema
-from .types import cast_for_spark, to_spark_arrow_schema
+from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["decode", "decode_table_locally", "decode_rows_locally", "canonical_stream",
            "collect_catalog", "normalized", "TRUNCATES"]
@@ -58,8 +58,9 @@ def _decoder(options: dict[str, Any]) -> Any:
 def decode_table_locally(table: pa.Table, options: dict[str, Any]) -> Any:
     """Decode whole transactions in any order in this process: the rows of ``table`` (``lsn``
     text or integer, ``xid``, ``data``, optionally ``_tb``) rebuilt as :func:`decode` rebuilds
-    them, the catalog taken from the rows themselves."""
-    decoder = _decoder(options)
+    them, the catalog taken from the rows themselves. ``options`` go to the decoder, after
+    :data:`~.types.SPARK_DECODER_OPTIONS`."""
+    decoder = _decoder({**SPARK_DECODER_OPTIONS, **options})
     if table.num_rows:
         decoder.feed_batch(canonical_stream(table, table))
     return decoder.finish()
@@ -143,15 +144,16 @@ def _with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
 
 
 def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], truncates: pa.Schema,
-                         options: dict[str, Any]
+                         options: dict[str, Any], time_type: bool
                          ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], pa.Schema]:
     """The executors' step: rebuild the partition's transactions, decode them, and hand every
     table's rows back in one wide batch: ``_t`` (the table's number) and one struct column
-    per table (``_truncates`` last), the others null."""
+    per table (``_truncates`` last), the others null. ``time_type``: the driver's session
+    handles TIME (decided there, carried here in the targets)."""
     import pgoutput_arrow
 
     names = sorted(schemas)
-    targets = [to_spark_arrow_schema(schemas[n]) for n in names] + [truncates]
+    targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names] + [truncates]
     wide = pa.schema([pa.field("_t", pa.int32(), False)]
                      + [pa.field(f"_t{i}", pa.struct(list(t)), True) for i, t in enumerate(targets)])
 
@@ -215,7 +217,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
-    options = dict(options)
+    options = {**SPARK_DECODER_OPTIONS, **options}
     options.setdefault("views", False)
     if options.get("array_ndims") is None:
         # The schema is settled on the driver before any data is seen: every partition must
@@ -231,7 +233,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     schemas = _table_schemas(catalog, options)
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
-    fn, wide = _decode_partition_fn(catalog, schemas, truncates, options)
+    fn, wide = _decode_partition_fn(catalog, schemas, truncates, options, time_type_enabled(spark))
     inter = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(wide)).persist()
     out: dict[str, Any] = {}
     for i, name in enumerate(sorted(schemas)):

@@ -1,5 +1,5 @@
 """The generic change schema of the ``pgoutput_changes`` UDTF and of the data sources
-without ``table``: one row per change of any table, its values as text maps."""
+without ``table``: one row per change of any table, its values as text maps (PostgreSQL's text of each value)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._internal import pg_text
 from ._common import table_columns
 from .types import cast_column, spark_arrow_type
 
@@ -26,17 +27,24 @@ def _text_map(table: pa.Table, names: list[str]) -> pa.Array:
         return pa.array([[] for _ in range(n)], pa.map_(pa.string(), pa.string()))
     texts = []
     for c in names:
-        col = cast_column(table.column(c), spark_arrow_type(table.schema.field(c).type))
-        if pa.types.is_struct(col.type) or pa.types.is_list(col.type) or pa.types.is_binary(col.type):
-            col = pa.array([None if v is None else (v.hex() if isinstance(v, bytes) else json.dumps(v, default=str))
-                            for v in col.to_pylist()], pa.string())
-        else:
-            col = pc.cast(col, pa.string())
-        texts.append(col)
+        texts.append(_column_text(table.column(c)))
     keys = pa.array(np.tile(np.array(names, dtype=object), n), pa.string())
     items = pa.array(np.stack([t.to_numpy(zero_copy_only=False) for t in texts], axis=1).reshape(-1), pa.string())
     offsets = pa.array(np.arange(0, len(names) * (n + 1), len(names), dtype=np.int32))
     return pa.MapArray.from_arrays(offsets, keys, items)
+
+
+def _column_text(column: pa.ChunkedArray) -> pa.Array:
+    """PostgreSQL's text of each value (the crates render it); a type without one (none
+    the decoder makes today) as JSON of its Spark value."""
+    try:
+        return pa.table(pg_text(pa.table({"c": column}))).column(0).combine_chunks()
+    except ValueError:
+        col = cast_column(column, spark_arrow_type(column.type))
+        if pa.types.is_struct(col.type) or pa.types.is_list(col.type) or pa.types.is_binary(col.type):
+            return pa.array([None if v is None else (v.hex() if isinstance(v, bytes) else json.dumps(v, default=str))
+                             for v in col.to_pylist()], pa.string())
+        return pc.cast(col, pa.string())
 
 
 def _with_special(texts: pa.Array, table: pa.Table, prefix: str) -> pa.Array:

@@ -44,7 +44,7 @@ from ..live.snapshot import (
     read_chunk,
 )
 from ._common import spark_schema
-from .types import cast_for_spark, to_spark_arrow_schema
+from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["SparkSnapshot", "snapshot", "SNAPSHOT_DECODER_OPTIONS", "read_chunk_batches"]
 
@@ -60,7 +60,7 @@ def read_chunk_batches(dsn: str, snapshot_name: str, chunk: SnapshotChunk, targe
     exported snapshot ``snapshot_name``."""
     conn = open_snapshot_connection(dsn, snapshot_name, connect_timeout)
     try:
-        for batch in read_chunk(conn, chunk, **SNAPSHOT_DECODER_OPTIONS):
+        for batch in read_chunk(conn, chunk, **SNAPSHOT_DECODER_OPTIONS, **SPARK_DECODER_OPTIONS):
             yield batch if target is None else cast_for_spark(batch, target)
     finally:
         conn.close()
@@ -107,7 +107,7 @@ class SparkSnapshot:
         chunk, read by the executors. Compute it before the snapshot is closed."""
         if self._exported is None:
             raise ValueError("the snapshot is closed: its rows can no longer be read")
-        target = to_spark_arrow_schema(self.schema(table))
+        target = to_spark_arrow_schema(self.schema(table), time_type_enabled(self.spark))
         chunks = {c.index: c for c in self.chunks(table)}
         dsn, name, timeout = self.dsn, self.snapshot_name, self._connect_timeout
 

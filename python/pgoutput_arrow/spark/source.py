@@ -11,9 +11,9 @@ import pyarrow as pa
 from ._common import spark_schema
 from .batch import decode_table_locally
 from .generic import UDTF_SCHEMA, changes_to_generic
-from .types import cast_for_spark, to_spark_arrow_schema
+from .types import cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
-__all__ = ["PgoutputDataSource"]
+__all__ = ["PgoutputDataSource", "data_source_for"]
 
 
 def _read_capture(path: str) -> pa.Table:
@@ -46,9 +46,23 @@ try:
         ``publication`` (and ``table``) streams a live replication slot, with LSN offsets
         (:mod:`pgoutput_arrow.spark.stream`)."""
 
+        #: Whether ``time`` is TIME: the data source's schema is made in a Python worker,
+        #: which cannot read the session's settings, so :func:`data_source_for` (what
+        #: ``register`` registers) sets it from ``spark.sql.timeType.enabled``; the option
+        #: ``timeType`` (``true``/``false``) overrides it. Without, ``time`` is text.
+        time_type: bool = False
+
         @classmethod
         def name(cls) -> str:
             return "pgoutput"
+
+        def _time_type(self) -> bool:
+            given = {k.lower(): v for k, v in self.options.items()}.get("timetype")
+            if given is None:
+                return self.time_type
+            if given.strip().lower() not in ("true", "false"):
+                raise ValueError(f"option timeType must be 'true' or 'false', not {given!r}")
+            return given.strip().lower() == "true"
 
         def _is_live(self) -> bool:
             return any(k.lower() in ("dsn", "slot") for k in self.options)
@@ -66,14 +80,14 @@ try:
             if self._is_live():
                 from .stream import stream_schema
 
-                return stream_schema(self.options)
+                return stream_schema(self.options, self._time_type())
             table = self.options.get("table")
             if table is None:
                 return UDTF_SCHEMA
             changes = self._decoded()
             if table not in changes.tables:
                 raise ValueError(f"table {table!r} is not in the capture; it has {sorted(changes.tables)}")
-            return spark_schema(to_spark_arrow_schema(changes.tables[table].schema))
+            return spark_schema(to_spark_arrow_schema(changes.tables[table].schema, self._time_type()))
 
         def reader(self, schema: Any) -> "DataSourceReader":
             if self._is_live():
@@ -120,3 +134,11 @@ try:
                 yield cast_for_spark(chunk, target)
 except ImportError:  # pragma: no cover - pyspark without Python data sources
     PgoutputDataSource = None  # type: ignore[assignment,misc]
+
+
+def data_source_for(spark: Any) -> Any:
+    """:class:`PgoutputDataSource` typing ``time`` as ``spark`` handles it (its
+    ``spark.sql.timeType.enabled`` now): what :func:`~pgoutput_arrow.spark.register` registers."""
+    if PgoutputDataSource is None:  # pragma: no cover
+        return None
+    return type("PgoutputDataSource", (PgoutputDataSource,), {"time_type": time_type_enabled(spark)})

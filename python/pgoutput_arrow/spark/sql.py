@@ -31,10 +31,11 @@ def _described(data: pa.Array, column: str) -> pa.Array:
 def register(spark: Any) -> None:
     """Register for SQL: ``pgoutput_changes`` (Arrow UDTF), ``pgoutput_kind``,
     ``pgoutput_relation``, ``lsn_to_int``, ``lsn_to_text`` (Arrow UDFs), and the ``pgoutput``
-    data source."""
+    data source (``time`` columns as the session's ``spark.sql.timeType.enabled`` says now:
+    register again after changing it)."""
     from pyspark.sql.functions import arrow_udf, arrow_udtf  # type: ignore[attr-defined]  # 4.1+, not in the stubs
 
-    from .source import PgoutputDataSource
+    from .source import data_source_for
 
     def kind(data: pa.Array) -> pa.Array:
         return _described(data, "kind")
@@ -55,8 +56,9 @@ def register(spark: Any) -> None:
         fn.__annotations__ = {list(fn.__code__.co_varnames)[0]: pa.Array, "return": pa.Array}
         spark.udf.register(name, arrow_udf(fn, rtype))
     spark.udtf.register("pgoutput_changes", arrow_udtf(PgoutputChangesUDTF, returnType=UDTF_SCHEMA))
-    if PgoutputDataSource is not None:
-        spark.dataSource.register(PgoutputDataSource)
+    source = data_source_for(spark)
+    if source is not None:
+        spark.dataSource.register(source)
 
 
 class PgoutputChangesUDTF:

@@ -61,7 +61,7 @@ from ._common import is_table_column, rank_within_commit, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .snapshot import SparkSnapshot, read_chunk_batches
 from .snapshot import snapshot as take_snapshot
-from .types import cast_for_spark, to_spark_arrow_schema
+from .types import SPARK_DECODER_OPTIONS, cast_for_spark, to_spark_arrow_schema
 
 __all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "SnapshotRange", "Peeked", "stream_schema",
            "read_range", "decode_range"]
@@ -77,7 +77,7 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 #: columns are typed the same in the schema (built before any data) and in every batch.
 #: Arrays nest one level (the schema is built before any data): a micro-batch must not learn
 #: another depth from its own first array; arrays of another depth are kept in _special.
-DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1}
+DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1, **SPARK_DECODER_OPTIONS}
 
 #: Change messages (Insert, Update, Delete, Truncate), counted for read limits.
 #: describe_messages' `kind` names of the row changes, and of a Commit.
@@ -305,10 +305,11 @@ def _relation_schema(cur: Any, table: str, publications: tuple[str, ...]) -> pa.
 _TYPE_OPTIONS: dict[str, Any] = {k: DECODER_OPTIONS[k] for k in ("views", "binary", "array_ndims")}
 
 
-def stream_schema(options: Mapping[str, str]) -> Any:
+def stream_schema(options: Mapping[str, str], time_type: bool = False) -> Any:
     """The stream's Spark schema: with ``table``, that table's columns as the decoder types
     them (and as ``spark.read.format("pgoutput")`` gives them), built from its definition in
-    the catalog now; without, the generic change schema of ``pgoutput_changes``."""
+    the catalog now; without, the generic change schema of ``pgoutput_changes``.
+    ``time_type``: ``time`` columns are TIME, else text (the executors cast to this schema)."""
     source = StreamSource.from_options(options)
     conn = source.connect()
     try:
@@ -319,7 +320,7 @@ def stream_schema(options: Mapping[str, str]) -> Any:
         schema = _relation_schema(cur, source.table, source.publications)
     finally:
         conn.close()
-    return spark_schema(to_spark_arrow_schema(schema))
+    return spark_schema(to_spark_arrow_schema(schema, time_type))
 
 
 # --------------------------------------------------------------------------- the reader

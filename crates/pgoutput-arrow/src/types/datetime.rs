@@ -19,7 +19,7 @@ use std::fmt::Write;
 use arrow_buffer::IntervalMonthDayNano;
 
 use super::num::{err, fixed, Shown};
-use super::value::{Result, Special, SpecialValues, ValueError};
+use super::value::{DatetimeRange, Result, Special, SpecialValues, ValueError};
 
 /// DateStyle's field order (the `MDY` of `DateStyle = 'SQL, MDY'`): how the SQL and Postgres
 /// styles print a date's day and month as numbers. PostgreSQL prints YMD like MDY.
@@ -318,17 +318,40 @@ pub(crate) fn timestamp_infinity(micros: i64) -> Option<&'static str> {
 }
 
 /// Date32: days since 1970; infinity as i32::MAX, -infinity as [`DATE32_NEG_INFINITY`].
-pub(crate) fn date_to_arrow(pg: i32, sv: SpecialValues) -> std::result::Result<i32, Special> {
+/// Under [`DatetimeRange::Pandas`] a date outside 0001-01-01..9999-12-31 and ±infinity are
+/// special.
+pub(crate) fn date_to_arrow(pg: i32, sv: SpecialValues, range: DatetimeRange) -> std::result::Result<i32, Special> {
     if pg == i32::MIN || pg == i32::MAX {
         if sv == SpecialValues::Null {
             return Err(Special(String::new()));
         }
+        if range == DatetimeRange::Pandas {
+            return Err(out_of_range("date", if pg == i32::MAX { "infinity" } else { "-infinity" }));
+        }
         return Ok(if pg == i32::MIN { DATE32_NEG_INFINITY } else { pg });
     }
     match pg.checked_add(UNIX_TO_PG_DAYS) {
+        Some(d) if range == DatetimeRange::Pandas => {
+            let (lo, hi) = DatetimeRange::PANDAS_DAYS;
+            if (lo..=hi).contains(&d) {
+                Ok(d)
+            } else {
+                let mut text = String::new();
+                date_to_text(pg, &mut text);
+                Err(out_of_range("date", &text))
+            }
+        }
         Some(d) if d != i32::MAX => Ok(d),
         _ => Err(Special(format!("date {pg} days after 2000-01-01 does not fit date32"))),
     }
+}
+
+/// The special value of a date or timestamp outside [`DatetimeRange::Pandas`].
+fn out_of_range(what: &str, text: &str) -> Special {
+    Special(format!(
+        "{what} {text} is outside what pandas and Python's datetime hold (datetime_range='pandas': dates \
+         0001-01-01 to 9999-12-31, timestamps 1677-09-22 to 2262-04-10)"
+    ))
 }
 
 fn push_date(out: &mut String, unix_days: i64) -> bool {
@@ -665,14 +688,33 @@ pub(crate) fn timestamptz_text(bytes: &[u8], ctx: DateTimeText) -> Result<i64> {
 
 /// Timestamp(µs) since 1970: infinity as i64::MAX, -infinity as [`TIMESTAMP_NEG_INFINITY`]; a value whose µs since 1970
 /// overflow i64 (after about 294247 AD) is special.
-pub(crate) fn timestamp_to_arrow(pg: i64, sv: SpecialValues) -> std::result::Result<i64, Special> {
+/// Under [`DatetimeRange::Pandas`] a timestamp outside 1677-09-22..2262-04-10 and ±infinity
+/// are special.
+pub(crate) fn timestamp_to_arrow(
+    pg: i64,
+    sv: SpecialValues,
+    range: DatetimeRange,
+) -> std::result::Result<i64, Special> {
     if pg == i64::MIN || pg == i64::MAX {
         if sv == SpecialValues::Null {
             return Err(Special(String::new()));
         }
+        if range == DatetimeRange::Pandas {
+            return Err(out_of_range("timestamp", if pg == i64::MAX { "infinity" } else { "-infinity" }));
+        }
         return Ok(if pg == i64::MIN { TIMESTAMP_NEG_INFINITY } else { pg });
     }
     match pg.checked_add(UNIX_TO_PG_MICROS) {
+        Some(v) if range == DatetimeRange::Pandas => {
+            let (lo, hi) = DatetimeRange::PANDAS_MICROS;
+            if (lo..=hi).contains(&v) {
+                Ok(v)
+            } else {
+                let mut text = String::new();
+                timestamp_to_text(pg, false, &mut text);
+                Err(out_of_range("timestamp", &text))
+            }
+        }
         Some(v) if v != i64::MAX => Ok(v),
         _ => {
             let mut text = String::new();

@@ -38,7 +38,7 @@ pub(crate) use oid::builtin_by_name;
 use array::ArrayDecoder;
 use render::StrKind;
 use store::{BinStore, StrStore};
-pub use value::{Source, SpecialValues, ValueError};
+pub use value::{DatetimeRange, Source, SpecialValues, ValueError};
 pub(crate) use value::{Result, Special};
 
 /// How one published column is typed: from the Relation message (+ Type messages).
@@ -122,6 +122,9 @@ pub struct TypeOptions {
     /// an offset. Without it only numeric abbreviations, UTC and GMT are read; ISO's
     /// offsets never need it.
     pub timezone: Option<TimeZoneName>,
+    /// Which dates and timestamps the typed columns hold (default: every value of the Arrow
+    /// type); the others are special values. Spark asks for [`DatetimeRange::Pandas`].
+    pub datetime_range: DatetimeRange,
 }
 
 impl Default for TypeOptions {
@@ -136,6 +139,7 @@ impl Default for TypeOptions {
             learn_array_ndims: true,
             date_order: DateOrder::Mdy,
             timezone: None,
+            datetime_range: DatetimeRange::Arrow,
         }
     }
 }
@@ -230,6 +234,7 @@ pub struct ColumnBuilder {
     special: SpecialValues,
     /// What text-mode dates and times need besides their text.
     datetime: DateTimeText,
+    datetime_range: DatetimeRange,
     len: usize,
     /// The Arrow type changed since the builder was made (a list column took the depth
     /// of its first non-empty array).
@@ -370,6 +375,7 @@ impl ColumnBuilder {
             extension,
             special: opts.special_values,
             datetime: DateTimeText { order: opts.date_order, timezone: opts.timezone },
+            datetime_range: opts.datetime_range,
             len: 0,
             retyped: false,
             scratch: Scratch::default(),
@@ -493,18 +499,18 @@ impl ColumnBuilder {
         }
         // The fixed-width types need none of `put`'s machinery: a short path for them (a
         // value of the wrong width or a special one goes through `put`, which decides).
-        let sv = self.special;
+        let (sv, range) = (self.special, self.datetime_range);
         let done = match &mut self.col {
             Col::Timestamp { b, .. } => bytes
                 .try_into()
                 .ok()
-                .and_then(|v| datetime::timestamp_to_arrow(i64::from_be_bytes(v), sv).ok())
+                .and_then(|v| datetime::timestamp_to_arrow(i64::from_be_bytes(v), sv, range).ok())
                 .map(|v| b.append_value(v))
                 .is_some(),
             Col::Date(b) => bytes
                 .try_into()
                 .ok()
-                .and_then(|v| datetime::date_to_arrow(i32::from_be_bytes(v), sv).ok())
+                .and_then(|v| datetime::date_to_arrow(i32::from_be_bytes(v), sv, range).ok())
                 .map(|v| b.append_value(v))
                 .is_some(),
             Col::Int4(b) => bytes.try_into().map(|v| b.append_value(i32::from_be_bytes(v))).is_ok(),
@@ -558,7 +564,7 @@ impl ColumnBuilder {
                 }
             }};
         }
-        let sv = self.special;
+        let (sv, range) = (self.special, self.datetime_range);
         match &mut self.col {
             Col::Bool(b) => prim!(b, if binary { num::bool_bin(bytes)? } else { num::bool_text(bytes)? }),
             Col::Int2(b) => prim!(b, if binary { num::int2_bin(bytes)? } else { num::int_text(bytes)? }),
@@ -580,7 +586,7 @@ impl ColumnBuilder {
             }
             Col::Date(b) => {
                 let v = if binary { datetime::date_bin(bytes)? } else { datetime::date_text(bytes, self.datetime)? };
-                let v = special!(datetime::date_to_arrow(v, sv));
+                let v = special!(datetime::date_to_arrow(v, sv, range));
                 prim!(b, v)
             }
             Col::Time(b) => {
@@ -593,7 +599,7 @@ impl ColumnBuilder {
                     (false, false) => datetime::timestamp_text(bytes, self.datetime)?,
                     (false, true) => datetime::timestamptz_text(bytes, self.datetime)?,
                 };
-                prim!(b, special!(datetime::timestamp_to_arrow(v, sv)))
+                prim!(b, special!(datetime::timestamp_to_arrow(v, sv, range)))
             }
             Col::Interval(b) => {
                 let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };

@@ -147,8 +147,24 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
                 }
                 if values.is_null(k) {
                     out.push_str("NULL");
-                } else {
+                } else if matches!(
+                    values.data_type(),
+                    DataType::List(_)
+                        | DataType::LargeList(_)
+                        | DataType::Utf8
+                        | DataType::LargeUtf8
+                        | DataType::Utf8View
+                        | DataType::Binary
+                        | DataType::LargeBinary
+                        | DataType::BinaryView
+                ) {
                     value_text(values.as_ref(), k, true, out)?;
+                } else {
+                    // Other elements are quoted as array_out quotes them too: a timestamp
+                    // ("2024-01-01 00:00:00+00"), a BC date or an interval hold spaces.
+                    let mut element = String::new();
+                    value_text(values.as_ref(), k, true, &mut element)?;
+                    array_element(&element, out);
                 }
             }
             out.push('}');
@@ -237,5 +253,22 @@ mod tests {
             None,
         );
         assert_eq!(texts(&list), [Some(r#"{"a b","","null","x\"y",plain}"#.into())]);
+        // Elements whose text holds a space are quoted, whatever their type (array_out).
+        let ts = TimestampMicrosecondArray::from(vec![0, i64::MIN]).with_timezone("UTC");
+        let list = ListArray::new(
+            Arc::new(arrow_schema::Field::new("item", ts.data_type().clone(), true)),
+            arrow_buffer::OffsetBuffer::from_lengths([2]),
+            Arc::new(ts),
+            None,
+        );
+        assert_eq!(texts(&list), [Some(r#"{"1970-01-01 00:00:00+00",-infinity}"#.into())]);
+        let dates = Date32Array::from(vec![-719_163, 0]);
+        let list = ListArray::new(
+            Arc::new(arrow_schema::Field::new("item", DataType::Date32, true)),
+            arrow_buffer::OffsetBuffer::from_lengths([2]),
+            Arc::new(dates),
+            None,
+        );
+        assert_eq!(texts(&list), [Some(r#"{"0001-12-31 BC",1970-01-01}"#.into())]);
     }
 }

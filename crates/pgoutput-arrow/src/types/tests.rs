@@ -83,3 +83,48 @@ fn parse_i64_agrees_with_str_parse() {
         assert_eq!(num::parse_i64(c.as_bytes()), c.parse::<i64>().ok(), "{c:?}");
     }
 }
+
+/// `DatetimeRange::Pandas`: dates within 0001-01-01..9999-12-31 and timestamps within
+/// 1677-09-22..2262-04-10 stay typed, in text and binary; the others (±infinity, BC, past
+/// 9999) are special values, whose text a `Keep` caller stores in `_special`.
+#[test]
+fn pandas_datetime_range() {
+    let opts = TypeOptions { datetime_range: DatetimeRange::Pandas, ..TypeOptions::default() };
+    let ty = |oid| PgColumnType { oid, typmod: -1, type_name: None };
+    let mut date = ColumnBuilder::new(&ty(oid::DATE), &opts);
+    for ok in ["0001-01-01", "9999-12-31", "2024-02-29"] {
+        date.append_text(ok.as_bytes(), None).unwrap();
+    }
+    // 0001-01-01 and 9999-12-31 in the send format: days since 2000-01-01.
+    date.append_binary(&(-730_119i32).to_be_bytes(), None).unwrap();
+    date.append_binary(&2_921_939i32.to_be_bytes(), None).unwrap();
+    for special in ["infinity", "-infinity", "0001-12-31 BC", "10000-01-01"] {
+        let err = date.append_text(special.as_bytes(), None).unwrap_err();
+        assert!(err.special && err.message.contains("pandas"), "{special}: {}", err.message);
+    }
+    for special in [i32::MAX, i32::MIN, -730_120, 2_921_940] {
+        assert!(date.append_binary(&special.to_be_bytes(), None).unwrap_err().special, "{special}");
+    }
+    let a = date.finish();
+    let a = a.as_primitive::<arrow_array::types::Date32Type>();
+    assert_eq!(a.values().to_vec(), vec![-719_162, 2_932_896, 19_782, -719_162, 2_932_896]);
+
+    let mut ts = ColumnBuilder::new(&ty(oid::TIMESTAMPTZ), &opts);
+    ts.append_text(b"1677-09-22 00:00:00+00", None).unwrap();
+    ts.append_text(b"2262-04-10 23:59:59.999999+00", None).unwrap();
+    for special in ["1677-09-21 23:59:59.999999+00", "2262-04-11 00:00:00+00", "infinity", "-infinity",
+                    "0044-03-15 12:00:00+00 BC", "9999-12-31 00:00:00+00"] {
+        assert!(ts.append_text(special.as_bytes(), None).unwrap_err().special, "{special}");
+    }
+    assert!(ts.append_binary(&i64::MAX.to_be_bytes(), None).unwrap_err().special);
+    let a = ts.finish();
+    let a = a.as_primitive::<arrow_array::types::TimestampMicrosecondType>();
+    assert_eq!(a.values().to_vec(), vec![-9_223_286_400_000_000, 9_223_286_399_999_999]);
+
+    // The default keeps every value of the Arrow type.
+    let mut date = col(oid::DATE, -1);
+    date.append_text(b"0001-12-31 BC", None).unwrap();
+    date.append_text(b"infinity", None).unwrap();
+    let a = date.finish();
+    assert_eq!(a.as_primitive::<arrow_array::types::Date32Type>().value(1), i32::MAX);
+}

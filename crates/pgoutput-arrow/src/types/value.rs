@@ -21,6 +21,28 @@ pub enum SpecialValues {
     Text,
 }
 
+/// Which dates and timestamps a typed column holds; the others are special values (see
+/// [`SpecialValues`]): null in the column and PostgreSQL's text in `_special` by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DatetimeRange {
+    /// Every value of the Arrow type: date32 and timestamp[us] since 1970, ±infinity as the
+    /// type's extreme values (the default).
+    #[default]
+    Arrow,
+    /// What pandas and Python's `datetime` hold, so that PySpark's `collect()` and
+    /// `toPandas()` can take every value: dates from 0001-01-01 to 9999-12-31 (`datetime.date`;
+    /// no BC dates, no years past 9999) and timestamps from 1677-09-22 to 2262-04-10 (pandas'
+    /// `datetime64[ns]`, less a day at each end for a time zone's offset); ±infinity is special.
+    Pandas,
+}
+
+impl DatetimeRange {
+    /// Days since 1970 of 0001-01-01 and 9999-12-31.
+    pub(crate) const PANDAS_DAYS: (i32, i32) = (-719_162, 2_932_896);
+    /// Microseconds since 1970 of 1677-09-22 00:00:00 and 2262-04-10 23:59:59.999999.
+    pub(crate) const PANDAS_MICROS: (i64, i64) = (-9_223_286_400_000_000, 9_223_286_399_999_999);
+}
+
 /// Where a value's bytes live in an input buffer that the output may reference (zero copy).
 #[derive(Clone, Copy)]
 pub struct Source<'a> {
