@@ -288,7 +288,7 @@ def server_rows(conn: Any, name: str, table: pa.Table, columns: Sequence[str] | 
         cols = [c for c in (columns or data_columns(table)) if c in server_cols]
         exprs = [server_expression(c, table.schema.field(c).type, server_cols[c][2],
                                    server_cols[c][1]) for c in cols]
-        sql = f'SELECT {", ".join(exprs)} FROM "{schema}"."{rel}"'
+        sql = f'SELECT {", ".join(exprs)} FROM "{schema.replace(chr(34), 2 * chr(34))}"."{rel.replace(chr(34), 2 * chr(34))}"'
         if order_by:
             sql += f" ORDER BY {order_by}"
         cur.execute(sql)

@@ -38,7 +38,7 @@ def _lsn(text: str) -> int:
     return (int(hi, 16) << 32) | int(lo, 16)
 
 
-def jsonl_changes(text: str) -> tuple[list[Decoded], list[tuple[bool, str, bytes, int | None]]]:
+def jsonl_changes(text: str, binary: bool = False) -> tuple[list[Decoded], list[tuple[bool, str, bytes, int | None]]]:
     """The changes and messages of ``--format jsonl`` output, in its order (the commit
     order); the truncate objects of one TRUNCATE statement (one per table) become one
     change, as test_decoding prints it."""
@@ -72,12 +72,12 @@ def jsonl_changes(text: str) -> tuple[list[Decoded], list[tuple[bool, str, bytes
         if op == "delete":
             new, old = old or {}, None
         out.append(Decoded(name, op, commit, seq, new, {}, o.get("unchanged") or [], old, {}, o.get("xid"),
-                           o.get("commit_ts"), True))
+                           o.get("commit_ts"), True, binary=binary))
     return out, messages
 
 
 def typed_changes(tables: dict[str, pa.Table], truncates: list[tuple[str, int, int, int | None]] | None = None,
-                  before_json: bool = False) -> list[Decoded]:
+                  before_json: bool = False, binary: bool = False) -> list[Decoded]:
     """The rows of ``tables`` (one unified table per name, in a path's own Arrow types:
     Spark's, Parquet's, Delta's) as changes in commit order (``_commit_lsn``, ``_seq``).
     ``truncates``: (relations, commit LSN, seq, xid); ``before_json``: ``_before`` is JSON
@@ -106,6 +106,7 @@ def typed_changes(tables: dict[str, pa.Table], truncates: list[tuple[str, int, i
                         stamp if stamp is not None else None, True, {**types, **{f"_before.{k}": v for k, v in
                                                                                before_types.items()}})
             d.commit_ts = _stamp(stamp, types.get("_commit_ts"))
+            d.binary = binary
             out.append(d)
     for rels, commit, seq, xid in truncates or []:
         out.append(Decoded(rels, "truncate", commit, seq, {}, {}, [], None, {}, xid, None, True))

@@ -373,7 +373,7 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
             pending_m: list[Any] = []
             interrupted = False
             with pgoutput_arrow.stream(pg.dsn_for(db), slot=_slot(db, "live"), publication="torture",
-                                       stop_at_lsn=end, stop_after=120) as s:
+                                       messages=True, stop_at_lsn=end, stop_after=120) as s:
                 for item in s:
                     if item.kind == "table" and item.table:
                         pending.setdefault(item.table, []).append(item.batch)
@@ -453,7 +453,7 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
         pq.write_table(capture, src)
         try:
             out = run_dump([str(src), "--format", "jsonl"]).stdout.decode()
-            changes, msgs = jsonl_changes(out)
+            changes, msgs = jsonl_changes(out, binary="binary" in name)
             n, problems = compare_changes(expected, changes, f"{label} --format jsonl")
             k, more = compare_messages(expected, msgs, f"{label} --format jsonl")
             _add(result, "cli jsonl", n + k, problems + more)
@@ -462,7 +462,8 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
         try:
             run_dump([str(src), "--format", "parquet", "--output", str(root / "pq")])
             tables, truncs = parquet_output(root / "pq")
-            n, problems = compare_changes(expected, typed_changes(tables, truncs), f"{label} --format parquet",
+            n, problems = compare_changes(expected, typed_changes(tables, truncs, binary="binary" in name),
+                                          f"{label} --format parquet",
                                           renames=renames)
             _add(result, "cli parquet", n, problems)
         except Exception as e:  # noqa: BLE001
@@ -472,7 +473,7 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
         try:
             run_dump([str(src), "--format", "delta", "--change-log", "--output", str(root / "lake")])
             tables, truncs = delta_change_log(root / "lake")
-            n, problems = compare_changes(expected, typed_changes(tables, truncs, before_json=True),
+            n, problems = compare_changes(expected, typed_changes(tables, truncs, before_json=True, binary="binary" in name),
                                           f"{label} --format delta --change-log", renames=renames)
             _add(result, "delta change log", n, problems)
         except Exception as e:  # noqa: BLE001

@@ -39,7 +39,7 @@ def base_type(pg_type: str) -> str:
 def _days_from_civil(y: int, m: int, d: int) -> int:
     # Howard Hinnant's days_from_civil: proleptic Gregorian, any year (0 = 1 BC).
     y -= m <= 2
-    era = (y if y >= 0 else y - 399) // 400
+    era = y // 400  # floor division: the C original adjusts negative years by hand
     yoe = y - era * 400
     doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
@@ -254,6 +254,8 @@ def from_output(value: Any, pg_type: str, arrow_type: pa.DataType | None = None)
             return bytes.fromhex(value[2:] if value.startswith("\\x") else value)
         return bytes(value)
     if t == "uuid":
+        if isinstance(value, uuid.UUID):
+            return str(value)
         return str(uuid.UUID(bytes=value)) if isinstance(value, (bytes, bytearray)) else str(uuid.UUID(value))
     if t == "date":
         return _date_value(value)
@@ -264,7 +266,7 @@ def from_output(value: Any, pg_type: str, arrow_type: pa.DataType | None = None)
     if t == "interval":
         if isinstance(value, dict):  # struct<months, days, nanos|nanoseconds>
             nanos = value.get("nanos", value.get("nanoseconds"))
-            return value["months"], value["days"], _exact_div(nanos, 1000)
+            return int(value["months"]), int(value["days"]), _exact_div(int(nanos), 1000)
         if isinstance(value, tuple) or hasattr(value, "months"):
             return value.months, value.days, _exact_div(value.nanoseconds, 1000)
     if t == "boolean":
