@@ -76,7 +76,7 @@ def _identifier(text: str, i: int) -> tuple[str, int]:
                 continue
             return "".join(buf), q + 1
     j = i
-    while j < len(text) and text[j] not in '.[: ':
+    while j < len(text) and text[j] not in '.[:, ':
         j += 1
     return text[i:j], j
 
@@ -365,7 +365,9 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
         problems.append(f"{label}: {len(decoded)} changes decoded, test_decoding printed {len(expected)}")
     for k, (want, got) in enumerate(zip(expected, decoded)):
         where = f"{label}: change #{k} ({want.table} {want.op})"
-        if (want.table, want.op) != (got.table, got.op):
+        same_table = want.table == got.table or (
+            want.op == "truncate" and sorted(want.table.split(", ")) == sorted(got.table.split(", ")))
+        if not same_table or want.op != got.op:
             problems.append(f"{where}: decoded {got.table} {got.op} instead")
             break
         if want.xid is not None and got.xid is not None and want.xid != got.xid:

@@ -34,7 +34,7 @@ import types_adapter  # noqa: E402
 from oracle import (  # noqa: E402
     compare_changes, compare_final, compare_messages, decoded_changes, decoded_from, filter_expected,
     parse_test_decoding, raw_text_columns, unify_outputs)
-from paths import delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
+from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 
 #: (name, pgoutput options, slot made with two_phase, minimum server version)
@@ -148,6 +148,8 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (_slot(db, "td"),))
             if heavy.live:
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (_slot(db, "live"),))
+            if heavy.restart:
+                cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (_slot(db, "cli"),))
         creates = 0
         while creates < len(workload.steps) and workload.steps[creates].sql[0].startswith("CREATE TABLE"):
             creates += 1
@@ -202,6 +204,8 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             _check_paths(result, oracle, expected, capture, f"PG{pg.version} {name}", workload, origins)
         if heavy.live:
             _check_live(result, pg, db, oracle, expected, workload, restart=heavy.restart)
+        if heavy.restart:
+            _check_cli_live(result, pg, db, oracle, expected, workload)
         if heavy.spark is not None:
             _check_spark(result, heavy.spark, oracle, expected, captures, workload)
         if heavy.cli or heavy.delta:
@@ -347,6 +351,7 @@ def _check_paths(result: Result, conn: Any, expected: Any, capture: pa.Table, la
     m, most = compare_final(conn, tables, all_trunc, dlabel, expected,
                             skip=raw_text_columns(changes), publication=workload.publication)
     _add(result, "Decoder", n + k + m, problems + more + most)
+    result.problems += types_adapter.check(tables, expected, "binary" in label, dlabel)
 
 
 def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any, workload: Workload,
@@ -354,7 +359,8 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     """The live stream(), per change and final rows; with ``restart``, stopped after a
     random number of items and started again with the same arguments: acknowledged items
     never come again, unacknowledged ones do, so every change is kept once."""
-    label = f"PG{pg.version} live stream()" + (" restarted" if restart else "")
+    binary = workload.seed % 2 == 0
+    label = f"PG{pg.version} live stream(binary={binary})" + (" restarted" if restart else "")
     with conn.cursor() as cur:
         cur.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8")
         end = cur.fetchone()[0]
@@ -373,7 +379,7 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
             pending_m: list[Any] = []
             interrupted = False
             with pgoutput_arrow.stream(pg.dsn_for(db), slot=_slot(db, "live"), publication="torture",
-                                       messages=True, stop_at_lsn=end, stop_after=120) as s:
+                                       messages=True, binary=binary, stop_at_lsn=end, stop_after=120) as s:
                 for item in s:
                     if item.kind == "table" and item.table:
                         pending.setdefault(item.table, []).append(item.batch)
@@ -408,6 +414,7 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label)
     m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication)
     _add(result, "live" + (" restarted" if restart else ""), n + k + m, problems + more + most)
+    result.problems += types_adapter.check(tables, expected, binary, label)
 
 
 def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures: dict[str, pa.Table],
@@ -478,6 +485,55 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
             _add(result, "delta change log", n, problems)
         except Exception as e:  # noqa: BLE001
             result.problems.append(f"{label} --format delta --change-log: {type(e).__name__}: {e}")
+
+
+def _check_cli_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any, workload: Workload) -> None:
+    """``pgoutput-dump --dsn ... --format parquet`` (odd seeds) or ``--format delta
+    --change-log`` (even seeds), killed with SIGKILL or SIGINT at a random moment and started
+    again with the same command until it ends on its own (``--idle-timeout``): the output
+    holds every change once, compared per change with test_decoding."""
+    import random
+    import signal
+    import subprocess
+    import tempfile
+
+    rnd = random.Random(workload.seed * 31337)
+    fmt = "parquet" if workload.seed % 2 else "delta"
+    how = rnd.choice([signal.SIGKILL, signal.SIGINT])
+    label = f"PG{pg.version} pgoutput-dump --dsn --format {fmt} restarted after {how.name}"
+    with tempfile.TemporaryDirectory(prefix="torture-live-") as tmp:
+        out = Path(tmp) / "out"
+        cmd = [DUMP, "--dsn", pg.dsn_for(db), "--slot", _slot(db, "cli"), "--publication", "torture", "--messages",
+               "--format", fmt, "--output", str(out), "--idle-timeout", "3", "--commit-interval", "0.2"]
+        cmd += ["--change-log"] if fmt == "delta" else []
+        cmd += ["--binary"] if rnd.random() < 0.5 else []
+        kills = 0
+        try:
+            for attempt in range(6):
+                p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                if attempt == 0:
+                    try:
+                        p.wait(timeout=rnd.uniform(0.5, 4.0))
+                    except subprocess.TimeoutExpired:
+                        p.send_signal(how)
+                        kills += 1
+                        p.wait(timeout=60)
+                        p.stderr.close()  # type: ignore[union-attr]
+                        continue
+                _, err = p.communicate(timeout=300)
+                if p.returncode != 0:
+                    raise RuntimeError(f"exit {p.returncode} (after {kills} stops): {err.decode(errors='replace')[-1500:]}")
+                break
+            if fmt == "parquet":
+                tables, truncs = parquet_output(out)
+            else:
+                tables, truncs = delta_change_log(out)
+            n, problems = compare_changes(expected, typed_changes(tables, truncs, before_json=fmt == "delta",
+                                                                  binary="--binary" in cmd),
+                                          f"{label} ({kills} stops)", renames=workload.renames)
+            _add(result, f"cli live {fmt} restarted", n, problems)
+        except Exception as e:  # noqa: BLE001
+            result.problems.append(f"{label}: {type(e).__name__}: {e}"[:3000])
 
 
 def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, heavy: Heavy | None = None) -> Workload:
