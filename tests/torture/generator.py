@@ -715,9 +715,11 @@ class _Gen:
             t = self.r.choice(self.tables)
             big = self.big_insert(t)
             kind = self.r.choice(["commit", "commit", "abort"])
-            if self.is_published(t):
+            if self.is_published(t) and kind == "commit":
+                # Not for an aborted one: PostgreSQL 17+ drops the changes of a transaction
+                # it already knows aborted instead of streaming them.
                 self.expect("v2-stream", "S")
-                self.expect("v2-stream", "c" if kind == "commit" else "A")
+                self.expect("v2-stream", "c")
             return Step(kind, body + big)
         if roll < 0.38 and len(self.pending_gids) < 3:
             # Inserts only: rows a prepared transaction updated or deleted stay locked until

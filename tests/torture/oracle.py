@@ -550,13 +550,21 @@ def unify_outputs(outputs: list[pgoutput_arrow.Output], rest: pgoutput_arrow.Cha
             by_table.setdefault(o.table, []).append(o.batch)
     for name, t in rest.tables.items():
         by_table.setdefault(name, []).extend(t.to_batches())
+    return unify_batches(by_table)
+
+
+def unify_batches(by_table: dict[str, list[pa.RecordBatch]]) -> dict[str, pa.Table]:
+    """Per table, every batch brought to the unified schema of its versions (in the order
+    they were last in force), as a sink keeps them."""
     tables = {}
     for name, batches in by_table.items():
         if not batches:
             continue
-        schemas: dict[bytes, pa.Schema] = {}
+        schemas: dict[Any, pa.Schema] = {}
         for b in batches:
-            key = (b.schema.metadata or {}).get(b"pg.version", b"")
+            # pg.version counts a session's Relation messages: a restarted live stream
+            # counts again from 1, so the schema itself is part of the key.
+            key = ((b.schema.metadata or {}).get(b"pg.version", b""), b.schema.to_string(show_schema_metadata=False))
             schemas.pop(key, None)
             schemas[key] = b.schema
         unified = pgoutput_arrow.unify_schemas(list(schemas.values()))

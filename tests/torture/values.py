@@ -118,7 +118,10 @@ def read_interval(text: str) -> tuple[int, int, int]:
         tok = tokens[i]
         if ":" in tok:
             neg = tok.startswith("-")
-            v = read_time(tok.lstrip("+-").rjust(8, "0") if tok.lstrip("+-").index(":") == 2 else tok.lstrip("+-"))
+            m = re.fullmatch(r"(\d+):(\d\d):(\d\d)(?:\.(\d+))?", tok.lstrip("+-"))
+            if not m:
+                raise Unreadable(f"interval {text!r}")
+            v = ((int(m.group(1)) * 60 + int(m.group(2))) * 60 + int(m.group(3))) * 1_000_000 + _micros(m.group(4))
             micros += -v if neg else v
             i += 1
             continue
