@@ -386,6 +386,11 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
                                        flush_messages=300 if restart else 200_000) as s:
                 for group, ack in s.groups():
                     taken += 1
+                    if os.environ.get("TORTURE_DEBUG"):
+                        cl = [x for b in group if "_commit_lsn" in b.batch.schema.names
+                              for x in b.batch.column("_commit_lsn").to_pylist() if x is not None]
+                        print("  group", taken, len(group), min(cl, default=None), max(cl, default=None), "ack", ack,
+                              file=sys.stderr)
                     if stop_after is not None and starts == 1 and taken >= stop_after:
                         interrupted = True
                         break
@@ -397,6 +402,10 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
                         elif item.kind == "messages":
                             messages.append(item.batch)
                     s.ack(ack)
+            if os.environ.get("TORTURE_DEBUG"):
+                print("session", starts, "groups", taken, "acked", s.acked_lsn, "confirmed", s.confirmed_lsn,
+                      pg.query("SELECT confirmed_flush_lsn, restart_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                               (_slot(db, "live"),)), file=sys.stderr)
             if stop_after is not None and starts == 1 and not interrupted:
                 result.problems.append(f"{label}: ended after {taken} groups, before the stop at {stop_after}")
             if not interrupted:
