@@ -46,11 +46,21 @@ def _assert(r: Any, seed: int, runs: int, paths: set[str]) -> None:
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_seed_pg18(pg18: PgServer, seed: int) -> None:
-    heavy = Heavy(live=seed == SEEDS[0], restart=seed == SEEDS[0], cli=seed == SEEDS[1], delta=seed == SEEDS[1])
+    heavy = Heavy(live=seed == SEEDS[0], restart=seed == SEEDS[0], cli=seed == SEEDS[1])
     r = run_workload(pg18, generate(seed, 40, exclude=missing_types(pg18), filtered=True), heavy=heavy)
-    paths = {"decode()", "Decoder"} | ({"live restarted"} if heavy.live else set()) \
-        | ({"cli jsonl", "cli parquet", "delta change log"} if heavy.cli else set())
+    paths = {"decode()", "Decoder"} | ({"live restarted", "cli live parquet restarted"} if heavy.live else set()) \
+        | ({"cli jsonl", "cli parquet"} if heavy.cli else set())
     _assert(r, seed, 8, paths)
+
+
+@pytest.mark.xfail(strict=True, reason="delta-rs panics writing a date at ±infinity ('NaiveDate + TimeDelta "
+                   "overflowed'): the Delta part of issue 21; remove this mark with its fix")
+@pytest.mark.timeout(400)
+def test_seed_delta_pg18(pg18: PgServer) -> None:
+    seed = SEEDS[1]  # its tables hold ±infinity dates
+    r = run_workload(pg18, generate(seed, 40, exclude=missing_types(pg18), filtered=True),
+                     heavy=Heavy(delta=True, live=True, restart=True))
+    _assert(r, seed, 8, {"delta change log", "cli live delta restarted"})
 
 
 @pytest.mark.timeout(400)
