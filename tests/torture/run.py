@@ -641,6 +641,8 @@ def main(argv: list[str] | None = None) -> int:
                               delta=bool(args.delta_every and seed % args.delta_every == 0),
                               restart=live and bool(args.restart_every and (seed // max(1, args.live_every))
                                                     % args.restart_every == 0))
+                # The seed's server settings (settings.py's draw/apply, another part of issue 21)
+                # are applied here, before the workload; the oracle reads in ISO settings.
                 workload = generate(seed, args.transactions, exclude=exclude[pg.version], filtered=True)
                 r = run_workload(pg, workload, heavy=heavy)
                 paths_seen.update(r.paths)
