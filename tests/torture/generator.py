@@ -646,8 +646,9 @@ class _Gen:
                 sql = f"ALTER TABLE {old_sql} SET SCHEMA {qi(t.schema)}"
             # The changes of the table are under two names: no final comparison of it.
             self.partial.update({old, t.key})
-            if t.key in self.renames or old in self.renames:
-                self.renames[t.key] = self.renames.pop(old, {})
+            # Changes before the rename are under the old name, those after under the new:
+            # one map of column renames for both.
+            self.renames[t.key] = self.renames.setdefault(old, {})
             return Step("ddl", ["BEGIN", sql, marker("rename", old, t.key), "COMMIT"])
         if len(self.tables) > 1:
             self.tables.remove(t)
