@@ -379,6 +379,9 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
                 problems.append(f"{where}: _commit_ts = {got.commit_ts!r}, PostgreSQL committed at "
                                 f"{want.commit_ts!r}")
         names = (renames or {}).get(want.table, {})
+        m = _PARTITION.match(want.table)
+        if not names and m:  # a partition's columns are renamed with its root's
+            names = (renames or {}).get(m.group(1), {})
         for col, text in want.new.items():
             have = col if col in got.values else names.get(col, col)
             if have not in got.values:
