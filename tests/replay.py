@@ -33,6 +33,7 @@ from typing import Any, Iterable, Sequence
 import pyarrow as pa
 
 import pgoutput_arrow
+from pgoutput_arrow._internal import pg_text
 
 META = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_before", "_unchanged", "_special")
 
@@ -196,6 +197,15 @@ def _is_interval(t: pa.DataType) -> bool:
                                        == ["months", "days", "microseconds"])
 
 
+def _text_list(t: pa.DataType) -> bool:
+    """A list of dates, times, timestamps, intervals or uuids: compared as PostgreSQL's
+    array text (Python's datetime holds neither ±infinity nor BC nor years past 9999)."""
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        t = _base_type(t.value_type)
+    return (pa.types.is_date32(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t)
+            or _is_interval(t) or pa.types.is_fixed_size_binary(t))
+
+
 def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
     """The column's values as the Python values that :func:`server_rows` produces."""
     t = col.type
@@ -216,6 +226,8 @@ def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
     if pa.types.is_float32(t):
         return col.cast(pa.float64()).to_pylist()
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        if _text_list(t):
+            return pa.table(pg_text(pa.table({"v": col}))).column(0).to_pylist()
         return col.to_pylist()
     if pa.types.is_binary_view(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
             or pa.types.is_fixed_size_binary(t):
@@ -226,8 +238,10 @@ def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
 def server_expression(column: str, arrow_type: pa.DataType, pg_type: str, send_fn: str) -> str:
     """SQL giving column ``column`` as the Python value that :func:`column_values` gives
     for a decoded column of ``arrow_type``."""
-    c = f'"{column}"'
+    c = '"' + column.replace('"', '""') + '"'
     t = _base_type(arrow_type)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t)) and _text_list(t):
+        return f"CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}, '') END"  # array_out's text: its elements have no Python value (±infinity)
     if pa.types.is_date32(t):
         return (f"CASE WHEN {c} = 'infinity' THEN {I32_MAX} WHEN {c} = '-infinity' THEN {I32_MIN}"
                 f" ELSE {c} - date '1970-01-01' END")
@@ -286,7 +300,7 @@ def server_rows(conn: Any, name: str, table: pa.Table, columns: Sequence[str] | 
         cols = [c for c in (columns or data_columns(table)) if c in server_cols]
         exprs = [server_expression(c, table.schema.field(c).type, server_cols[c][2],
                                    server_cols[c][1]) for c in cols]
-        sql = f'SELECT {", ".join(exprs)} FROM "{schema}"."{rel}"'
+        sql = f'SELECT {", ".join(exprs)} FROM "{schema.replace(chr(34), 2 * chr(34))}"."{rel.replace(chr(34), 2 * chr(34))}"'
         if order_by:
             sql += f" ORDER BY {order_by}"
         cur.execute(sql)

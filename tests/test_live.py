@@ -1045,3 +1045,29 @@ def test_publication_created_by_another_client_meanwhile(pg: PgServer, unique_na
     finally:
         other.close()
     wait_slot_inactive(pg, unique_name)
+
+
+def test_close_while_the_server_sends_keeps_the_last_acknowledgement(pg18: PgServer, unique_name: str) -> None:
+    """A consumer that acknowledges two groups and stops while the walsender is still busy
+    sending: the slot must be confirmed up to the acknowledgement, or a restart gets those
+    changes again. Closing the socket lost the last status update (the walsender died on
+    the broken pipe without reading it; found by tests/torture's live restarts); the
+    stream now ends with CopyDone, as pg_recvlogical does."""
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_s"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    pg18.execute(f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    pg18.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    for i in range(200):  # a few MB of WAL: more than the socket buffers hold
+        pg18.execute(f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series({i * 1000}, {i * 1000 + 999}) g")
+    acked = 0
+    with pgoutput_arrow.stream(pg18.dsn, slot=slot, publication=pub, flush_messages=300, stop_after=60) as s:
+        for n, (_, ack) in enumerate(s.groups()):
+            if n == 2:
+                break
+            s.ack(ack)
+            acked = ack
+    assert acked
+    confirmed = pg18.query("SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::int8 FROM pg_replication_slots "
+                           "WHERE slot_name = %s", (slot,))[0][0]
+    assert confirmed >= acked, (lsn_to_str(confirmed), lsn_to_str(acked))
+    pg18.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

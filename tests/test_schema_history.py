@@ -426,3 +426,35 @@ def test_live_stream_learns_renames_from_the_catalog(pg18: PgServer) -> None:
                         "data": pa.array([bytes(r[2]) for r in rows_capture], pa.binary())})
     decoded = pgoutput_arrow.decode(capture).tables[f"{schema}.t"]
     assert "a" not in decoded.column_names and decoded.column("c").to_pylist() == [10, 20, 30]
+
+
+def test_column_added_after_the_table_moved_gets_its_own_id(pg18: PgServer) -> None:
+    """A table moved to another schema keeps its columns' ids under the new name; a column
+    added there took id 0, the id of its first column, and the unified table showed the
+    first column's values in it (found by tests/torture through pgoutput-dump's Parquet)."""
+    db = "moved_add_column"
+    pg18.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    pg18.execute(f"CREATE DATABASE {db}")
+    conn = pg18.connect(pg18.dsn_for(db))
+    try:
+        cur = conn.cursor()
+        cur.execute("CREATE SCHEMA s2")
+        cur.execute("CREATE TABLE t1 (id int, c1 text, c2 float4)")
+        cur.execute("CREATE PUBLICATION p FOR ALL TABLES")
+        cur.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+        cur.execute("INSERT INTO t1 VALUES (1, 'a', 1.5)")
+        cur.execute("ALTER TABLE t1 SET SCHEMA s2")
+        cur.execute("ALTER TABLE s2.t1 DROP COLUMN c2")
+        cur.execute("INSERT INTO s2.t1 VALUES (2, 'b')")
+        cur.execute("ALTER TABLE s2.t1 ADD COLUMN c16 json")
+        cur.execute("""INSERT INTO s2.t1 VALUES (3, 'c', '{"k": 1}')""")
+        cur.execute("SELECT lsn::text, xid::text::int8, data FROM pg_logical_slot_get_binary_changes('s', NULL, NULL, "
+                    "'proto_version', '1', 'publication_names', 'p')")
+        rows = cur.fetchall()
+    finally:
+        conn.close()
+        pg18.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    changes = pgoutput_arrow.decode([(r[0], bytes(r[2])) for r in rows])
+    moved = changes.tables["s2.t1"]
+    got = dict(zip(moved.column("id").to_pylist(), moved.column("c16").cast(pa.string()).to_pylist()))
+    assert got == {2: None, 3: '{"k": 1}'}, got

@@ -44,6 +44,10 @@ def _parquet_field(f: pa.Field) -> pa.Field:
         return pa.field(f.name, t.storage_type, f.nullable, {**(f.metadata or {}), **_UUID_META})
     if t == pa.month_day_nano_interval():
         return f.with_type(_INTERVAL_STRUCT)
+    if isinstance(t, pa.BaseExtensionType) and t.extension_name == "arrow.json" and \
+            pa.types.is_string_view(t.storage_type):
+        # json over a view (a json column inside _before): over a plain string, see below.
+        return f.with_type(pa.json_(pa.string()))
     # pyarrow's Parquet writer cannot slice view arrays into pages ("Slicing not implemented
     # for StringView"): plain string and binary, the same Parquet column.
     if pa.types.is_string_view(t):
@@ -70,6 +74,8 @@ def _to_type(arr: pa.Array, t: pa.DataType) -> pa.Array:
     if arr.type == t:
         return arr
     if isinstance(arr.type, pa.BaseExtensionType):
+        if isinstance(t, pa.BaseExtensionType):
+            return pa.ExtensionArray.from_storage(t, _to_type(arr.storage, t.storage_type))
         return _to_type(arr.storage, t)
     if arr.type == pa.month_day_nano_interval():
         return pa.array([None if v is None else

@@ -142,6 +142,26 @@ def _inet(r: random.Random) -> str:
     return r.choice(["'10.0.0.1'", "'192.168.0.0/16'", "'::1'", "'2001:db8::/32'"])
 
 
+def _float4(r: random.Random) -> str:
+    return r.choice(["'NaN'", "'-Infinity'", "'-0'", "1.1", repr(r.uniform(-1e6, 1e6)), "3.4e38", "1e-45"])
+
+
+def _numeric_inf(r: random.Random) -> str:
+    # ±Infinity (PostgreSQL 14+): text in a numeric without typmod.
+    return r.choice(["'Infinity'", "'-Infinity'", "'NaN'", f"{r.randint(-999, 999)}.{r.randint(0, 9)}"])
+
+
+def _choice(*values: str) -> Literal:
+    return lambda r: r.choice(list(values))
+
+
+def _array(element: Literal, pg_type: str) -> Literal:
+    def gen(r: random.Random) -> str:
+        items = [element(r) if r.random() < 0.85 else "NULL" for _ in range(r.randint(0, 3))]
+        return f"ARRAY[{', '.join(items)}]::{pg_type}" if items else "'{}'"
+    return gen
+
+
 #: name → value generator. The types of README's table, one of each family.
 TYPES: dict[str, Literal] = {
     "int2": _int(-32768, 32767),
@@ -169,7 +189,38 @@ TYPES: dict[str, Literal] = {
     "inet": _inet,
     "varchar(60)": lambda r: _q("".join(r.choice(string.ascii_lowercase) for _ in range(r.randint(0, 60)))),
     "numeric(12,2)": _numeric_10_2,
+    "float4": _float4,
+    "char(5)": _choice("'ab'", "''", "'abcde'", "'é ß'"),
+    "json": _choice("""'{"b": 1,  "a": [true, null]}'""", "'[]'", """'"x"'""", "'  {}  '"),
+    "timetz": _choice("'12:34:56.789+05:30'", "'00:00:00-03'", "'24:00:00+00'", "'23:59:59.999999-12:45'"),
+    "money": _choice("'1234.56'", "'-0.01'", "'0'", "'92233720368547758.07'"),
+    "bit(8)": _choice("B'10101010'", "B'00000000'", "B'11111111'"),
+    "varbit(16)": _choice("B''", "B'1'", "B'1010101010101010'"),
+    "cidr": _choice("'10.0.0.0/8'", "'2001:db8::/32'", "'192.168.1.0/24'"),
+    "macaddr": _choice("'08:00:2b:01:02:03'", "'ff:ff:ff:ff:ff:ff'"),
+    "int4range": _choice("'[1,10)'", "'empty'", "'(,5]'", "'[3,)'"),
+    "tstzrange": _choice("'[2024-01-01 00:00+00,2024-02-01 00:00+00)'", "'(,infinity)'"),
+    "int4multirange": _choice("'{}'", "'{[1,3), [5,9)}'", "'{(,0]}'"),
+    "numeric_inf": _numeric_inf,
+    "tsvector": _choice("'a fat cat'", "$$'quoted' b:1A c$$", "''"),
+    "pg_lsn": _choice("'0/0'", "'16/B374D848'", "'FFFFFFFF/FFFFFFFF'"),
+    "oid": _choice("0", "4294967295", "12345"),
+    "date[]": _array(_date, "date[]"),
+    "timestamp[]": _array(_timestamp, "timestamp[]"),
+    "numeric[]": _array(_numeric, "numeric[]"),
+    "uuid[]": _array(_uuid, "uuid[]"),
+    "xml": _choice("""'<a b="1">x</a>'""", "'text only'", "'<e/>'"),
 }
+
+#: Generator names that are not a type's SQL name.
+SQL_TYPE = {"numeric_inf": "numeric"}
+
+#: Types only some servers have (xml needs a server built with libxml: run.py asks).
+OPTIONAL_TYPES = {"xml"}
+
+
+def sql_type(name: str) -> str:
+    return SQL_TYPE.get(name, name)
 
 #: ALTER COLUMN ... TYPE pairs whose new value prints like the old one (or is the old one
 #: widened): the rewrite keeps every value, so replaying the stream stays exact.
@@ -186,6 +237,8 @@ PRELUDE = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
     "CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)",
     "CREATE TYPE pair AS (a int4, b text)",
+    'CREATE SCHEMA "Other ""Sch"" X"',
+    "CREATE SCHEMA s2",
     "SELECT pg_replication_origin_create('torture_origin') WHERE NOT EXISTS "
     "(SELECT 1 FROM pg_replication_origin WHERE roname = 'torture_origin')",
 ]
@@ -235,14 +288,26 @@ class Step:
 MARKER = "torture-pub"
 
 
-def marker(text: str) -> str:
-    return f"SELECT pg_logical_emit_message(true, '{MARKER}', '{text}')"
+def marker(*fields: str) -> str:
+    """A transactional message telling the oracle of a publication or name change; its
+    content is the fields separated by tabs (names may hold spaces)."""
+    return f"SELECT pg_logical_emit_message(true, '{MARKER}', {_q(chr(9).join(fields))})"
+
+
+def qi(name: str) -> str:
+    """``name`` as a quoted identifier (every name is quoted: mixed case, spaces, dots and
+    quotes are names too)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclasses.dataclass
 class Column:
     name: str
     type: str
+
+    @property
+    def sql(self) -> str:
+        return qi(self.name)
 
 
 @dataclasses.dataclass
@@ -255,6 +320,25 @@ class Table:
     #: ``<name>_pd`` (the default).
     partitioned: bool = False
     published: bool = True
+    schema: str = "public"
+    #: No primary key: REPLICA IDENTITY DEFAULT then has no key, and PostgreSQL refuses
+    #: UPDATE and DELETE of the table while it is published for them.
+    keyless: bool = False
+    #: "default", "full", "index" (USING INDEX on a unique index of id) or "nothing".
+    identity: str = "default"
+
+    @property
+    def key(self) -> str:
+        """The name the decoder and test_decoding give the table (unquoted parts)."""
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def sql(self) -> str:
+        return f"{qi(self.schema)}.{qi(self.name)}"
+
+    @property
+    def inserts_only(self) -> bool:
+        return self.keyless or self.identity == "nothing"
 
 
 #: Ids below this go to a partitioned table's first partition.
@@ -268,7 +352,8 @@ class Publication:
 
     all_tables: bool = True
     via_root: bool = False
-    #: Tables whose final rows the stream cannot give (not published the whole time).
+    #: Tables whose final rows the stream cannot give (not published the whole time, or
+    #: renamed: the changes then live under two names).
     partial: frozenset[str] = frozenset()
 
     def create(self) -> str:
@@ -277,24 +362,57 @@ class Publication:
 
 
 @dataclasses.dataclass
+class Filtered:
+    """A second publication ``torture_f`` (PostgreSQL 15+) of one table with a column list
+    and a row filter ``id % 3 <> 0``: its own slot and capture, the oracle applies both to
+    test_decoding's changes of the table."""
+
+    table: str  # the key
+    sql: str  # its quoted name
+    columns: list[str]
+
+    def create(self) -> str:
+        return (f"CREATE PUBLICATION torture_f FOR TABLE {self.sql} ({', '.join(qi(c) for c in self.columns)}) "
+                "WHERE (id % 3 <> 0)")
+
+
+@dataclasses.dataclass
 class Workload:
     seed: int
     steps: list[Step]
     publication: Publication = dataclasses.field(default_factory=Publication)
+    #: (option set, message kind letter) → how many of them the captures must hold at least.
+    expects: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    #: Per table key, each renamed column's name → its newest name.
+    renames: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    filtered: Filtered | None = None
 
     def script(self) -> str:
-        return "\n\n".join(["-- prelude", *[s + ";" for s in PRELUDE], self.publication.create() + ";"]
-                            + [s.script() for s in self.steps])
+        extra = [self.filtered.create() + ";"] if self.filtered is not None else []
+        return "\n\n".join(["-- prelude", *[s + ";" for s in PRELUDE], self.publication.create() + ";", *extra]
+                           + [s.script() for s in self.steps])
 
     def statements(self) -> int:
         return sum(len(s.sql) + len(s.other) for s in self.steps)
 
 
+#: Column names besides the plain ``c<n>``: PostgreSQL takes any text as a quoted name.
+ODD_COLUMN = ["C{n}Mixed", "c{n} sp.d", 'c{n}"q']
+ODD_TABLE = ["T{n} Mixed Case", "t{n}.dotted", 't{n} "quoted"', "t{n} space"]
+ODD_SCHEMA = ['Other "Sch" X', "s2"]
+
+#: Columns added with a volatile default (the table is rewritten, each row its own value).
+VOLATILE = [("float8", "random()"), ("timestamptz", "clock_timestamp()"), ("uuid", "gen_random_uuid()"),
+            ("int4", "(random() * 1000)::int")]
+
+
 class _Gen:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, types: list[str] | None = None) -> None:
         self.r = random.Random(seed)
+        self.types = types or list(TYPES)
         self.tables: list[Table] = []
         self.col_counter = 0
+        self.table_counter = 0
         self.gid_counter = 0
         self.pending_gids: list[str] = []
         # Publication and partition choices draw from their own generator, so that the rest
@@ -302,20 +420,44 @@ class _Gen:
         self.rp = random.Random(seed * 7919 + 1)
         self.publication = Publication(all_tables=self.rp.random() < 0.7, via_root=self.rp.random() < 0.5)
         self.partial: set[str] = set()
+        # The shapes added for issue 21 draw from a generator of their own too.
+        self.rs = random.Random(seed * 104729 + 3)
+        self.expects: dict[tuple[str, str], int] = {}
+        self.renames: dict[str, dict[str, str]] = {}
+        #: The filtered publication's table: no DDL changes it.
+        self.frozen: Table | None = None
+
+    def expect(self, option_set: str, kind: str, n: int = 1) -> None:
+        self.expects[(option_set, kind)] = self.expects.get((option_set, kind), 0) + n
+
+    def is_published(self, t: Table) -> bool:
+        return self.publication.all_tables or t.published
 
     def new_column(self) -> Column:
         self.col_counter += 1
-        return Column(f"c{self.col_counter}", self.r.choice(list(TYPES)))
+        name = f"c{self.col_counter}"
+        if self.rs.random() < 0.15:
+            name = self.rs.choice(ODD_COLUMN).format(n=self.col_counter)
+        return Column(name, self.r.choice(self.types))
 
     def create_table(self) -> Step:
-        t = Table(f"t{len(self.tables) + 1}", [Column("id", "int4")])
+        self.table_counter += 1
+        n = self.table_counter
+        t = Table(f"t{n}", [Column("id", "int4")])
         # 1 to 40 columns, most tables narrow.
         width = self.r.randint(0, 11) if self.r.random() < 0.8 else self.r.randint(12, 39)
         t.columns += [self.new_column() for _ in range(width)]
         self.tables.append(t)
         t.partitioned = self.rp.random() < 0.25
-        cols = ", ".join(f"{c.name} {c.type}" + (" PRIMARY KEY" if c.name == "id" else "") for c in t.columns)
-        sql = [f"CREATE TABLE {t.name} ({cols})" + (" PARTITION BY RANGE (id)" if t.partitioned else "")]
+        if not t.partitioned:
+            if self.rs.random() < 0.3:
+                t.name = self.rs.choice(ODD_TABLE).format(n=n)
+            if self.rs.random() < 0.25:
+                t.schema = self.rs.choice(ODD_SCHEMA)
+            t.keyless = self.rs.random() < 0.12
+        cols = ", ".join(f"{c.sql} {sql_type(c.type)}" + (" PRIMARY KEY" if c.name == "id" and not t.keyless else "")
+                         for c in t.columns)
+        sql = [f"CREATE TABLE {t.sql} ({cols})" + (" PARTITION BY RANGE (id)" if t.partitioned else "")]
         if t.partitioned:
             sql += [f"CREATE TABLE {t.name}_p1 PARTITION OF {t.name} FOR VALUES FROM (MINVALUE) TO ({PARTITION_BOUND})",
                     f"CREATE TABLE {t.name}_pd PARTITION OF {t.name} DEFAULT"]
@@ -323,10 +465,9 @@ class _Gen:
             # A partitioned table is published from its creation on and stays.
             t.published = t.partitioned or self.rp.random() < 0.75
             if t.published:
-                sql += ["BEGIN", f"ALTER PUBLICATION torture ADD TABLE {t.name}", marker(f"add public.{t.name}"),
-                        "COMMIT"]
+                sql += ["BEGIN", f"ALTER PUBLICATION torture ADD TABLE {t.sql}", marker("add", t.key), "COMMIT"]
             else:
-                self.partial.add(f"public.{t.name}")
+                self.partial.add(t.key)
         return Step("ddl", sql)
 
     def publication_step(self) -> Step | None:
@@ -340,18 +481,18 @@ class _Gen:
             # Rows of the first partition's range inserted while it is detached would land
             # in the default partition and the attach would fail: ids go past the bound.
             t.next_id = max(t.next_id, PARTITION_BOUND)
-            return Step("ddl", ["BEGIN", f"ALTER TABLE {t.name} DETACH PARTITION {p1}", marker(f"detach public.{p1}"),
+            return Step("ddl", ["BEGIN", f"ALTER TABLE {t.name} DETACH PARTITION {p1}", marker("detach", f"public.{p1}"),
                                 "COMMIT", f"UPDATE {p1} SET id = id WHERE id % 2 = 0",
                                 "BEGIN", f"ALTER TABLE {t.name} ATTACH PARTITION {p1} FOR VALUES FROM (MINVALUE) TO "
-                                f"({PARTITION_BOUND})", marker(f"attach public.{p1} public.{t.name}"), "COMMIT"])
+                                f"({PARTITION_BOUND})", marker("attach", f"public.{p1}", f"public.{t.name}"), "COMMIT"])
         if self.publication.all_tables or not plain:
             return None
         t = self.rp.choice(plain)
-        self.partial.add(f"public.{t.name}")
+        self.partial.add(t.key)
         verb = "DROP" if t.published else "ADD"
         t.published = not t.published
-        return Step("ddl", ["BEGIN", f"ALTER PUBLICATION torture {verb} TABLE {t.name}",
-                            marker(f"{verb.lower()} public.{t.name}"), "COMMIT"])
+        return Step("ddl", ["BEGIN", f"ALTER PUBLICATION torture {verb} TABLE {t.sql}",
+                            marker(verb.lower(), t.key), "COMMIT"])
 
     def value(self, c: Column) -> str:
         if self.r.random() < 0.15:
@@ -364,15 +505,15 @@ class _Gen:
             vals = [str(t.next_id) if c.name == "id" else self.value(c) for c in t.columns]
             t.next_id += 1
             rows.append("(" + ", ".join(vals) + ")")
-        return f"INSERT INTO {t.name} ({', '.join(c.name for c in t.columns)}) VALUES {', '.join(rows)}"
+        return f"INSERT INTO {t.sql} ({', '.join(c.sql for c in t.columns)}) VALUES {', '.join(rows)}"
 
     def update(self, t: Table) -> str:
         data = [c for c in t.columns if c.name != "id"]
         where = self.where(t)
         if not data:
-            return f"UPDATE {t.name} SET id = id {where}"
-        sets = [f"{c.name} = {self.value(c)}" for c in self.r.sample(data, self.r.randint(1, min(3, len(data))))]
-        return f"UPDATE {t.name} SET {', '.join(sets)} {where}"
+            return f"UPDATE {t.sql} SET id = id {where}"
+        sets = [f"{c.sql} = {self.value(c)}" for c in self.r.sample(data, self.r.randint(1, min(3, len(data))))]
+        return f"UPDATE {t.sql} SET {', '.join(sets)} {where}"
 
     def where(self, t: Table) -> str:
         if self.r.random() < 0.1:
@@ -381,29 +522,38 @@ class _Gen:
         return f"WHERE id BETWEEN {lo} AND {lo + self.r.randint(0, 3)}"
 
     def delete(self, t: Table) -> str:
-        return f"DELETE FROM {t.name} {self.where(t)}"
+        return f"DELETE FROM {t.sql} {self.where(t)}"
 
     def dml(self) -> str:
         t = self.r.choice(self.tables)
         roll = self.r.random()
-        if roll < 0.5:
+        if roll < 0.5 or (roll < 0.95 and t.inserts_only):
             return self.insert(t)
         if roll < 0.8:
             return self.update(t)
         if roll < 0.95:
             return self.delete(t)
         transactional = self.r.choice(["true", "false"])
+        if transactional == "false":
+            # Sent at once, whatever becomes of the transaction around it.
+            self.expect("v1-text", "M")
         return f"SELECT pg_logical_emit_message({transactional}, 'torture', {_text(self.r)})"
 
+    def ddl_tables(self) -> list[Table]:
+        return [t for t in self.tables if t is not self.frozen] or self.tables
+
     def ddl(self) -> Step:
-        t = self.r.choice(self.tables)
+        t = self.r.choice(self.ddl_tables())
         data = [c for c in t.columns if c.name != "id"]
         roll = self.r.random()
-        touch = f"UPDATE {t.name} SET id = id"
+        touch = f"UPDATE {t.sql} SET id = id"
+        if t.inserts_only and roll >= 0.55:
+            # No UPDATE publishes a rewrite of such a table: only DDL that rewrites nothing.
+            roll = self.r.random() * 0.55
         if roll < 0.25 or not data:
             c = self.new_column()
             t.columns.append(c)
-            return Step("ddl", [f"ALTER TABLE {t.name} ADD COLUMN {c.name} {c.type}"])
+            return Step("ddl", [f"ALTER TABLE {t.sql} ADD COLUMN {c.sql} {sql_type(c.type)}"])
         c = self.r.choice(data)
         if roll < 0.4:
             t.columns.remove(c)
@@ -411,33 +561,146 @@ class _Gen:
             # later ADD COLUMN of the same type at the end, with no change of the table in
             # between, is indistinguishable from a RENAME in the stream (README, known
             # limits), and the replay would keep the dropped column's old values.
-            return Step("ddl", [f"ALTER TABLE {t.name} DROP COLUMN {c.name}",
-                                f"UPDATE {t.name} SET id = id WHERE id IN (SELECT id FROM {t.name} ORDER BY id LIMIT 1)"])
+            after = (self.insert(t) if t.inserts_only else
+                     f"UPDATE {t.sql} SET id = id WHERE id IN (SELECT id FROM {t.sql} ORDER BY id LIMIT 1)")
+            return Step("ddl", [f"ALTER TABLE {t.sql} DROP COLUMN {c.sql}", after])
         if roll < 0.55:
             old = c.name
             self.col_counter += 1
             c.name = f"{old.split('_')[0]}_r{self.col_counter}"
-            return Step("ddl", [f"ALTER TABLE {t.name} RENAME COLUMN {old} TO {c.name}"])
+            names = self.renames.setdefault(t.key, {})
+            for k, v in list(names.items()):
+                if v == old:
+                    names[k] = c.name
+            names[old] = c.name
+            return Step("ddl", [f"ALTER TABLE {t.sql} RENAME COLUMN {qi(old)} TO {c.sql}"])
         if roll < 0.7 and c.type in RETYPE:
             c.type = self.r.choice(RETYPE[c.type])
-            return Step("ddl", [f"ALTER TABLE {t.name} ALTER COLUMN {c.name} TYPE {c.type}", touch])
+            return Step("ddl", [f"ALTER TABLE {t.sql} ALTER COLUMN {c.sql} TYPE {c.type}", touch])
         if roll < 0.8:
             # Dropped and re-added under its name with another type.
             t.columns.remove(c)
-            new = Column(c.name, self.r.choice([x for x in TYPES if x != c.type]))
+            new = Column(c.name, self.r.choice([x for x in self.types if x != c.type]))
             t.columns.append(new)
-            return Step("ddl", [f"ALTER TABLE {t.name} DROP COLUMN {c.name}",
-                                f"ALTER TABLE {t.name} ADD COLUMN {new.name} {new.type}", touch])
+            return Step("ddl", [f"ALTER TABLE {t.sql} DROP COLUMN {c.sql}",
+                                f"ALTER TABLE {t.sql} ADD COLUMN {new.sql} {sql_type(new.type)}", touch])
         if t.partitioned:
             # REPLICA IDENTITY and TRUNCATE of a partitioned table act on each partition
             # apart (the root has no storage): not generated.
-            return Step("ddl", [f"ALTER TABLE {t.name} RENAME COLUMN {c.name} TO {c.name}_x",
-                                f"ALTER TABLE {t.name} RENAME COLUMN {c.name}_x TO {c.name}"])
+            return Step("ddl", [f"ALTER TABLE {t.sql} RENAME COLUMN {c.sql} TO {qi(c.name + '_x')}",
+                                f"ALTER TABLE {t.sql} RENAME COLUMN {qi(c.name + '_x')} TO {c.sql}"])
         if roll < 0.9:
             t.full_identity = not t.full_identity
-            return Step("ddl", [f"ALTER TABLE {t.name} REPLICA IDENTITY {'FULL' if t.full_identity else 'DEFAULT'}"])
+            t.identity = "full" if t.full_identity else "default"
+            return Step("ddl", [f"ALTER TABLE {t.sql} REPLICA IDENTITY {'FULL' if t.full_identity else 'DEFAULT'}"])
         how = self.r.choice(["", " RESTART IDENTITY", " CASCADE"])
-        return Step("commit", [f"TRUNCATE {t.name}{how}"])
+        if self.is_published(t):
+            self.expect("v1-text", "T")
+        return Step("commit", [f"TRUNCATE {t.sql}{how}"])
+
+    def shape_ddl(self) -> Step | None:
+        """DDL of the shapes issue 21 added: REPLICA IDENTITY USING INDEX and NOTHING, ADD
+        COLUMN with a constant or volatile default, a table renamed or moved to another
+        schema, a table dropped."""
+        plain = [t for t in self.tables if not t.partitioned and t is not self.frozen]
+        if not plain:
+            return None
+        t = self.rs.choice(plain)
+        roll = self.rs.random()
+        touch = f"UPDATE {t.sql} SET id = id"
+        if roll < 0.3 and not t.keyless:
+            if t.identity == "nothing":
+                t.identity, t.full_identity = "default", False
+                return Step("ddl", [f"ALTER TABLE {t.sql} REPLICA IDENTITY DEFAULT"])
+            if self.rs.random() < 0.5:
+                self.col_counter += 1
+                index = f"ri_{self.col_counter}"
+                t.identity, t.full_identity = "index", False
+                return Step("ddl", [f"CREATE UNIQUE INDEX {index} ON {t.sql} (id)",
+                                    f"ALTER TABLE {t.sql} REPLICA IDENTITY USING INDEX {index}"])
+            t.identity, t.full_identity = "nothing", False
+            return Step("ddl", [f"ALTER TABLE {t.sql} REPLICA IDENTITY NOTHING"])
+        if roll < 0.6 and not t.inserts_only:
+            # A default: existing rows get it without a published change (a constant one is
+            # not even a rewrite): the UPDATE after it publishes them.
+            self.col_counter += 1
+            if self.rs.random() < 0.5:
+                c = Column(f"c{self.col_counter}", self.r.choice(self.types))
+                default = TYPES[c.type](self.rs)
+                if "SELECT" in default:
+                    default = "'a default'"  # no subquery in a DEFAULT
+            else:
+                ty, default = self.rs.choice(VOLATILE)
+                c = Column(f"c{self.col_counter}", ty)
+            t.columns.append(c)
+            return Step("ddl", [f"ALTER TABLE {t.sql} ADD COLUMN {c.sql} {sql_type(c.type)} DEFAULT {default}", touch])
+        if roll < 0.85:
+            old = t.key
+            self.table_counter += 1
+            old_sql = t.sql
+            if self.rs.random() < 0.5 or t.schema != "public":
+                t.name = f"{t.name}_n{self.table_counter}"
+                sql = f"ALTER TABLE {old_sql} RENAME TO {qi(t.name)}"
+            else:
+                t.schema = self.rs.choice(ODD_SCHEMA)
+                sql = f"ALTER TABLE {old_sql} SET SCHEMA {qi(t.schema)}"
+            # The changes of the table are under two names: no final comparison of it.
+            self.partial.update({old, t.key})
+            # Changes before the rename are under the old name, those after under the new:
+            # one map of column renames for both.
+            self.renames[t.key] = self.renames.setdefault(old, {})
+            return Step("ddl", ["BEGIN", sql, marker("rename", old, t.key), "COMMIT"])
+        if len(self.tables) > 1:
+            self.tables.remove(t)
+            return Step("ddl", [f"DROP TABLE {t.sql}"])
+        return None
+
+    def big_insert(self, t: Table, rows: int | None = None) -> list[str]:
+        """Statements writing well over logical_decoding_work_mem (64 kB) to ``t``."""
+        n = rows or self.r.randint(150, 400)
+        cols = [c for c in t.columns if c.name != "id" and c.type == "text"]
+        first = t.next_id
+        t.next_id += n
+        if cols:
+            sql = (f"INSERT INTO {t.sql} (id, {cols[0].sql}) SELECT g, repeat(md5(g::text), 8) "
+                   f"FROM generate_series({first}, {first + n - 1}) g")
+        else:
+            # Without a text column a row is small: more of them.
+            n2 = n * 6
+            t.next_id += n2 - n
+            sql = f"INSERT INTO {t.sql} (id) SELECT g FROM generate_series({first}, {first + n2 - 1}) g"
+        if t.inserts_only:
+            return [sql]
+        return [sql, f"UPDATE {t.sql} SET id = id WHERE id >= {first}"]
+
+    def streamed_shape(self) -> Step | None:
+        """Two big transactions open at once (both streamed), a savepoint rolled back inside
+        a streamed one, a prepared transaction big enough to stream."""
+        published = [t for t in self.tables if self.is_published(t)]
+        if not published:
+            return None
+        roll = self.rs.random()
+        if roll < 0.4 and len(published) > 1:
+            a, b = self.rs.sample(published, 2)
+            sa, sb = self.big_insert(a, 300), self.big_insert(b, 300)
+            self.expect("v2-stream", "S", 2)
+            self.expect("v2-stream", "c", 2)
+            return Step("interleaved", sa + [self.insert(a)], sb + [self.insert(b)], other_first=self.rs.random() < 0.5)
+        t = self.rs.choice(published)
+        if roll < 0.7:
+            inner = self.big_insert(t, 300)
+            self.expect("v2-stream", "A")
+            self.expect("v2-stream", "c")
+            return Step("commit", [*self.big_insert(t, 300), "SAVEPOINT s1", *inner, self.insert(t),
+                                   "ROLLBACK TO SAVEPOINT s1", self.insert(t)])
+        if len(self.pending_gids) >= 3:
+            return None
+        self.gid_counter += 1
+        gid = f"g{self.gid_counter}"
+        self.pending_gids.append(gid)
+        self.expect("v3-twophase-binary", "p")
+        # Inserts only (see transaction()).
+        return Step("prepare", [self.big_insert(t, 300)[0], self.insert(t)], gid=gid)
 
     def transaction(self) -> Step:
         roll = self.r.random()
@@ -451,27 +714,28 @@ class _Gen:
         if roll < 0.3:
             # Big enough to stream (logical_decoding_work_mem = 64kB).
             t = self.r.choice(self.tables)
-            n = self.r.randint(150, 400)
-            cols = [c for c in t.columns if c.name != "id" and c.type == "text"]
-            first = t.next_id
-            t.next_id += n
-            if cols:
-                sql = (f"INSERT INTO {t.name} (id, {cols[0].name}) SELECT g, repeat(md5(g::text), 8) "
-                       f"FROM generate_series({first}, {first + n - 1}) g")
-            else:
-                sql = f"INSERT INTO {t.name} (id) SELECT g FROM generate_series({first}, {first + n - 1}) g"
-            big = [sql, f"UPDATE {t.name} SET id = id WHERE id >= {first}"]
-            return Step(self.r.choice(["commit", "commit", "abort"]), body + big)
+            big = self.big_insert(t)
+            kind = self.r.choice(["commit", "commit", "abort"])
+            if self.is_published(t) and kind == "commit":
+                # Not for an aborted one: PostgreSQL 17+ drops the changes of a transaction
+                # it already knows aborted instead of streaming them.
+                self.expect("v2-stream", "S")
+                self.expect("v2-stream", "c")
+            return Step(kind, body + big)
         if roll < 0.38 and len(self.pending_gids) < 3:
             # Inserts only: rows a prepared transaction updated or deleted stay locked until
             # it is finished, and a later statement on them would wait for ever.
             self.gid_counter += 1
             gid = f"g{self.gid_counter}"
             self.pending_gids.append(gid)
-            inserts = [self.insert(self.r.choice(self.tables)) for _ in range(self.r.randint(1, 4))]
-            return Step("prepare", inserts, gid=gid)
+            targets = [self.r.choice(self.tables) for _ in range(self.r.randint(1, 4))]
+            if any(self.is_published(t) for t in targets):
+                self.expect("v3-twophase-binary", "P")
+            return Step("prepare", [self.insert(t) for t in targets], gid=gid)
         if roll < 0.5 and roll >= 0.46:
             # Replayed from another node: a replication origin on the session.
+            if self.publication.all_tables and any(s.startswith("INSERT") for s in body):
+                self.expect("v1-text", "O")
             return Step("origin", body)
         if roll < 0.46 and len(self.tables) > 1:
             a, b = self.r.sample(self.tables, 2)
@@ -484,16 +748,37 @@ class _Gen:
         verb = self.r.choice(["COMMIT PREPARED", "COMMIT PREPARED", "ROLLBACK PREPARED"])
         return Step("finish", [f"{verb} '{gid}'"])
 
+    def filtered(self) -> Filtered | None:
+        """The table of the second publication (column list, row filter): a keyed table that
+        no DDL touches afterwards (taken out of the tables DDL draws from)."""
+        keyed = [t for t in self.tables if not t.partitioned and not t.keyless and len(t.columns) > 2]
+        if not keyed or self.rs.random() < 0.5:
+            return None
+        t = self.rs.choice(keyed)
+        cols = ["id"] + [c.name for c in t.columns[1:] if self.rs.random() < 0.5]
+        self.frozen = t
+        return Filtered(t.key, t.sql, cols)
 
-def generate(seed: int, transactions: int = 40) -> Workload:
-    """A workload of about ``transactions`` transactions and DDL steps."""
-    g = _Gen(seed)
+
+def generate(seed: int, transactions: int = 40, *, exclude: frozenset[str] = frozenset(),
+             filtered: bool = False) -> Workload:
+    """A workload of about ``transactions`` transactions and DDL steps. ``exclude``: types
+    the server lacks (OPTIONAL_TYPES); ``filtered``: may make the second publication
+    (column list and row filter, PostgreSQL 15+)."""
+    g = _Gen(seed, [t for t in TYPES if t not in exclude])
     steps = [g.create_table() for _ in range(g.r.randint(1, 4))]
+    filt = g.filtered() if filtered else None
     for _ in range(transactions):
         if g.rp.random() < 0.06:
             while g.pending_gids:
                 steps.append(g.finish_prepared())
             step = g.publication_step()
+            if step is not None:
+                steps.append(step)
+        if g.rs.random() < 0.08:
+            while g.pending_gids:
+                steps.append(g.finish_prepared())
+            step = g.shape_ddl() if g.rs.random() < 0.6 else g.streamed_shape()
             if step is not None:
                 steps.append(step)
         roll = g.r.random()
@@ -510,4 +795,5 @@ def generate(seed: int, transactions: int = 40) -> Workload:
             steps.append(g.transaction())
     while g.pending_gids:
         steps.append(g.finish_prepared())
-    return Workload(seed, steps, dataclasses.replace(g.publication, partial=frozenset(g.partial)))
+    return Workload(seed, steps, dataclasses.replace(g.publication, partial=frozenset(g.partial)),
+                    g.expects, g.renames, filt)

@@ -24,11 +24,17 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
 import pgoutput_arrow  # noqa: E402
-from generator import PRELUDE, Step, Workload, generate  # noqa: E402
+from generator import MARKER, PRELUDE, Step, Workload, generate  # noqa: E402
+import consumers_adapter  # noqa: E402
+import shapes  # noqa: E402
+import types_adapter  # noqa: E402
 from oracle import (  # noqa: E402
-    compare_changes, compare_final, decoded_changes, parse_test_decoding, raw_text_columns, unify_outputs)
+    compare_changes, compare_final, compare_messages, decoded_changes, decoded_from, filter_expected,
+    parse_test_decoding, raw_text_columns, unify_batches, unify_outputs)
+from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 from settings import apply as apply_settings, capture_session, draw as draw_settings, pin  # noqa: E402
 
@@ -49,6 +55,22 @@ class Result:
     runs: int = 0  # option sets × paths
     values: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)
+    paths: set[str] = dataclasses.field(default_factory=set)
+
+
+#: What the oracle's session sets: test_decoding prints values, and psycopg2 reads the final
+#: rows, in the calling session's settings, whatever postgresql.conf says (a seed's server
+#: may have other DateStyle, IntervalStyle, TimeZone, ... drawn: settings.py). Float text is
+#: exact (extra_float_digits >= 1), money in the C locale's notation.
+@dataclasses.dataclass
+class Heavy:
+    """Which heavy paths run for a seed (each every Nth seed, see main)."""
+
+    live: bool = False
+    spark: Any = None
+    cli: bool = False
+    delta: bool = False
+    restart: bool = False
 
 
 def _execute(conns: list[Any], step: Step) -> None:
@@ -84,20 +106,33 @@ def _execute(conns: list[Any], step: Step) -> None:
         ca.execute({"commit": "COMMIT", "abort": "ROLLBACK"}.get(step.kind, f"PREPARE TRANSACTION '{step.gid}'"))
 
 
+def missing_types(pg: PgServer) -> frozenset[str]:
+    """The optional types (generator.OPTIONAL_TYPES) ``pg`` lacks: xml without libxml."""
+    try:
+        pg.query("SELECT '<a/>'::xml")
+        return frozenset()
+    except Exception:  # noqa: BLE001  (psycopg2's error: "unsupported XML feature")
+        return frozenset({"xml"})
+
+
 def _sets(pg: PgServer) -> list[tuple[str, dict[str, str], bool]]:
     return [(n, o, tp) for n, o, tp, v in OPTION_SETS if pg.version >= v]
 
 
 def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark: Any = None,
-                 keep: bool = False) -> Result:
+                 keep: bool = False, heavy: Heavy | None = None) -> Result:
     """Runs ``workload`` in a fresh database of ``pg`` and checks every path."""
+    heavy = heavy or Heavy(live=live, spark=spark)
     result = Result(workload.seed, pg.version, workload.statements())
     db = f"torture_{workload.seed}_{os.getpid()}"
     _drop(pg)  # whatever an interrupted run left (a prepared transaction blocks slot creation)
     apply_settings(pg, draw_settings(workload.seed))  # the server's output settings of this seed
     pg.execute(f"CREATE DATABASE {db}")
     conns = [pg.connect(pg.dsn_for(db)) for _ in range(2)]
+    oracle = pg.connect(pg.dsn_for(db))
     try:
+        with oracle.cursor() as cur:
+            pin(cur)  # test_decoding and the final SELECTs print under the calling session's settings
         with conns[0].cursor() as cur:
             # A wait for a lock (a slot waits for running transactions) is an error, not a hang.
             cur.execute("SET lock_timeout = '120s'")
@@ -108,17 +143,39 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, %s)",
                             (_slot(db, name), two_phase))
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (_slot(db, "td"),))
-            if live:
+            if heavy.live:
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (_slot(db, "live"),))
-        for step in workload.steps:
+            if heavy.restart:
+                cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (_slot(db, "cli"),))
+        creates = 0
+        while creates < len(workload.steps) and workload.steps[creates].sql[0].startswith("CREATE TABLE"):
+            creates += 1
+        filtered = workload.filtered if pg.version >= 15 else None
+        for i, step in enumerate(workload.steps):
+            if i == creates and filtered is not None:
+                # The second publication needs its table: made right after the tables, with
+                # its own slot (no change of the table happened before).
+                with conns[0].cursor() as cur:
+                    cur.execute(filtered.create())
+                    cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (_slot(db, "filter"),))
             _execute(conns, step)
-        with conns[0].cursor() as cur:
+        with oracle.cursor() as cur:
             cur.execute("SELECT pg_switch_wal()")
-            pin(cur)  # test_decoding prints under the calling session's settings
-            cur.execute("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL, 'include-xids', '0', "
-                        "'skip-empty-xacts', '1')", (_slot(db, "td"),))
-            expected = parse_test_decoding((r[0] for r in cur.fetchall()), workload.publication)
-            captures = {}
+            # Which transactions were replayed under a replication origin: those only-local
+            # leaves out (peeked first, then read whole).
+            td = "'include-xids', '1', 'include-timestamp', '1', 'skip-empty-xacts', '1'"
+            cur.execute(f"SELECT data FROM pg_logical_slot_peek_changes(%s, NULL, NULL, {td}, 'only-local', '1')",
+                        (_slot(db, "td"),))
+            local = {int(r[0].split()[1]) for r in cur.fetchall() if r[0].startswith("BEGIN ")}
+            cur.execute(f"SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL, {td})", (_slot(db, "td"),))
+            lines = [r[0] for r in cur.fetchall()]
+            expected = parse_test_decoding(lines, workload.publication)
+            origins = {x for x in expected.commits if x not in local}
+        captures = {}
+        with conns[0].cursor() as cur:
+            # The capture is taken as the docs say (settings.capture_session): the server's
+            # IntervalStyle and bytea_output, which the decoder reads in any form, and the
+            # rest pinned (floats exact; DateStyles are covered by test_server_settings.py).
             capture_session(cur)
             for name, options, _ in _sets(pg):
                 flat: list[str] = []
@@ -130,15 +187,30 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                 captures[name] = pa.table({"lsn": pa.array([r[0] for r in rows], pa.int64()),
                                            "xid": pa.array([r[1] for r in rows], pa.int64()),
                                            "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
-            pin(cur)
+            if filtered is not None:
+                cur.execute("SELECT (lsn - '0/0'::pg_lsn)::int8, xid::text::int8, data FROM "
+                            "pg_logical_slot_get_binary_changes(%s, NULL, NULL, 'proto_version', '2', 'streaming', "
+                            "'on', 'messages', 'true', 'publication_names', 'torture_f')", (_slot(db, "filter"),))
+                rows = cur.fetchall()
+                fcapture = pa.table({"lsn": pa.array([r[0] for r in rows], pa.int64()),
+                                     "xid": pa.array([r[1] for r in rows], pa.int64()),
+                                     "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
+                _check_filtered(result, fcapture, filter_expected(parse_test_decoding(lines), filtered),
+                                f"PG{pg.version} v2-filter", origins)
+        for problem in shapes.check_kinds(workload, captures, pg.version):
+            result.problems.append(f"PG{pg.version} {problem}")
         for name, capture in captures.items():
-            _check_paths(result, conns[0], expected, capture, f"PG{pg.version} {name}", workload)
-        if live:
-            _check_live(result, pg, db, conns[0], expected, workload)
-        if spark is not None:
-            _check_spark(result, spark, conns[0], expected, captures, workload)
+            _check_paths(result, oracle, expected, capture, f"PG{pg.version} {name}", workload, origins)
+        if heavy.live:
+            _check_live(result, pg, db, oracle, expected, workload, restart=heavy.restart)
+        if heavy.restart:
+            _check_cli_live(result, pg, db, oracle, expected, workload)
+        if heavy.spark is not None:
+            _check_spark(result, heavy.spark, oracle, expected, captures, workload)
+        if heavy.cli or heavy.delta:
+            _check_cli(result, oracle, expected, captures, workload, pg.version, delta=heavy.delta)
     finally:
-        for c in conns:
+        for c in [*conns, oracle]:
             c.close()
         if not keep:
             _drop(pg, db)
@@ -180,26 +252,78 @@ def _drop(pg: PgServer, db: str | None = None) -> None:
         pg.execute("SELECT pg_replication_origin_drop('torture_origin')")
 
 
-def _check(result: Result, conn: Any, expected: list[Any], changes: Any, tables: dict[str, pa.Table],
-           label: str, workload: Workload) -> None:
-    n, problems = compare_changes(expected, decoded_changes(changes), label)
-    m, more = compare_final(conn, tables, changes.truncates, label, expected, skip=raw_text_columns(changes),
-                            publication=workload.publication)
-    result.values += n + m
+def _add(result: Result, path: str, n: int, problems: list[str]) -> None:
+    result.values += n
     result.runs += 1
-    result.problems += problems + more
+    result.problems += problems
+    result.paths.add(path)
 
 
-def _check_paths(result: Result, conn: Any, expected: list[Any], capture: pa.Table, label: str,
-                 workload: Workload) -> None:
+def _check(result: Result, conn: Any, expected: Any, changes: Any, tables: dict[str, pa.Table],
+           label: str, workload: Workload, origins: set[int]) -> None:
+    n, problems = compare_changes(expected, decoded_changes(changes), label)
+    k, more = compare_messages(expected, _messages(changes.messages), label)
+    o, most = compare_transactions(changes.transactions, expected, origins, label)
+    m, rest = compare_final(conn, tables, changes.truncates, label, expected, skip=raw_text_columns(changes),
+                            publication=workload.publication)
+    _add(result, "decode()", n + k + o + m, problems + more + most + rest)
+    result.problems += types_adapter.check(changes.tables, expected, "binary" in label, label)
+    result.problems += consumers_adapter.check(changes.tables, label)
+
+
+def _check_filtered(result: Result, capture: pa.Table, expected: Any, label: str, origins: set[int]) -> None:
+    """The column-list and row-filter publication's capture, per change (its final rows are
+    a filtered projection of the table's: the per-change comparison covers them)."""
+    try:
+        changes = pgoutput_arrow.decode(capture)
+    except Exception as e:  # noqa: BLE001
+        result.problems.append(f"{label} decode(): {type(e).__name__}: {e}")
+        return
+    n, problems = compare_changes(expected, decoded_changes(changes), f"{label} decode()")
+    # Its slot was made after the tables, and their markers: those are left out.
+    marked = dataclasses.replace(expected, messages=[m for m in expected.messages if m.prefix != MARKER])
+    k, more = compare_messages(marked, [m for m in _messages(changes.messages) if m[1] != MARKER],
+                               f"{label} decode()")
+    _add(result, "filtered publication", n + k, problems + more)
+
+
+def _messages(table: pa.Table) -> list[tuple[bool, str, bytes, int | None]]:
+    rows = table.select(["transactional", "prefix", "content", "_xid"]).to_pylist() if table.num_rows else []
+    return [(r["transactional"], r["prefix"], bytes(r["content"]), r["_xid"]) for r in rows]
+
+
+def compare_transactions(transactions: pa.Table, expected: Any, origins: set[int],
+                         label: str) -> tuple[int, list[str]]:
+    """Each committed transaction's origin as pgoutput sent it (``transactions.origin``)
+    against PostgreSQL's (the xids test_decoding's ``only-local`` left out)."""
+    problems = []
+    rows = transactions.select(["xid", "origin", "outcome"]).to_pylist() if transactions.num_rows else []
+    seen = set()
+    for r in rows:
+        if r["outcome"] not in ("committed", "commit"):
+            continue
+        seen.add(r["xid"])
+        want = "torture_origin" if r["xid"] in origins else None
+        if r["origin"] != want:
+            problems.append(f"{label}: transaction {r['xid']} has origin {r['origin']!r}, PostgreSQL's is {want!r}")
+    missing = {x for x in origins if x in {c.xid for c in expected}} - seen
+    if missing:
+        problems.append(f"{label}: transactions {sorted(missing)[:5]} replayed under an origin are missing "
+                        "from transactions")
+    return len(rows), problems[:10]
+
+
+def _check_paths(result: Result, conn: Any, expected: Any, capture: pa.Table, label: str,
+                 workload: Workload, origins: set[int]) -> None:
     seed = workload.seed
     try:
         changes = pgoutput_arrow.decode(capture)
     except Exception as e:  # noqa: BLE001  (any failure of a path is a finding)
         result.problems.append(f"{label} decode(): {type(e).__name__}: {e}")
         return
-    _check(result, conn, expected, changes, changes.tables, f"{label} decode()", workload)
+    _check(result, conn, expected, changes, changes.tables, f"{label} decode()", workload, origins)
     batch_size, memory = 2 + seed % 6, 500 + (seed * 7919) % 20000
+    dlabel = f"{label} Decoder(batch_size={batch_size}, memory_limit={memory})"
     try:
         dec = pgoutput_arrow.Decoder(batch_size=batch_size, memory_limit=memory)
         outputs: list[pgoutput_arrow.Output] = []
@@ -208,52 +332,93 @@ def _check_paths(result: Result, conn: Any, expected: list[Any], capture: pa.Tab
             outputs.extend(dec.take())
         rest = dec.finish()
     except Exception as e:  # noqa: BLE001
-        result.problems.append(f"{label} Decoder(batch_size={batch_size}, memory_limit={memory}): "
-                               f"{type(e).__name__}: {e}")
+        result.problems.append(f"{dlabel}: {type(e).__name__}: {e}")
         return
     truncates = [o.batch for o in outputs if o.kind == "truncates"]
     all_trunc = pa.concat_tables([pa.Table.from_batches(truncates, rest.truncates.schema), rest.truncates]) \
         if truncates else rest.truncates
+    # Every batch as it came out (each of one table version), for the per-change comparison.
+    batches: dict[str, list[Any]] = {}
+    for o in outputs:
+        if o.kind == "table" and o.table is not None:
+            batches.setdefault(o.table, []).append(o.batch)
+    for name, versions in rest.table_versions.items():
+        batches.setdefault(name, []).extend(versions)
+    n, problems = compare_changes(expected, decoded_from(batches, all_trunc), dlabel)
+    msgs = [o.batch for o in outputs if o.kind == "messages"]
+    msg_table = pa.concat_tables([*(pa.Table.from_batches([b]) for b in msgs), rest.messages]) \
+        if msgs else rest.messages
+    k, more = compare_messages(expected, _messages(msg_table), dlabel)
     tables = unify_outputs(outputs, rest)
-    m, more = compare_final(conn, tables, all_trunc, f"{label} Decoder(batch_size={batch_size})", expected,
+    m, most = compare_final(conn, tables, all_trunc, dlabel, expected,
                             skip=raw_text_columns(changes), publication=workload.publication)
-    result.values += m
-    result.runs += 1
-    result.problems += more
+    _add(result, "Decoder", n + k + m, problems + more + most)
+    result.problems += types_adapter.check(tables, expected, "binary" in label, dlabel)
 
 
-def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: list[Any], workload: Workload) -> None:
-    label = f"PG{pg.version} live stream()"
+def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any, workload: Workload,
+                restart: bool = False) -> None:
+    """The live stream(), per change and final rows; with ``restart``, stopped after a
+    random number of items and started again with the same arguments: acknowledged items
+    never come again, unacknowledged ones do, so every change is kept once."""
+    binary = workload.seed % 2 == 0
+    label = f"PG{pg.version} live stream(binary={binary})" + (" restarted" if restart else "")
     with conn.cursor() as cur:
         cur.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8")
         end = cur.fetchone()[0]
     got: dict[str, list[pa.RecordBatch]] = {}
     truncates: list[pa.RecordBatch] = []
+    messages: list[pa.RecordBatch] = []
+    import random
+    # A consumer keeps a decoder flush whole (groups(): the batches of one flush share their
+    # acknowledgement): stopped between two groups, or within one before acknowledging it,
+    # it gets that group again after the restart, and nothing it acknowledged.
+    stop_after = random.Random(workload.seed).randint(1, 3) if restart else None
+    starts = 0
     try:
-        with pgoutput_arrow.stream(pg.dsn_for(db), slot=_slot(db, "live"), publication="torture",
-                                   stop_at_lsn=end, stop_after=120) as s:
-            for item in s:
-                if item.kind == "table" and item.table:
-                    got.setdefault(item.table, []).append(item.batch)
-                elif item.kind == "truncates":
-                    truncates.append(item.batch)
-                s.ack(item.ack_lsn)
+        while True:
+            starts += 1
+            taken = 0
+            interrupted = False
+            with pgoutput_arrow.stream(pg.dsn_for(db), slot=_slot(db, "live"), publication="torture",
+                                       messages=True, binary=binary, stop_at_lsn=end, stop_after=120,
+                                       flush_messages=300 if restart else 200_000) as s:
+                for group, ack in s.groups():
+                    taken += 1
+                    if stop_after is not None and starts == 1 and taken >= stop_after:
+                        interrupted = True
+                        break
+                    for item in group:
+                        if item.kind == "table" and item.table:
+                            got.setdefault(item.table, []).append(item.batch)
+                        elif item.kind == "truncates":
+                            truncates.append(item.batch)
+                        elif item.kind == "messages":
+                            messages.append(item.batch)
+                    s.ack(ack)
+            if stop_after is not None and starts == 1 and not interrupted:
+                result.problems.append(f"{label}: ended after {taken} groups, before the stop at {stop_after}")
+            if not interrupted:
+                break
     except Exception as e:  # noqa: BLE001
         result.problems.append(f"{label}: {type(e).__name__}: {e}")
         return
-    tables = {}
-    for name, batches in got.items():
-        last = batches[-1].schema
-        tables[name] = pa.concat_tables([pgoutput_arrow.conform(b, last) for b in batches])
+    try:
+        tables = unify_batches(got)
+    except Exception as e:  # noqa: BLE001
+        result.problems.append(f"{label}: unify_schemas/conform of its batches: {type(e).__name__}: {e}")
+        return
     empty = pgoutput_arrow.decode([]).truncates
     trunc = pa.concat_tables([pa.Table.from_batches(truncates), ]) if truncates else empty
-    m, more = compare_final(conn, tables, trunc, label, expected, publication=workload.publication)
-    result.values += m
-    result.runs += 1
-    result.problems += more
+    n, problems = compare_changes(expected, decoded_from(got, trunc), label)
+    msg_table = pa.concat_tables([pa.Table.from_batches([b]) for b in messages]) if messages else None
+    k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label)
+    m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication)
+    _add(result, "live" + (" restarted" if restart else ""), n + k + m, problems + more + most)
+    result.problems += types_adapter.check(tables, expected, binary, label)
 
 
-def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], captures: dict[str, pa.Table],
+def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures: dict[str, pa.Table],
                  workload: Workload) -> None:
     seed = workload.seed
     from pyspark.sql import functions as F
@@ -272,19 +437,121 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: list[Any], cap
     except Exception as e:  # noqa: BLE001
         result.problems.append(f"{label}: {type(e).__name__}: {e}")
         return
-    # Spark's own types (interval as a struct, time in ns) are not the decoder's: compared
-    # are the columns whose type Spark keeps.
-    def comparable(t: pa.DataType) -> bool:
-        return not (pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_time(t))
-
-    m, more = compare_final(conn, tables, trunc, label, expected, comparable, publication=workload.publication)
-    result.values += m
-    result.runs += 1
-    result.problems += more
+    # Every column compared, in Spark's types (interval a struct, time in ns, uuid text):
+    # values.py reads them as they are.
+    truncs = [(", ".join(r["relations"]), r["_commit_lsn"], r["_seq"], r.get("_xid"))
+              for r in trunc.to_pylist()]
+    n, problems = compare_changes(expected, typed_changes(tables, truncs), label, renames=workload.renames)
+    _add(result, "spark.decode", n, problems)
 
 
-def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, live: bool = False,
-           spark: Any = None) -> Workload:
+def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.Table], workload: Workload,
+               version: int, delta: bool) -> None:
+    """pgoutput-dump on a capture file: jsonl and Parquet per change, and with ``delta`` the
+    Delta change log (``--format delta --change-log``) per change and its replica's rows."""
+    import tempfile
+
+    name = "v2-stream" if workload.seed % 2 else "v3-twophase-binary"
+    capture = captures[name]
+    label = f"PG{version} {name} pgoutput-dump"
+    renames = workload.renames
+    with tempfile.TemporaryDirectory(prefix="torture-cli-") as tmp:
+        root = Path(tmp)
+        src = root / "capture.parquet"
+        pq.write_table(capture, src)
+        try:
+            out = run_dump([str(src), "--format", "jsonl"]).stdout.decode()
+            changes, msgs = jsonl_changes(out, binary="binary" in name)
+            n, problems = compare_changes(expected, changes, f"{label} --format jsonl")
+            k, more = compare_messages(expected, msgs, f"{label} --format jsonl")
+            _add(result, "cli jsonl", n + k, problems + more)
+        except Exception as e:  # noqa: BLE001
+            result.problems.append(f"{label} --format jsonl: {type(e).__name__}: {e} (capture kept: "
+                                   f"{_keep(src, workload, version)})")
+        try:
+            run_dump([str(src), "--format", "parquet", "--output", str(root / "pq")])
+            tables, truncs = parquet_output(root / "pq")
+            n, problems = compare_changes(expected, typed_changes(tables, truncs, binary="binary" in name),
+                                          f"{label} --format parquet",
+                                          renames=renames)
+            _add(result, "cli parquet", n, problems)
+        except Exception as e:  # noqa: BLE001
+            result.problems.append(f"{label} --format parquet: {type(e).__name__}: {e} (capture kept: "
+                                   f"{_keep(src, workload, version)})")
+        if not delta:
+            return
+        try:
+            run_dump([str(src), "--format", "delta", "--change-log-only", "--output", str(root / "lake")])
+            tables, truncs = delta_change_log(root / "lake")
+            n, problems = compare_changes(expected, typed_changes(tables, truncs, before_json=True, binary="binary" in name),
+                                          f"{label} --format delta --change-log", renames=renames)
+            _add(result, "delta change log", n, problems)
+        except Exception as e:  # noqa: BLE001
+            result.problems.append(f"{label} --format delta --change-log-only: {type(e).__name__}: {e} (capture "
+                                   f"kept: {_keep(src, workload, version)})")
+
+
+def _keep(capture: Path, workload: Workload, version: int) -> Path:
+    """A capture a CLI run failed on, kept for reproducing it by hand."""
+    import shutil
+
+    kept = Path(f"/tmp/torture-{workload.seed}-pg{version}-capture.parquet")
+    shutil.copyfile(capture, kept)
+    return kept
+
+
+def _check_cli_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any, workload: Workload) -> None:
+    """``pgoutput-dump --dsn ... --format parquet`` or ``--format delta --change-log-only``
+    (by seed), killed with SIGKILL or SIGINT at a random moment and started
+    again with the same command until it ends on its own (``--idle-timeout``): the output
+    holds every change once, compared per change with test_decoding."""
+    import random
+    import signal
+    import subprocess
+    import tempfile
+
+    rnd = random.Random(workload.seed * 31337)
+    fmt = "parquet" if (workload.seed // 2) % 2 else "delta"
+    how = rnd.choice([signal.SIGKILL, signal.SIGINT])
+    label = f"PG{pg.version} pgoutput-dump --dsn --format {fmt} restarted after {how.name}"
+    with tempfile.TemporaryDirectory(prefix="torture-live-") as tmp:
+        out = Path(tmp) / "out"
+        cmd = [DUMP, "--dsn", pg.dsn_for(db), "--slot", _slot(db, "cli"), "--publication", "torture", "--messages",
+               "--format", fmt, "--output", str(out), "--idle-timeout", "3", "--commit-interval", "0.05"]
+        # --change-log-only: a MERGE of a replica holding ±infinity dates panics in delta-rs
+        # (reported; the Delta part of issue 21).
+        cmd += ["--change-log-only"] if fmt == "delta" else []
+        cmd += ["--binary"] if rnd.random() < 0.5 else []
+        kills = 0
+        try:
+            for attempt in range(6):
+                p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                if attempt == 0:
+                    try:
+                        p.wait(timeout=rnd.uniform(0.5, 4.0))
+                    except subprocess.TimeoutExpired:
+                        p.send_signal(how)
+                        kills += 1
+                        p.wait(timeout=60)
+                        p.stderr.close()  # type: ignore[union-attr]
+                        continue
+                _, err = p.communicate(timeout=300)
+                if p.returncode != 0:
+                    raise RuntimeError(f"exit {p.returncode} (after {kills} stops): {err.decode(errors='replace')[-3000:]}")
+                break
+            if fmt == "parquet":
+                tables, truncs = parquet_output(out)
+            else:
+                tables, truncs = delta_change_log(out)
+            n, problems = compare_changes(expected, typed_changes(tables, truncs, before_json=fmt == "delta",
+                                                                  binary="--binary" in cmd),
+                                          f"{label} ({kills} stops)", renames=workload.renames)
+            _add(result, f"cli live {fmt} restarted", n, problems)
+        except Exception as e:  # noqa: BLE001
+            result.problems.append(f"{label}: {type(e).__name__}: {e}"[:3000])
+
+
+def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, heavy: Heavy | None = None) -> Workload:
     """Drops steps (halves, then quarters, ... then one at a time) while the workload still
     fails, within ``budget`` seconds; CREATE TABLE steps are kept."""
     deadline = time.monotonic() + budget
@@ -292,8 +559,7 @@ def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, live: boo
 
     def fails(candidate: list[Step]) -> bool:
         try:
-            return bool(run_workload(pg, dataclasses.replace(workload, steps=candidate), live=live,
-                                     spark=spark).problems)
+            return bool(run_workload(pg, dataclasses.replace(workload, steps=candidate), heavy=heavy).problems)
         except Exception:  # noqa: BLE001  (a candidate that cannot run, e.g. a missing gid)
             return False
 
@@ -325,6 +591,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--versions", default="18,15", help="PostgreSQL versions (default 18,15)")
     ap.add_argument("--live-every", type=int, default=3, help="also stream live every Nth seed (0: never)")
     ap.add_argument("--spark-every", type=int, default=5, help="also decode on Spark every Nth seed (0: never)")
+    ap.add_argument("--cli-every", type=int, default=2,
+                    help="also run pgoutput-dump --format jsonl and parquet every Nth seed (0: never)")
+    ap.add_argument("--delta-every", type=int, default=4,
+                    help="also run pgoutput-dump --format delta --change-log every Nth seed (0: never)")
+    ap.add_argument("--restart-every", type=int, default=2,
+                    help="of the live seeds, stop and restart the stream every Nth (0: never)")
     ap.add_argument("--no-shrink", action="store_true")
     args = ap.parse_args(argv)
 
@@ -339,6 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     servers = [PgServer(version=v) for v in versions]
     for s in servers:
         s.start()
+    exclude = {s.version: missing_types(s) for s in servers}
+    paths_seen: set[str] = set()
     spark = None
     started = time.monotonic()
     totals = {"seeds": 0, "runs": 0, "statements": 0, "values": 0}
@@ -347,7 +621,6 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             if args.duration and time.monotonic() - started > args.duration:
                 break
-            workload = generate(seed, args.transactions)
             use_spark = args.spark_every and seed % args.spark_every == 0
             if use_spark and spark is None:
                 from pyspark.sql import SparkSession
@@ -362,8 +635,16 @@ def main(argv: list[str] | None = None) -> int:
                          .getOrCreate())
             for pg in servers:
                 live = bool(args.live_every and seed % args.live_every == 0)
-                on_spark = spark if use_spark and pg is servers[0] else None
-                r = run_workload(pg, workload, live=live, spark=on_spark)
+                heavy = Heavy(live=live, spark=spark if use_spark and pg is servers[0] else None,
+                              cli=bool(args.cli_every and seed % args.cli_every == 0),
+                              delta=bool(args.delta_every and seed % args.delta_every == 0),
+                              restart=live and bool(args.restart_every and (seed // max(1, args.live_every))
+                                                    % args.restart_every == 0))
+                # The seed's server settings (settings.py's draw/apply, another part of issue 21)
+                # are applied here, before the workload; the oracle reads in ISO settings.
+                workload = generate(seed, args.transactions, exclude=exclude[pg.version], filtered=True)
+                r = run_workload(pg, workload, heavy=heavy)
+                paths_seen.update(r.paths)
                 totals["runs"] += r.runs
                 totals["statements"] += r.statements
                 totals["values"] += r.values
@@ -376,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
                         print("   ", p, flush=True)
                     print(f"    reproduce: make torture SEED={seed}", flush=True)
                     if not args.no_shrink:
-                        small = shrink(pg, workload, live=live, spark=on_spark)
+                        small = shrink(pg, workload, heavy=heavy)
                         path = Path(f"/tmp/torture-{seed}-pg{pg.version}.sql")
                         path.write_text(small.script() + "\n")
                         print(f"    shrunk to {len(small.steps)} of {len(workload.steps)} steps: {path}", flush=True)
@@ -389,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     mins = (time.monotonic() - started) / 60
     print(f"\n{totals['seeds']} seeds × PostgreSQL {args.versions} in {mins:.1f} min: {totals['runs']} "
           f"option sets × paths, {totals['statements']} statements, {totals['values']} values compared, "
-          f"{sum(len(p) for _, _, p in failures)} mismatches in {len(failures)} seed runs")
+          f"{sum(len(p) for _, _, p in failures)} mismatches in {len(failures)} seed runs; paths: "
+          f"{', '.join(sorted(paths_seen))}")
     return 1 if failures else 0
 
 

@@ -235,7 +235,12 @@ impl Catalog {
                     ids.last().copied()
                 });
                 let previous = previous.map(|id| self.versions[id as usize].columns.as_slice()).unwrap_or(&[]);
+                // Fresh ids continue after the previous definition's too: a relation
+                // renamed (ALTER TABLE ... RENAME / SET SCHEMA) brings its columns' ids to a
+                // name that has counted none yet, and a column added there must not take
+                // the id of one it already has.
                 let next = self.next_column_id.get(table.as_str()).copied().unwrap_or(0);
+                let next = next.max(previous.iter().map(|c| c.id + 1).max().unwrap_or(0));
                 let next = column_ids(previous, &mut columns, next);
                 let schema_id = self.versions.len() as u32;
                 let table: Arc<str> = Arc::from(table);

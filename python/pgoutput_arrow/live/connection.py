@@ -105,6 +105,7 @@ def load_libpq() -> Any:
     for name, restype, argtypes in [
         ("PQgetCopyData", i, [vp, ctypes.POINTER(vp), i]),
         ("PQputCopyData", i, [vp, cp, i]),
+        ("PQputCopyEnd", i, [vp, cp]),
         ("PQflush", i, [vp]),
         ("PQconsumeInput", i, [vp]),
         ("PQsocket", i, [vp]),
@@ -171,6 +172,39 @@ class CopyBoth:
         WAL up to (the slot's confirmed_flush_lsn)."""
         if not self.receiver.send_status(written, flushed, applied, reply):
             raise CopyBothEnded(self.connection_error() or "could not send a status update")
+
+    def finish(self, timeout: float = 5.0) -> bool:
+        """Ends the stream as PostgreSQL's own clients do (pg_recvlogical): CopyDone, then
+        whatever the server still sends is read and dropped until its CopyDone. The
+        server reads a client's messages in order, so once its CopyDone arrives it has
+        applied the status update sent before ours: closing the socket instead loses that
+        update whenever the walsender is busy sending (it then dies on the broken pipe
+        without reading it), and a restart gets acknowledged changes again. True when the
+        server ended the stream within ``timeout`` seconds."""
+        import select
+        import time
+
+        lib, pg = self._lib, self._pg
+        if lib.PQputCopyEnd(pg, None) != 1:
+            return False
+        deadline = time.monotonic() + timeout
+        buf = ctypes.c_void_p()
+        while time.monotonic() < deadline:
+            if lib.PQflush(pg) < 0:
+                return False
+            n = lib.PQgetCopyData(pg, ctypes.byref(buf), 1)
+            if n > 0:
+                lib.PQfreemem(buf)
+                continue
+            if n == -1:  # the server's CopyDone: its command result follows
+                self.ended()
+                return True
+            if n < -1:
+                return False
+            select.select([self.fileno()], [], [], max(0.0, min(0.1, deadline - time.monotonic())))
+            if lib.PQconsumeInput(pg) != 1:
+                return False
+        return False
 
     def connection_error(self) -> str:
         raw = self._lib.PQerrorMessage(self._pg) or b""

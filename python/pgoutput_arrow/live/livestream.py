@@ -360,6 +360,7 @@ class LiveStream:
         if self._copy is not None:
             try:
                 self._send_status(force=True)
+                self._copy.finish()
             except Exception:
                 pass
         self._disconnect()

@@ -41,6 +41,25 @@ pub fn to_pg_text(array: &dyn Array) -> Result<StringArray, ValueError> {
 
 /// Appends the text of `array[i]` (not null); `in_array` quotes it as array_out does.
 fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> Result<(), ValueError> {
+    let self_quoting = matches!(
+        array.data_type(),
+        DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::List(_)
+            | DataType::LargeList(_)
+    ) || matches!(array.data_type(), DataType::FixedSizeBinary(w) if *w != 16);
+    if in_array && !self_quoting {
+        // array_out quotes an element whose text holds white space (a timestamp, a BC
+        // date, an interval) or a delimiter, whatever its type.
+        let mut element = String::new();
+        value_text(array, i, false, &mut element)?;
+        array_element(&element, out);
+        return Ok(());
+    }
     macro_rules! int {
         ($t:ty) => {{
             let _ = write!(out, "{}", array.as_primitive::<$t>().value(i));
@@ -270,5 +289,27 @@ mod tests {
             None,
         );
         assert_eq!(texts(&list), [Some(r#"{"0001-12-31 BC",1970-01-01}"#.into())]);
+    }
+
+    #[test]
+    fn arrays_quote_elements_of_every_type_like_array_out() {
+        // PostgreSQL: SELECT ARRAY['0044-03-15 BC', '2000-01-01']::date[] prints
+        // {"0044-03-15 BC",2000-01-01}; a timestamp always holds a space.
+        let dates = Date32Array::from(vec![-719_163, 10_957]);
+        let list = ListArray::new(
+            Arc::new(arrow_schema::Field::new("item", DataType::Date32, true)),
+            arrow_buffer::OffsetBuffer::from_lengths([2]),
+            Arc::new(dates),
+            None,
+        );
+        assert_eq!(texts(&list), [Some(r#"{"0001-12-31 BC",2000-01-01}"#.into())]);
+        let ts = TimestampMicrosecondArray::from(vec![1_500_000, i64::MAX]);
+        let list = ListArray::new(
+            Arc::new(arrow_schema::Field::new("item", ts.data_type().clone(), true)),
+            arrow_buffer::OffsetBuffer::from_lengths([2]),
+            Arc::new(ts),
+            None,
+        );
+        assert_eq!(texts(&list), [Some(r#"{"1970-01-01 00:00:01.5",infinity}"#.into())]);
     }
 }

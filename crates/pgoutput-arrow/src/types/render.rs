@@ -450,7 +450,7 @@ fn float_out(v: f64, sci: std::result::Result<StackBuf, std::fmt::Error>, fixed_
         return out.push_str(if v.is_sign_negative() { "-0" } else { "0" });
     }
     let Ok(sci) = sci else { return };
-    // Rust's `{:e}` gives the shortest round-trip digits: "-1.2345e-7".
+    // The shortest round-trip digits (`shortest`): "-1.2345e-7".
     let s = &sci.buf[..sci.len];
     let (neg, s) = match s.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -499,15 +499,48 @@ fn float_out(v: f64, sci: std::result::Result<StackBuf, std::fmt::Error>, fixed_
 }
 
 pub(crate) fn float8_out(v: f64, out: &mut String) {
-    let mut b = StackBuf { buf: [0; 40], len: 0 };
-    let r = write!(b, "{v:e}").map(|_| b);
+    let r = if v.is_finite() && v != 0.0 { shortest(ryu::Buffer::new().format_finite(v)) } else { Err(std::fmt::Error) };
     float_out(v, r, 15, out);
 }
 
 pub(crate) fn float4_out(v: f32, out: &mut String) {
-    let mut b = StackBuf { buf: [0; 40], len: 0 };
-    let r = write!(b, "{v:e}").map(|_| b);
+    let r = if v.is_finite() && v != 0.0 { shortest(ryu::Buffer::new().format_finite(v)) } else { Err(std::fmt::Error) };
     float_out(v as f64, r, 6, out);
+}
+
+/// Ryu's shortest round-trip digits (PostgreSQL's float4out/float8out run Ryu too: a value
+/// exactly between two shortest candidates takes the even one, 391899.125f32 →
+/// "391899.12", where Rust's own `{:e}` rounds half up to "391899.13") in the `-d.ddde±x`
+/// form `float_out` reads. Only called for finite, non-zero values.
+fn shortest(ryu: &str) -> std::result::Result<StackBuf, std::fmt::Error> {
+    let (neg, s) = match ryu.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, ryu),
+    };
+    let (mant, exp) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], s[i + 1..].parse::<i32>().map_err(|_| std::fmt::Error)?),
+        None => (s, 0),
+    };
+    let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    let all: String = format!("{int}{frac}");
+    let lead = all.bytes().take_while(|&c| c == b'0').count();
+    let digits = all[lead..].trim_end_matches('0');
+    if digits.is_empty() {
+        return Err(std::fmt::Error);
+    }
+    // The exponent of the first significant digit: the integer part's length counts
+    // from the point, each leading zero moves it one further right.
+    let exp10 = int.len() as i32 - 1 - lead as i32 + exp;
+    let mut b = StackBuf { buf: [0; 40], len: 0 };
+    if neg {
+        write!(b, "-")?;
+    }
+    write!(b, "{}", &digits[..1])?;
+    if digits.len() > 1 {
+        write!(b, ".{}", &digits[1..])?;
+    }
+    write!(b, "e{exp10}")?;
+    Ok(b)
 }
 
 /// cash_out with lc_monetary C: "$1,234.56", "-$1,234.56".
@@ -828,6 +861,12 @@ mod tests {
         assert_eq!(f4(123456789.0), "1.2345679e+08");
         assert_eq!(f4(3.4028235e38), "3.4028235e+38");
         assert_eq!(f4(1e-45), "1e-45");
+        // An exact tie between two shortest candidates: Ryu (PostgreSQL) takes the even
+        // digit. SELECT 391899.125::float4 prints 391899.12 (found by tests/torture).
+        assert_eq!(f4(391899.125), "391899.12");
+        assert_eq!(f4(0.000123), "0.000123");
+        assert_eq!(f8(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(f8(-123456.5), "-123456.5");
     }
 
     #[test]
