@@ -166,24 +166,8 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
                 }
                 if values.is_null(k) {
                     out.push_str("NULL");
-                } else if matches!(
-                    values.data_type(),
-                    DataType::List(_)
-                        | DataType::LargeList(_)
-                        | DataType::Utf8
-                        | DataType::LargeUtf8
-                        | DataType::Utf8View
-                        | DataType::Binary
-                        | DataType::LargeBinary
-                        | DataType::BinaryView
-                ) {
-                    value_text(values.as_ref(), k, true, out)?;
                 } else {
-                    // Other elements are quoted as array_out quotes them too: a timestamp
-                    // ("2024-01-01 00:00:00+00"), a BC date or an interval hold spaces.
-                    let mut element = String::new();
-                    value_text(values.as_ref(), k, true, &mut element)?;
-                    array_element(&element, out);
+                    value_text(values.as_ref(), k, true, out)?;
                 }
             }
             out.push('}');
