@@ -193,20 +193,7 @@ TYPES = {c: kind for c, _, kind in COLUMNS}
 
 #: Cells known to fail, each with why; every one is asserted to fail still, so that the day it
 #: passes its entry goes. (library, operation, column or None for the whole table).
-_PANDAS_DATES = ("pandas converts date32 to Python dates (years 1 to 9999); a date column holding "
-                 "±infinity or a BC date (valid PostgreSQL dates that date32 holds) raises ValueError "
-                 "'year ... is out of range' in to_pandas(); to_pandas(date_as_object=False) works")
-_SPARK_TIME = ("Spark 4.3's default session refuses TIME (spark.sql.timeType.enabled=false); "
-               "pgoutput_arrow.spark maps time for it, a raw createDataFrame cannot")
-OPEN: dict[tuple[str, str, str | None], str] = {
-    ("pandas", "to_pandas", None): _PANDAS_DATES,
-    ("pandas", "to_pandas", "d"): _PANDAS_DATES,
-    ("pandas", "to_pandas", "ad"): _PANDAS_DATES,
-    ("pandas", "to_pandas", "_before"): _PANDAS_DATES,
-    ("spark", "createDataFrame+count", None): _SPARK_TIME,
-    ("spark", "createDataFrame+count", "tm"): _SPARK_TIME,
-    ("spark", "createDataFrame+count", "_before"): _SPARK_TIME,
-}
+OPEN: dict[tuple[str, str, str | None], str] = {}
 
 
 def _report(failures: list[Failure]) -> str:

@@ -44,6 +44,7 @@ class Decoder:
         views: bool = False,
         interval: str = "struct",
         uuid: str = "text",
+        time: str = "text",
         batch_size: int | None = None,
         memory_limit: int | None = None,
         spill_dir: str | PathLike[str] | None = None,
@@ -52,7 +53,7 @@ class Decoder:
         array_ndims: int | None = None,
         date_order: str | None = None,
         timezone: str | None = None,
-        datetime_range: str = "arrow",
+        datetime_range: str = "python",
     ) -> Decoder: ...
     def push(self, lsn: int, data: bytes) -> None: ...
     def push_stream(self, stream: object) -> int: ...
@@ -125,10 +126,11 @@ class CopyDecoder:
         views: bool = False,
         interval: str = "struct",
         uuid: str = "text",
+        time: str = "text",
         binary: bool | None = None,
         array_ndims: int | None = None,
         batch_size: int | None = None,
-        datetime_range: str = "arrow",
+        datetime_range: str = "python",
     ) -> CopyDecoder: ...
     @property
     def text_columns(self) -> list[bool]: ...
@@ -165,6 +167,7 @@ def relation_schemas(
     views: bool = False,
     interval: str = "struct",
     uuid: str = "text",
+    time: str = "text",
     binary: bool | None = None,
     array_ndims: int | None = None,
 ) -> dict[str, ArrowTable]: ...
@@ -180,6 +183,7 @@ def relation_schema(
     views: bool = False,
     interval: str = "struct",
     uuid: str = "text",
+    time: str = "text",
     binary: bool | None = None,
     array_ndims: int | None = None,
 ) -> ArrowTable: ...

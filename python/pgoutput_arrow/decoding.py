@@ -16,7 +16,7 @@ from ._internal import lsn_to_int
 from .capture import Capture, capture_from, open_capture
 
 __all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
-           "IntervalType", "UuidType",
+           "IntervalType", "UuidType", "TimeType",
            "unify_schemas", "conform"]
 
 SpecialValues = Literal["keep", "error", "null", "text"]
@@ -24,7 +24,8 @@ EmitMode = Literal["committed", "arrived", "immediate"]
 DateOrder = Literal["MDY", "DMY", "YMD"]
 IntervalType = Literal["struct", "month_day_nano"]
 UuidType = Literal["text", "fixed_size_binary"]
-DatetimeRange = Literal["arrow", "pandas"]
+TimeType = Literal["text", "time64"]
+DatetimeRange = Literal["python", "arrow", "pandas"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
@@ -145,6 +146,12 @@ class Decoder:
         default): ``1``, unless the column's first non-empty array, before its first
         batch comes out, has more dimensions; then that many. An array of another depth
         than its column's later is a special value (see ``special_values``).
+    ``time``
+        ``"text"`` (the default): time columns are ``string``, PostgreSQL's
+        ``HH:MM:SS[.ffffff]`` (exact, ``24:00:00`` included; sorts correctly as text), which
+        every consumer takes (Spark's default session refuses TIME). ``"time64"``:
+        ``time64[us]`` (pyarrow's, polars' and DuckDB's time of day), where ``24:00:00`` is
+        a special value.
     ``date_order``, ``timezone``
         Only for a capture printed under a DateStyle other than ISO (text mode; the live
         stream and the CLI pin ISO): ``date_order`` is DateStyle's field order, ``"MDY"``
@@ -155,13 +162,17 @@ class Decoder:
         offsets. Without it such a value raises :class:`DecodeValueError` naming it.
         Every IntervalStyle is read without an option.
     ``datetime_range``
-        Which dates and timestamps the typed columns hold. ``"arrow"`` (the default): every
-        value of date32 and timestamp[us]. ``"pandas"``: what pandas and Python's ``datetime``
-        hold, dates from 0001-01-01 to 9999-12-31 and timestamps from 1677-09-22 to
+        Which dates and timestamps the typed columns hold; the others are special values
+        (null in the column, PostgreSQL's exact text in ``_special``; see
+        ``special_values``). ``"python"`` (the default): what Python's ``datetime`` holds,
+        0001-01-01 to 9999-12-31, so that ``to_pandas()``, ``to_pylist()`` and ``as_py()``
+        take every row (±infinity, BC dates and years past 9999 are special).
+        ``"arrow"``: every value of date32 and timestamp[us], infinity as the type's largest
+        value and -infinity as its smallest plus one (DuckDB's ±infinity; polars reads
+        them too). ``"pandas"``: as ``"python"``, with timestamps only from 1677-09-22 to
         2262-04-10 (pandas' ``datetime64[ns]`` less a day at each end for time zone
-        offsets); other values, ±infinity, BC dates and years past 9999 included, are
-        special values (see ``special_values``). The Spark integration asks for it, so that
-        ``collect()`` and ``toPandas()`` take every row.
+        offsets): the Spark integration asks for it, so that PySpark's ``collect()`` and
+        ``toPandas()`` take every row.
 
     Typical loop::
 
@@ -184,6 +195,7 @@ class Decoder:
         views: bool = False,
         interval: IntervalType = "struct",
         uuid: UuidType = "text",
+        time: TimeType = "text",
         batch_size: int | None = None,
         memory_limit: int | None = None,
         spill_dir: str | os.PathLike[str] | None = None,
@@ -192,13 +204,14 @@ class Decoder:
         array_ndims: int | None = None,
         date_order: DateOrder | None = None,
         timezone: str | None = None,
-        datetime_range: DatetimeRange = "arrow",
+        datetime_range: DatetimeRange = "python",
     ) -> None:
         self._native = _internal.Decoder(
             special_values=special_values,
             views=views,
             interval=interval,
             uuid=uuid,
+            time=time,
             batch_size=batch_size,
             memory_limit=memory_limit,
             spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
@@ -291,6 +304,7 @@ def decode(
     views: bool = False,
     interval: IntervalType = "struct",
     uuid: UuidType = "text",
+    time: TimeType = "text",
     batch_size: int | None = None,
     memory_limit: int | None = None,
     spill_dir: str | os.PathLike[str] | None = None,
@@ -298,7 +312,7 @@ def decode(
     array_ndims: int | None = None,
     date_order: DateOrder | None = None,
     timezone: str | None = None,
-    datetime_range: DatetimeRange = "arrow",
+    datetime_range: DatetimeRange = "python",
 ) -> Changes:
     """Decodes a whole capture and returns its :class:`Changes`.
 
@@ -320,6 +334,7 @@ def decode(
         views=views,
         interval=interval,
         uuid=uuid,
+        time=time,
         batch_size=batch_size,
         memory_limit=memory_limit,
         spill_dir=spill_dir,

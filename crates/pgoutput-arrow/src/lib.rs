@@ -67,7 +67,7 @@ pub use output::{Changes, Output, Table, TableVersion};
 pub use table::{meta_fields, ARRIVED_COLUMNS, META_COLUMNS};
 pub use types::{
     builtin_type_name, interval_struct_fields, is_interval_struct, to_pg_text, ColumnBuilder, DateOrder, DatetimeRange, IntervalType,
-    PgColumnType, Source, SpecialValues, TimeZoneName, TypeOptions, UuidType, ValueError, DATE32_NEG_INFINITY,
+    PgColumnType, Source, SpecialValues, TimeType, TimeZoneName, TypeOptions, UuidType, ValueError, DATE32_NEG_INFINITY,
     TIMESTAMP_NEG_INFINITY,
 };
 pub use unify::{conform, lossless, unify, unify_schemas};

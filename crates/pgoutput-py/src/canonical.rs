@@ -71,7 +71,7 @@ pub fn canonical_stream(
 /// Each table's schema as a decoder of the whole capture makes it, from the catalog's
 /// Relation and Type messages alone: `{"schema.table": ArrowTable}` (empty tables).
 #[pyfunction]
-#[pyo3(signature = (catalog, *, special_values = "keep", views = false, interval = "struct", uuid = "text", binary = None, array_ndims = None))]
+#[pyo3(signature = (catalog, *, special_values = "keep", views = false, interval = "struct", uuid = "text", time = "text", binary = None, array_ndims = None))]
 pub fn relation_schemas<'py>(
     py: Python<'py>,
     catalog: &Bound<'_, PyAny>,
@@ -79,10 +79,11 @@ pub fn relation_schemas<'py>(
     views: bool,
     interval: &str,
     uuid: &str,
+    time: &str,
     binary: Option<bool>,
     array_ndims: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
+    let options = decoder_options(special_values, views, interval, uuid, time, binary, array_ndims)?;
     let schemas = catalog_of(py, catalog)?.schemas(options).map_err(|e| decode_error(py, e))?;
     let out = PyDict::new(py);
     for (name, schema) in schemas {
@@ -111,7 +112,7 @@ pub(crate) fn replica_identity(value: &str) -> PyResult<ReplicaIdentity> {
 /// pg_catalog).
 #[pyfunction]
 #[pyo3(signature = (relation_id, namespace, name, replica_identity, columns, types, *,
-                    special_values = "keep", views = false, interval = "struct", uuid = "text", binary = None, array_ndims = None))]
+                    special_values = "keep", views = false, interval = "struct", uuid = "text", time = "text", binary = None, array_ndims = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn relation_schema(
     py: Python<'_>,
@@ -125,10 +126,11 @@ pub fn relation_schema(
     views: bool,
     interval: &str,
     uuid: &str,
+    time: &str,
     binary: Option<bool>,
     array_ndims: Option<usize>,
 ) -> PyResult<ArrowTable> {
-    let options: DecoderOptions = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
+    let options: DecoderOptions = decoder_options(special_values, views, interval, uuid, time, binary, array_ndims)?;
     let (relation, types) = definition(relation_id, namespace, name, replica_identity, &columns, &types)?;
     let schema = canonical::relation_schema(&relation, &types, options).map_err(|e| decode_error(py, e))?;
     Ok(ArrowTable::new(schema, Vec::new()))

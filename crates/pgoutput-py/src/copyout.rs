@@ -198,8 +198,8 @@ impl PyCopyDecoder {
     /// since 1970 (the snapshot's time); `first_seq`: `_seq` of the first row.
     #[new]
     #[pyo3(signature = (relation_id, namespace, name, replica_identity, columns, types, *, lsn, commit_ts,
-                        first_seq, special_values = "keep", views = false, interval = "struct", uuid = "text", binary = None, array_ndims = None,
-                        batch_size = None, datetime_range = "arrow"))]
+                        first_seq, special_values = "keep", views = false, interval = "struct", uuid = "text", time = "text", binary = None, array_ndims = None,
+                        batch_size = None, datetime_range = "python"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -216,12 +216,13 @@ impl PyCopyDecoder {
         views: bool,
         interval: &str,
         uuid: &str,
+        time: &str,
         binary: Option<bool>,
         array_ndims: Option<usize>,
         batch_size: Option<usize>,
         datetime_range: &str,
     ) -> PyResult<Self> {
-        let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
+        let mut options = decoder_options(special_values, views, interval, uuid, time, binary, array_ndims)?;
         options.types.datetime_range = parse_datetime_range(datetime_range)?;
         if let Some(n) = batch_size {
             options.batch_size = n.max(1);

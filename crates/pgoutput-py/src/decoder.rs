@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use pgoutput_arrow::{DatetimeRange, DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues, UuidType};
+use pgoutput_arrow::{DatetimeRange, DecodeError, Decoder, DecoderOptions, EmitMode, IntervalType, Output, SpecialValues, TimeType, UuidType};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -61,8 +61,11 @@ fn parse_special_values(value: &str) -> PyResult<SpecialValues> {
 pub fn parse_datetime_range(value: &str) -> PyResult<DatetimeRange> {
     match value {
         "arrow" => Ok(DatetimeRange::Arrow),
+        "python" => Ok(DatetimeRange::Python),
         "pandas" => Ok(DatetimeRange::Pandas),
-        other => Err(PyValueError::new_err(format!("datetime_range must be 'arrow' or 'pandas', not {other:?}"))),
+        other => Err(PyValueError::new_err(format!(
+            "datetime_range must be 'python', 'arrow' or 'pandas', not {other:?}"
+        ))),
     }
 }
 
@@ -94,12 +97,21 @@ fn parse_uuid(value: &str) -> PyResult<UuidType> {
     }
 }
 
+fn parse_time(value: &str) -> PyResult<TimeType> {
+    match value {
+        "text" => Ok(TimeType::Text),
+        "time64" => Ok(TimeType::Time64),
+        other => Err(PyValueError::new_err(format!("time must be 'text' or 'time64', not {other:?}"))),
+    }
+}
+
 /// The type options of a decoder (shared by `Decoder` and the schema functions).
 pub fn decoder_options(
     special_values: &str,
     views: bool,
     interval: &str,
     uuid: &str,
+    time: &str,
     binary: Option<bool>,
     array_ndims: Option<usize>,
 ) -> PyResult<DecoderOptions> {
@@ -108,6 +120,7 @@ pub fn decoder_options(
     options.types.views = views;
     options.types.interval = parse_interval(interval)?;
     options.types.uuid = parse_uuid(uuid)?;
+    options.types.time = parse_time(time)?;
     if let Some(binary) = binary {
         options.types.binary = binary;
         options.detect_binary = false;
@@ -181,13 +194,14 @@ impl PyDecoder {
 #[pymethods]
 impl PyDecoder {
     #[new]
-    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", uuid = "text", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None, datetime_range = "arrow"))]
+    #[pyo3(signature = (*, special_values = "keep", views = false, interval = "struct", uuid = "text", time = "text", batch_size = None, memory_limit = None, spill_dir = None, emit = "committed", binary = None, array_ndims = None, date_order = None, timezone = None, datetime_range = "python"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         special_values: &str,
         views: bool,
         interval: &str,
         uuid: &str,
+        time: &str,
         batch_size: Option<usize>,
         memory_limit: Option<usize>,
         spill_dir: Option<PathBuf>,
@@ -198,7 +212,7 @@ impl PyDecoder {
         timezone: Option<&str>,
         datetime_range: &str,
     ) -> PyResult<Self> {
-        let mut options = decoder_options(special_values, views, interval, uuid, binary, array_ndims)?;
+        let mut options = decoder_options(special_values, views, interval, uuid, time, binary, array_ndims)?;
         set_datetime_options(&mut options, date_order, timezone)?;
         options.types.datetime_range = parse_datetime_range(datetime_range)?;
         if let Some(batch_size) = batch_size {

@@ -175,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
         "arrow.uuid extension type",
     )
     dec.add_argument(
+        "--time", choices=("text", "time64"), default="text",
+        help="time columns as PostgreSQL's text HH:MM:SS[.ffffff] (the default: exact, and "
+        "every consumer reads it) or Arrow's time64[us]",
+    )
+    dec.add_argument(
         "--memory-limit", metavar="BYTES", type=positive,
         help="buffered changes of open transactions beyond BYTES spill to disk",
     )

@@ -25,6 +25,7 @@ def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
         "views": args.views and not args.no_views,
         "interval": args.interval,
         "uuid": args.uuid,
+        "time": args.time,
         "memory_limit": args.memory_limit,
         "spill_dir": args.spill_dir,
     }

@@ -65,7 +65,7 @@ SEQ_PER_CHUNK = 1 << 36
 DEFAULT_CHUNK_BYTES = 64 << 20
 
 #: The decoder options that type columns, which the snapshot's decoder takes too.
-_TYPE_OPTIONS = ("special_values", "views", "interval", "uuid", "binary", "array_ndims", "batch_size", "datetime_range")
+_TYPE_OPTIONS = ("special_values", "views", "interval", "uuid", "time", "binary", "array_ndims", "batch_size", "datetime_range")
 
 
 class SnapshotGone(ReplicationError):

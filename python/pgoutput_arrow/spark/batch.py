@@ -115,7 +115,7 @@ def _is_binary(catalog: pa.Table) -> bool:
 
 def _table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.Schema]:
     """Each table's unified schema as the decoder makes it (not yet mapped for Spark)."""
-    type_options = {k: options[k] for k in ("special_values", "views", "interval", "uuid", "binary", "array_ndims") if k in options}
+    type_options = {k: options[k] for k in ("special_values", "views", "interval", "uuid", "time", "binary", "array_ndims") if k in options}
     return {name: pa.table(t).schema for name, t in _internal.relation_schemas(catalog, **type_options).items()}
 
 

@@ -302,7 +302,7 @@ def _relation_schema(cur: Any, table: str, publications: tuple[str, ...]) -> pa.
 
 
 #: The decoder options that type columns (DECODER_OPTIONS without the others).
-_TYPE_OPTIONS: dict[str, Any] = {k: DECODER_OPTIONS[k] for k in ("views", "binary", "array_ndims")}
+_TYPE_OPTIONS: dict[str, Any] = {k: DECODER_OPTIONS[k] for k in ("views", "binary", "array_ndims", "time")}
 
 
 def stream_schema(options: Mapping[str, str], time_type: bool = False) -> Any:

@@ -27,7 +27,7 @@ TIME_TYPE_CONF = "spark.sql.timeType.enabled"
 
 #: Decoder options of every decoder the Spark integration makes (``datetime_range``: see
 #: :class:`pgoutput_arrow.Decoder`).
-SPARK_DECODER_OPTIONS: dict[str, Any] = {"datetime_range": "pandas"}
+SPARK_DECODER_OPTIONS: dict[str, Any] = {"datetime_range": "pandas", "time": "time64"}
 
 
 def time_type_enabled(spark: Any) -> bool:

@@ -318,40 +318,37 @@ pub(crate) fn timestamp_infinity(micros: i64) -> Option<&'static str> {
 }
 
 /// Date32: days since 1970; infinity as i32::MAX, -infinity as [`DATE32_NEG_INFINITY`].
-/// Under [`DatetimeRange::Pandas`] a date outside 0001-01-01..9999-12-31 and ±infinity are
-/// special.
+/// Under [`DatetimeRange::Python`] and [`DatetimeRange::Pandas`] a date outside
+/// 0001-01-01..9999-12-31 and ±infinity are special.
 pub(crate) fn date_to_arrow(pg: i32, sv: SpecialValues, range: DatetimeRange) -> std::result::Result<i32, Special> {
     if pg == i32::MIN || pg == i32::MAX {
         if sv == SpecialValues::Null {
             return Err(Special(String::new()));
         }
-        if range == DatetimeRange::Pandas {
-            return Err(out_of_range("date", if pg == i32::MAX { "infinity" } else { "-infinity" }));
+        if range != DatetimeRange::Arrow {
+            return Err(out_of_range("date", if pg == i32::MAX { "infinity" } else { "-infinity" }, range));
         }
         return Ok(if pg == i32::MIN { DATE32_NEG_INFINITY } else { pg });
     }
     match pg.checked_add(UNIX_TO_PG_DAYS) {
-        Some(d) if range == DatetimeRange::Pandas => {
-            let (lo, hi) = DatetimeRange::PANDAS_DAYS;
-            if (lo..=hi).contains(&d) {
-                Ok(d)
-            } else {
-                let mut text = String::new();
-                date_to_text(pg, &mut text);
-                Err(out_of_range("date", &text))
-            }
+        Some(d) if range.days().is_some_and(|(lo, hi)| !(lo..=hi).contains(&d)) => {
+            let mut text = String::new();
+            date_to_text(pg, &mut text);
+            Err(out_of_range("date", &text, range))
         }
         Some(d) if d != i32::MAX => Ok(d),
         _ => Err(Special(format!("date {pg} days after 2000-01-01 does not fit date32"))),
     }
 }
 
-/// The special value of a date or timestamp outside [`DatetimeRange::Pandas`].
-fn out_of_range(what: &str, text: &str) -> Special {
-    Special(format!(
-        "{what} {text} is outside what pandas and Python's datetime hold (datetime_range='pandas': dates \
-         0001-01-01 to 9999-12-31, timestamps 1677-09-22 to 2262-04-10)"
-    ))
+/// The special value of a date or timestamp outside `range`.
+fn out_of_range(what: &str, text: &str, range: DatetimeRange) -> Special {
+    let held = match range {
+        DatetimeRange::Pandas => "what pandas' datetime64[ns] and Python's datetime hold (dates 0001-01-01 to \
+                                  9999-12-31, timestamps 1677-09-22 to 2262-04-10)",
+        _ => "what Python's datetime holds (0001-01-01 to 9999-12-31)",
+    };
+    Special(format!("{what} {text} is outside {held}: datetime_range={:?}", range.name()))
 }
 
 fn push_date(out: &mut String, unix_days: i64) -> bool {
@@ -688,8 +685,8 @@ pub(crate) fn timestamptz_text(bytes: &[u8], ctx: DateTimeText) -> Result<i64> {
 
 /// Timestamp(µs) since 1970: infinity as i64::MAX, -infinity as [`TIMESTAMP_NEG_INFINITY`]; a value whose µs since 1970
 /// overflow i64 (after about 294247 AD) is special.
-/// Under [`DatetimeRange::Pandas`] a timestamp outside 1677-09-22..2262-04-10 and ±infinity
-/// are special.
+/// Under [`DatetimeRange::Python`] a timestamp outside 0001-01-01..9999-12-31, under
+/// [`DatetimeRange::Pandas`] one outside 1677-09-22..2262-04-10, and ±infinity are special.
 pub(crate) fn timestamp_to_arrow(
     pg: i64,
     sv: SpecialValues,
@@ -699,21 +696,16 @@ pub(crate) fn timestamp_to_arrow(
         if sv == SpecialValues::Null {
             return Err(Special(String::new()));
         }
-        if range == DatetimeRange::Pandas {
-            return Err(out_of_range("timestamp", if pg == i64::MAX { "infinity" } else { "-infinity" }));
+        if range != DatetimeRange::Arrow {
+            return Err(out_of_range("timestamp", if pg == i64::MAX { "infinity" } else { "-infinity" }, range));
         }
         return Ok(if pg == i64::MIN { TIMESTAMP_NEG_INFINITY } else { pg });
     }
     match pg.checked_add(UNIX_TO_PG_MICROS) {
-        Some(v) if range == DatetimeRange::Pandas => {
-            let (lo, hi) = DatetimeRange::PANDAS_MICROS;
-            if (lo..=hi).contains(&v) {
-                Ok(v)
-            } else {
-                let mut text = String::new();
-                timestamp_to_text(pg, false, &mut text);
-                Err(out_of_range("timestamp", &text))
-            }
+        Some(v) if range.micros().is_some_and(|(lo, hi)| !(lo..=hi).contains(&v)) => {
+            let mut text = String::new();
+            timestamp_to_text(pg, false, &mut text);
+            Err(out_of_range("timestamp", &text, range))
         }
         Some(v) if v != i64::MAX => Ok(v),
         _ => {

@@ -76,6 +76,18 @@ pub enum UuidType {
     FixedSizeBinary,
 }
 
+/// How time (without time zone) columns are typed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeType {
+    /// Utf8, time_out's text `HH:MM:SS[.ffffff]` (the default): exact (`24:00:00` too),
+    /// sorted correctly as text, and taken by every consumer, Spark's default session
+    /// included (it refuses TIME unless `spark.sql.timeType.enabled`).
+    #[default]
+    Text,
+    /// Time64(µs) (pyarrow's time, polars' Time, DuckDB's TIME); `24:00:00` is a special value.
+    Time64,
+}
+
 /// The fields of an interval column typed [`IntervalType::Struct`].
 pub fn interval_struct_fields() -> arrow_schema::Fields {
     arrow_schema::Fields::from(vec![
@@ -103,6 +115,8 @@ pub struct TypeOptions {
     pub interval: IntervalType,
     /// How uuid columns are typed (default [`UuidType::Text`]).
     pub uuid: UuidType,
+    /// How time columns are typed (default [`TimeType::Text`]).
+    pub time: TimeType,
     /// The stream was started with `binary 'true'` (default false). Only types that cannot be
     /// decoded depend on it: they become Binary (the raw send bytes) instead of Utf8 (the text).
     pub binary: bool,
@@ -134,6 +148,7 @@ impl Default for TypeOptions {
             views: false,
             interval: IntervalType::Struct,
             uuid: UuidType::Text,
+            time: TimeType::Text,
             binary: false,
             array_ndims: 1,
             learn_array_ndims: true,
@@ -312,7 +327,7 @@ impl ColumnBuilder {
                     _ => str_col(StrKind::Numeric),
                 },
                 oid::DATE if !text_special => Col::Date(Date32Builder::new()),
-                oid::TIME if !text_special => Col::Time(Time64MicrosecondBuilder::new()),
+                oid::TIME if !text_special && opts.time == TimeType::Time64 => Col::Time(Time64MicrosecondBuilder::new()),
                 oid::TIMESTAMP if !text_special => {
                     Col::Timestamp { b: TimestampMicrosecondBuilder::new(), tz: false }
                 }

@@ -26,21 +26,53 @@ pub enum SpecialValues {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum DatetimeRange {
     /// Every value of the Arrow type: date32 and timestamp[us] since 1970, ±infinity as the
-    /// type's extreme values (the default).
+    /// type's extreme values (the crate's default; DuckDB and polars read them).
     #[default]
     Arrow,
-    /// What pandas and Python's `datetime` hold, so that PySpark's `collect()` and
-    /// `toPandas()` can take every value: dates from 0001-01-01 to 9999-12-31 (`datetime.date`;
-    /// no BC dates, no years past 9999) and timestamps from 1677-09-22 to 2262-04-10 (pandas'
-    /// `datetime64[ns]`, less a day at each end for a time zone's offset); ±infinity is special.
+    /// What Python's `datetime` holds, so that `to_pandas()`, `to_pylist()` and `as_py()` take
+    /// every value: dates and timestamps from 0001-01-01 to 9999-12-31 (no BC, no years past
+    /// 9999); ±infinity is special. The Python package's default.
+    Python,
+    /// What pandas' `datetime64[ns]` and Python's `datetime` hold, so that PySpark's `collect()`
+    /// and `toPandas()` can take every value: dates from 0001-01-01 to 9999-12-31 and
+    /// timestamps from 1677-09-22 to 2262-04-10 (less a day at each end for a time zone's
+    /// offset); ±infinity is special.
     Pandas,
 }
 
 impl DatetimeRange {
     /// Days since 1970 of 0001-01-01 and 9999-12-31.
-    pub(crate) const PANDAS_DAYS: (i32, i32) = (-719_162, 2_932_896);
+    const PYTHON_DAYS: (i32, i32) = (-719_162, 2_932_896);
+    /// Microseconds since 1970 of 0001-01-01 00:00:00 and 9999-12-31 23:59:59.999999.
+    const PYTHON_MICROS: (i64, i64) = (-62_135_596_800_000_000, 253_402_300_799_999_999);
     /// Microseconds since 1970 of 1677-09-22 00:00:00 and 2262-04-10 23:59:59.999999.
-    pub(crate) const PANDAS_MICROS: (i64, i64) = (-9_223_286_400_000_000, 9_223_286_399_999_999);
+    const PANDAS_MICROS: (i64, i64) = (-9_223_286_400_000_000, 9_223_286_399_999_999);
+
+    /// The dates (days since 1970) a typed column holds; None: every date32.
+    pub(crate) fn days(self) -> Option<(i32, i32)> {
+        match self {
+            DatetimeRange::Arrow => None,
+            DatetimeRange::Python | DatetimeRange::Pandas => Some(Self::PYTHON_DAYS),
+        }
+    }
+
+    /// The timestamps (µs since 1970) a typed column holds; None: every timestamp[us].
+    pub(crate) fn micros(self) -> Option<(i64, i64)> {
+        match self {
+            DatetimeRange::Arrow => None,
+            DatetimeRange::Python => Some(Self::PYTHON_MICROS),
+            DatetimeRange::Pandas => Some(Self::PANDAS_MICROS),
+        }
+    }
+
+    /// The option's name in Python (`datetime_range=`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DatetimeRange::Arrow => "arrow",
+            DatetimeRange::Python => "python",
+            DatetimeRange::Pandas => "pandas",
+        }
+    }
 }
 
 /// Where a value's bytes live in an input buffer that the output may reference (zero copy).
