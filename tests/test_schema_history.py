@@ -339,7 +339,7 @@ def test_live_stream_unifies_across_a_reconnect(pg18: PgServer) -> None:
     """Column ids are one decoder's own: after the walsender is killed and the stream
     reconnects with a new decoder, its batches still land in the columns they belong to (a
     value of a column added before the reconnect was lost, its column split in two)."""
-        import time
+    import time
 
     pg18.execute("CREATE TABLE reconn (id int PRIMARY KEY, a int, b int)")
     pg18.execute("CREATE PUBLICATION reconn FOR TABLE reconn")
