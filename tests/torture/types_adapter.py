@@ -1,8 +1,7 @@
 """Where the pinned type table (``tests/type_table.py``: ``check_types(table, pg_types,
 binary) -> list[str]``, another part of issue 21) is called from the tester: every table of
 every path, with the expected type taken from PostgreSQL's type of each column as
-test_decoding names it, never from the output. Off (no problems) until that module exists;
-the lead wires it when merging."""
+test_decoding names it, never from the output."""
 
 from __future__ import annotations
 
@@ -10,16 +9,9 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-try:  # tests/type_table.py, on branch consumers until merged
-    from type_table import check_types as _check_types
-except ImportError:  # pragma: no cover - the other part not merged yet
-    _check_types = None
+from type_table import check_types as _check_types
 
 CheckTypes = Callable[[pa.Table, dict[str, str], bool], list[str]]
-
-
-def enabled() -> bool:
-    return _check_types is not None
 
 
 def pg_types(expected: Any) -> dict[str, dict[str, str]]:
@@ -36,8 +28,6 @@ def check(tables: dict[str, pa.Table], expected: Any, binary: bool, label: str,
     """Problems of every column of ``tables`` whose PostgreSQL type is known, by the type
     table (``checker`` for a test of this adapter)."""
     fn = checker or _check_types
-    if fn is None:
-        return []
     want = pg_types(expected)
     problems = []
     for name, table in tables.items():
