@@ -264,18 +264,25 @@ def test_special_values(pg18: PgServer) -> None:
                                                          "publication_names": "api_special_pub"})
     pg18.drop_slot("api_special_slot")
     messages = [(lsn, data) for lsn, _, data in rows]
-    # The default keeps the value: null in the column, PostgreSQL's text in _special.
-    kept = pgoutput_arrow.decode(messages).tables["public.api_special"]
+    # The default: time is PostgreSQL's text (24:00:00 too); a date Python's datetime cannot
+    # hold (infinity) is null in the column and PostgreSQL's text in _special.
+    default = pgoutput_arrow.decode(messages).tables["public.api_special"]
+    assert default.column("t").to_pylist() == ["24:00:00", "12:00:00"]
+    assert default.column("d").to_pylist() == [None, dt.date(2020, 1, 1)]
+    assert default.column("_special").to_pylist() == [[("d", "infinity")], None]
+    assert default.to_pandas()["d"].tolist() == [None, dt.date(2020, 1, 1)]
+    # time64 keeps the value as a special one: null in the column, the text in _special.
+    kept = pgoutput_arrow.decode(messages, time="time64", datetime_range="arrow").tables["public.api_special"]
     assert kept.column("t").to_pylist() == [None, dt.time(12)]
     assert kept.column("_special").to_pylist() == [[("t", "24:00:00")], None]
-    # infinity is PostgreSQL's own sentinel, as under "error".
+    # Under datetime_range="arrow" infinity is the type's largest value, as under "error".
     assert kept.column("d").cast(pa.int32()).to_pylist() == [2**31 - 1, 18262]
     with pytest.raises(pgoutput_arrow.DecodeValueError) as e:
-        pgoutput_arrow.decode(messages, special_values="error")
+        pgoutput_arrow.decode(messages, special_values="error", time="time64")
     assert e.value.table == "public.api_special" and e.value.column == "t"
     assert "24:00:00" in str(e.value) and int_to_lsn(e.value.lsn or 0) in str(e.value)
     assert e.value.index is not None and e.value.offset is not None
-    nulls = pgoutput_arrow.decode(messages, special_values="null").tables["public.api_special"]
+    nulls = pgoutput_arrow.decode(messages, special_values="null", time="time64").tables["public.api_special"]
     assert nulls.column("t").to_pylist() == [None, dt.time(12)]
     assert nulls.column("d").to_pylist() == [None, dt.date(2020, 1, 1)]
     text = pgoutput_arrow.decode(messages, special_values="text").tables["public.api_special"]
