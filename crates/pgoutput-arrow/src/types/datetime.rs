@@ -472,7 +472,7 @@ enum Zone<'a> {
 }
 
 /// The Postgres style: `Wed Nov 25 10:00:00.5 2026 EST`, `Wed 25 Nov ...` under DMY.
-fn parse_postgres_stamp<'a>(s: &'a [u8]) -> Option<(i64, i64, &'a [u8], &'a [u8])> {
+fn parse_postgres_stamp(s: &[u8]) -> Option<(i64, i64, &[u8], &[u8])> {
     let mut parts = s.splitn(6, |&c| c == b' ');
     let dow = parts.next()?;
     let (x, y) = (parts.next()?, parts.next()?);
