@@ -297,9 +297,11 @@ def test_every_path_gives_postgresql_values(pg: PgServer, group: str, unique_nam
         want = expected(pg, name)
         compared = 0
 
-        # Live, text and binary: the connection pins the output settings.
+        # Live, text and binary: the connection pins the output settings, after (so over)
+        # the DSN's own options.
+        own = f"{pg.dsn} options='-c DateStyle=German -c extra_float_digits=0'"
         for kind, binary in (("text", False), ("binary", True)):
-            with pgoutput_arrow.stream(pg.dsn, slot=slots[kind], publication=name, binary=binary,
+            with pgoutput_arrow.stream(own, slot=slots[kind], publication=name, binary=binary,
                                        stop_at_lsn=end, stop_after=60) as s:
                 batches = [item.batch for item in s if item.kind == "table" and item.name == table]
                 s.ack()
