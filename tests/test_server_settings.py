@@ -297,9 +297,11 @@ def test_every_path_gives_postgresql_values(pg: PgServer, group: str, unique_nam
         want = expected(pg, name)
         compared = 0
 
-        # Live, text and binary: the connection pins the output settings.
+        # Live, text and binary: the connection pins the output settings, after (so over)
+        # the DSN's own options.
+        own = f"{pg.dsn} options='-c DateStyle=German -c extra_float_digits=0'"
         for kind, binary in (("text", False), ("binary", True)):
-            with pgoutput_arrow.stream(pg.dsn, slot=slots[kind], publication=name, binary=binary,
+            with pgoutput_arrow.stream(own, slot=slots[kind], publication=name, binary=binary,
                                        stop_at_lsn=end, stop_after=60) as s:
                 batches = [item.batch for item in s if item.kind == "table" and item.name == table]
                 s.ack()
@@ -383,3 +385,16 @@ def test_output_settings_join_the_dsn_options(monkeypatch: pytest.MonkeyPatch) -
     # A DSN's own options replace PGOPTIONS in libpq: they are kept, PGOPTIONS is not added.
     options = psycopg2.extensions.parse_dsn(with_output_settings("host=h options=-cgeqo=off"))["options"]
     assert options == " ".join(["-cgeqo=off", *ours])
+
+
+def test_unknown_timezone_or_date_order_is_refused(tmp_path: Path) -> None:
+    """decode() raises ValueError naming the option; pgoutput-dump exits 2 before reading."""
+    for kwargs, word in (({"timezone": "Mars/Olympus"}, "Mars/Olympus"), ({"date_order": "DYM"}, "DYM")):
+        with pytest.raises(ValueError, match=word):
+            pgoutput_arrow.decode([], **kwargs)
+    capture = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"lsn": pa.array([], pa.string()), "data": pa.array([], pa.binary())}), capture)
+    exe = Path(sys.executable).with_name("pgoutput-dump")
+    proc = subprocess.run([str(exe), str(capture), "--timezone", "Mars/Olympus"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "Mars/Olympus" in proc.stderr.splitlines()[-1], proc.stderr

@@ -50,6 +50,10 @@ class CaptureSource:
         # Only a capture can have been printed under other settings: live streams pin them.
         self.options = {**decoder_options(args), "date_order": args.date_order,
                         "timezone": args.timezone}
+        try:
+            Decoder(**self.options)  # an unknown --timezone is a usage error, before any reading
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         self.progress = Progress(args.progress)
         self.done = 0
 
