@@ -97,7 +97,8 @@ class Target:
             return f"{x:.0%}"
         return f"{fmt_rate(x)} {self.unit}"
 #: The capture shapes the default's cost is shown on: workload → what it is.
-SHAPES = {"text": "bulk load (text-heavy rows)", "pgbench": "many small transactions",
+SHAPES = {"text": "bulk load: text-heavy rows in a few large transactions",
+          "pgbench": "pgbench: a 100,000-row load, then many small transactions",
           "wide": "wide rows (60 columns)"}
 
 

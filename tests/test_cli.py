@@ -142,10 +142,10 @@ def test_parquet_output_reads_back_in_spark(capture: Path, workload: Workload, t
     decoded = comparable(pgoutput_arrow.decode(capture).tables[workload.main])
     df = spark.read.parquet(str(tmp_path / workload.main))
     got = df.selectExpr("id", "name", "cast(amount as string)", "cast(big as string)",
-                        "cast(d as string)", "lower(hex(payload))", "lower(hex(u))", "tags",
+                        "cast(d as string)", "lower(hex(payload))", "u", "tags",
                         "doc", "_op", "_commit_lsn", "_seq").orderBy("_commit_lsn", "_seq").collect()
     expected = [(r["id"], r["name"], r["amount"], r["big"], r["d"], r["payload"],
-                 None if r["u"] is None else r["u"].replace("-", ""), r["tags"], r["doc"],
+                 r["u"], r["tags"], r["doc"],
                  r["_op"], int(r["_commit_lsn"]), int(r["_seq"])) for r in decoded]
     assert [tuple(row) for row in got] == expected
     # Every table and the side tables are readable.
@@ -279,7 +279,7 @@ def test_parquet_directory_of_a_changing_table_reads_back_whole(
     hist = {r["id"]: r for r in _by_commit(pq.read_table(out / HIST)) if r["_op"] == "insert"}
     assert hist[1]["a_renamed"] == 10 and hist[1]["b"] == "b1" and hist[1]["d"] is None
     assert hist[2]["d"] == "1.25" and hist[5]["c"] == "5000000000" and hist[6]["d"] == "six"
-    assert hist[1]["i"] == {"months": 0, "days": 1, "microseconds": 2 * 3600 * 10**6}
+    assert hist[1]["i"] == {"months": 0, "days": 1, "nanoseconds": str(2 * 3600 * 10**9)}
 
 
 def _capture_file(rows: list[tuple[int, int, bytes]], path: Path) -> Path:

@@ -333,7 +333,7 @@ fn schema_change_unified() {
             ("id".to_string(), DataType::Int64),
             ("c".to_string(), DataType::Utf8),
             ("b".to_string(), DataType::Int32),
-            ("a".to_string(), DataType::Utf8View),
+            ("a".to_string(), DataType::Utf8),
         ]
     );
     assert_eq!(table.schema.field_with_name("c").unwrap().metadata()["pg.unified"], "text");
@@ -394,7 +394,7 @@ fn before_for_old_key_and_old_row() {
                     return "null".to_string();
                 }
                 let id = st.column(0).as_primitive::<Int32Type>();
-                let v = st.column(1).as_string_view();
+                let v = st.column(1).as_string::<i32>();
                 format!(
                     "{}/{}",
                     if id.is_null(i) { "∅".to_string() } else { id.value(i).to_string() },

@@ -96,7 +96,17 @@ fn binaries(a: &ArrayRef) -> Vec<Option<Vec<u8>>> {
 /// Builds the column from text and from binary under one set of options and checks them.
 fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
     let label = format!("{} [{special:?}, views={views}]", case.label);
-    let opts = TypeOptions { special_values: special, views, binary: false, array_ndims: case.ndims, learn_array_ndims: false, ..TypeOptions::default() };
+    // The vectors' special intervals are those month_day_nano cannot hold (the struct, the
+    // default, holds every interval: `interval_struct_holds_what_month_day_nano_cannot`).
+    let opts = TypeOptions {
+        special_values: special,
+        views,
+        binary: false,
+        array_ndims: case.ndims,
+        learn_array_ndims: false,
+        interval: pgoutput_arrow::IntervalType::MonthDayNano,
+        ..TypeOptions::default()
+    };
     let mut t = ColumnBuilder::new(&case.ty, &opts);
     let mut b = ColumnBuilder::new(&case.ty, &TypeOptions { binary: true, ..opts.clone() });
     let is_list = matches!(t.data_type(), DataType::List(_));
@@ -339,14 +349,19 @@ fn text_policy_types_are_utf8_from_the_start() {
         let opts = TypeOptions { special_values: SpecialValues::Text, views: false, ..Default::default() };
         assert_eq!(ColumnBuilder::new(&ty, &opts).data_type(), &DataType::Utf8, "{oid}");
         let opts = TypeOptions::default();
-        assert_ne!(ColumnBuilder::new(&ty, &opts).data_type(), &DataType::Utf8View, "{oid}");
+        assert_ne!(ColumnBuilder::new(&ty, &opts).data_type(), &DataType::Utf8, "{oid}");
     }
 }
 
 #[test]
 fn field_metadata() {
     let ty = PgColumnType { oid: 2950, typmod: -1, type_name: None };
+    // The default is uuid_out's text, without an extension type.
     let f = ColumnBuilder::new(&ty, &TypeOptions::default()).field("id");
+    assert_eq!(f.data_type(), &DataType::Utf8);
+    assert!(!f.metadata().contains_key("ARROW:extension:name"));
+    let opts = TypeOptions { uuid: pgoutput_arrow::UuidType::FixedSizeBinary, ..Default::default() };
+    let f = ColumnBuilder::new(&ty, &opts).field("id");
     assert_eq!(f.name(), "id");
     assert!(f.is_nullable());
     assert_eq!(f.data_type(), &DataType::FixedSizeBinary(16));
@@ -357,10 +372,12 @@ fn field_metadata() {
     assert_eq!(md["ARROW:extension:name"], "arrow.uuid");
     let ty = PgColumnType { oid: 3802, typmod: -1, type_name: None };
     let f = ColumnBuilder::new(&ty, &TypeOptions::default()).field("doc");
-    assert_eq!(f.metadata()["ARROW:extension:name"], "arrow.json");
+    assert_eq!(f.data_type(), &DataType::Utf8);
+    assert!(!f.metadata().contains_key("ARROW:extension:name"));
+    assert_eq!(f.metadata()["pg.type_name"], "jsonb");
     let ty = PgColumnType { oid: 16_385, typmod: -1, type_name: Some("public.mood".into()) };
     let b = ColumnBuilder::new(&ty, &TypeOptions { binary: true, ..Default::default() });
-    assert_eq!(b.data_type(), &DataType::BinaryView);
+    assert_eq!(b.data_type(), &DataType::Binary);
     assert_eq!(b.field("m").metadata()["pg.type_name"], "public.mood");
     let ty = PgColumnType { oid: 1700, typmod: (12 << 16 | 4) + 4, type_name: None };
     let f = ColumnBuilder::new(&ty, &TypeOptions::default()).field("amount");
@@ -404,7 +421,7 @@ fn zero_copy_views_point_into_the_input() {
         let short: &[u8] = if skip == 1 { b"\x01short" } else { b"short" };
         let (buf, spans) = buffer_with(&[value, short, value]);
         let ty = PgColumnType { oid, typmod: -1, type_name: None };
-        let mut b = ColumnBuilder::new(&ty, &TypeOptions::default());
+        let mut b = ColumnBuilder::new(&ty, &TypeOptions { views: true, ..TypeOptions::default() });
         for &(off, len) in &spans {
             let bytes = &buf.as_slice()[off..off + len];
             let src = Source { buffer: &buf, buffer_id: 7, offset: off };
@@ -424,7 +441,8 @@ fn zero_copy_views_point_into_the_input() {
     }
     // Short values only: no block at all (they are inlined in the views).
     let (buf, spans) = buffer_with(&[b"tiny", b"small"]);
-    let mut b = ColumnBuilder::new(&PgColumnType { oid: 25, typmod: -1, type_name: None }, &TypeOptions::default());
+    let views = TypeOptions { views: true, ..TypeOptions::default() };
+    let mut b = ColumnBuilder::new(&PgColumnType { oid: 25, typmod: -1, type_name: None }, &views);
     for &(off, len) in &spans {
         b.append_text(&buf.as_slice()[off..off + len], Some(Source { buffer: &buf, buffer_id: 1, offset: off }))
             .unwrap();
@@ -445,7 +463,8 @@ fn zero_copy_array_elements() {
         v.extend_from_slice(long);
     }
     let buf = Buffer::from_vec(v);
-    let mut b = ColumnBuilder::new(&PgColumnType { oid: 1009, typmod: -1, type_name: None }, &TypeOptions::default());
+    let views = TypeOptions { views: true, ..TypeOptions::default() };
+    let mut b = ColumnBuilder::new(&PgColumnType { oid: 1009, typmod: -1, type_name: None }, &views);
     b.append_binary(buf.as_slice(), Some(Source { buffer: &buf, buffer_id: 3, offset: 0 })).unwrap();
     let a = b.finish();
     let list = a.as_list::<i32>();
@@ -492,7 +511,7 @@ fn domains_over_builtin_types_decode_as_the_base_type() {
     }
     // Not a built-in name: raw.
     let ty = PgColumnType { oid: 16_388, typmod: -1, type_name: Some("public.mood".into()) };
-    assert_eq!(ColumnBuilder::new(&ty, &TypeOptions::default()).data_type(), &DataType::Utf8View);
+    assert_eq!(ColumnBuilder::new(&ty, &TypeOptions::default()).data_type(), &DataType::Utf8);
 }
 
 /// A small deterministic generator (xorshift64*), so that failures reproduce.
@@ -583,4 +602,29 @@ fn no_panic_on_any_input() {
         b.finish().to_data().validate_full().unwrap();
     }
     assert!(tried > 50_000, "{tried}");
+}
+
+#[test]
+fn interval_struct_holds_what_month_day_nano_cannot() {
+    let ty = PgColumnType { oid: 1186, typmod: -1, type_name: None };
+    let mut b = ColumnBuilder::new(&ty, &TypeOptions::default());
+    for text in [&b"3000000:00:00"[..], b"-178000000 years", b"1 mon -2 days +00:00:00.000001"] {
+        b.append_text(text, None).unwrap();
+    }
+    b.append_null();
+    let a = b.finish();
+    let s = a.as_struct();
+    let fields: Vec<(i32, i32, i64)> = (0..3)
+        .map(|i| {
+            (
+                s.column(0).as_primitive::<Int32Type>().value(i),
+                s.column(1).as_primitive::<Int32Type>().value(i),
+                s.column(2).as_primitive::<Int64Type>().value(i),
+            )
+        })
+        .collect();
+    assert_eq!(fields, [(0, 0, 3_000_000 * 3_600_000_000), (-178_000_000 * 12, 0, 0), (1, -2, 1)]);
+    assert!(a.is_null(3) && !a.is_null(0));
+    let mdn = TypeOptions { interval: pgoutput_arrow::IntervalType::MonthDayNano, ..TypeOptions::default() };
+    assert!(ColumnBuilder::new(&ty, &mdn).append_text(b"3000000:00:00", None).is_err());
 }

@@ -72,6 +72,7 @@ pub fn canonical_stream(
 /// Relation and Type messages alone: `{"schema.table": ArrowTable}` (empty tables).
 #[pyfunction]
 #[pyo3(signature = (catalog, *, special_values = "keep", views = false, interval = "struct", uuid = "text", time = "text", binary = None, array_ndims = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn relation_schemas<'py>(
     py: Python<'py>,
     catalog: &Bound<'_, PyAny>,

@@ -64,7 +64,7 @@ fn list_depth_fixed_after_a_batch_or_when_not_learning() {
     let opts = TypeOptions { array_ndims: 0, ..TypeOptions::default() };
     let mut b = ColumnBuilder::new(&PgColumnType { oid: 1007, typmod: -1, type_name: None }, &opts);
     b.append_text(b"{{1}}", None).unwrap();
-    assert_eq!(b.data_type(), &DataType::Utf8View);
+    assert_eq!(b.data_type(), &DataType::Utf8);
 }
 
 #[test]
