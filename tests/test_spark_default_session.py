@@ -137,6 +137,14 @@ def spark() -> Iterator[Any]:
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
     session = SparkSession.builder.master("local[2]").appName("pgoutput-default-session").getOrCreate()
+    # A session made earlier in this process left its SQL settings in the JVM's SparkConf,
+    # which a new session starts from: back to Spark's defaults.
+    for key, _ in session.sparkContext.getConf().getAll():
+        if key.startswith("spark.sql.") and key not in ("spark.sql.warehouse.dir", "spark.sql.catalogImplementation"):
+            try:
+                session.conf.unset(key)
+            except Exception:  # noqa: BLE001 - a static setting: it cannot be tuned per session either
+                pass
     # What this module is about: nothing tuned.
     assert session.conf.get("spark.sql.timeType.enabled") == "false"
     assert session.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
