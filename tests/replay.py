@@ -198,12 +198,15 @@ def _is_interval(t: pa.DataType) -> bool:
 
 
 def _text_list(t: pa.DataType) -> bool:
-    """A list of dates, times, timestamps, intervals or uuids: compared as PostgreSQL's
+    """A list of dates, times, timestamps, intervals, uuids or text: compared as PostgreSQL's
     array text (Python's datetime holds neither ±infinity nor BC nor years past 9999)."""
     while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
         t = _base_type(t.value_type)
+    # Text elements too: a numeric[] without typmod holds PostgreSQL's text of each
+    # element, which psycopg2 reads as Decimal.
     return (pa.types.is_date32(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t)
-            or _is_interval(t) or pa.types.is_fixed_size_binary(t))
+            or _is_interval(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_string(t)
+            or pa.types.is_string_view(t) or pa.types.is_large_string(t))
 
 
 def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:

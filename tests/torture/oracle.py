@@ -526,7 +526,12 @@ def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, l
         try:
             compare_state(_project(states[name], plain), server_rows(conn, name, table, plain), f"{label}: {name}")
         except Exception as e:  # noqa: BLE001  (a mismatch, or the server refusing to read the rows as typed)
-            problems.append(str(e)[:2000] if isinstance(e, AssertionError) else f"{label}: {name}: {type(e).__name__}: {e}"[:2000])
+            text = str(e)
+            if isinstance(e, AssertionError) and "differing columns" in text:
+                # The rows are long: the columns that differ say more.
+                head, _, detail = text.partition("; only in replay:")
+                text = head + "; differing columns" + detail.rsplit("differing columns", 1)[1]
+            problems.append(text[:2000] if isinstance(e, AssertionError) else f"{label}: {name}: {type(e).__name__}: {e}"[:2000])
         compared += n * len(cols)
     return compared, problems
 
