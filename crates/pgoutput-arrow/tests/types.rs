@@ -105,6 +105,7 @@ fn check_case(case: &Case, special: SpecialValues, views: bool) -> usize {
         array_ndims: case.ndims,
         learn_array_ndims: false,
         interval: pgoutput_arrow::IntervalType::MonthDayNano,
+        time: pgoutput_arrow::TimeType::Time64,
         ..TypeOptions::default()
     };
     let mut t = ColumnBuilder::new(&case.ty, &opts);
@@ -348,7 +349,7 @@ fn text_policy_types_are_utf8_from_the_start() {
         let ty = PgColumnType { oid, typmod, type_name: None };
         let opts = TypeOptions { special_values: SpecialValues::Text, views: false, ..Default::default() };
         assert_eq!(ColumnBuilder::new(&ty, &opts).data_type(), &DataType::Utf8, "{oid}");
-        let opts = TypeOptions::default();
+        let opts = TypeOptions { time: pgoutput_arrow::TimeType::Time64, ..Default::default() };
         assert_ne!(ColumnBuilder::new(&ty, &opts).data_type(), &DataType::Utf8, "{oid}");
     }
 }
