@@ -53,8 +53,6 @@ def test_seed_pg18(pg18: PgServer, seed: int) -> None:
     _assert(r, seed, 8, paths)
 
 
-@pytest.mark.xfail(strict=True, reason="delta-rs panics writing a date at ±infinity ('NaiveDate + TimeDelta "
-                   "overflowed'): the Delta part of issue 21; remove this mark with its fix")
 @pytest.mark.timeout(400)
 def test_seed_delta_pg18(pg18: PgServer) -> None:
     seed = SEEDS[1]  # its tables hold ±infinity dates
