@@ -267,7 +267,7 @@ def _check(result: Result, conn: Any, expected: Any, changes: Any, tables: dict[
     m, rest = compare_final(conn, tables, changes.truncates, label, expected, skip=raw_text_columns(changes),
                             publication=workload.publication)
     _add(result, "decode()", n + k + o + m, problems + more + most + rest)
-    result.problems += types_adapter.check(changes.tables, expected, "binary" in label, label)
+    result.problems += types_adapter.check(changes.tables, conn, "binary" in label, label)
     result.problems += consumers_adapter.check(changes.tables, label)
 
 
@@ -353,7 +353,7 @@ def _check_paths(result: Result, conn: Any, expected: Any, capture: pa.Table, la
     m, most = compare_final(conn, tables, all_trunc, dlabel, expected,
                             skip=raw_text_columns(changes), publication=workload.publication)
     _add(result, "Decoder", n + k + m, problems + more + most)
-    result.problems += types_adapter.check(tables, expected, "binary" in label, dlabel)
+    result.problems += types_adapter.check(tables, conn, "binary" in label, dlabel)
 
 
 def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any, workload: Workload,
@@ -415,7 +415,7 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label)
     m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication)
     _add(result, "live" + (" restarted" if restart else ""), n + k + m, problems + more + most)
-    result.problems += types_adapter.check(tables, expected, binary, label)
+    result.problems += types_adapter.check(tables, conn, binary, label)
 
 
 def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures: dict[str, pa.Table],
