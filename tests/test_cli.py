@@ -78,9 +78,14 @@ def test_jsonl_one_line_per_change(capture: Path, workload: Workload) -> None:
     }
     assert first["commit_ts"].endswith("Z") and first["xid"] > 0 and first["old"] is None
     second = objs[1]["new"]
-    assert second["d"] == "-0043-03-15"  # 44 BC is astronomical year -43
+    # A BC date is beyond Python's datetime: by default it is a special value, printed as
+    # PostgreSQL's text in the value's place; --datetime-range arrow types it (astronomical
+    # year -43, ISO 8601).
+    assert second["d"] == "0044-03-15 BC"
     assert second["f"] == "Infinity" and second["amount"] == "-0.01" and second["big"] == "-1"
     assert second["payload"] == "" and second["tags"] == []
+    typed = [json.loads(line) for line in dump(capture, "--format", "jsonl", "--datetime-range", "arrow").stdout.splitlines()]
+    assert typed[1]["new"]["d"] == "-0043-03-15"  # 44 BC is astronomical year -43
     update = objs[3]
     assert update["op"] == "update" and update["new"]["name"] == "renamed"
     assert update["new"]["f"] == -0.5
@@ -474,19 +479,23 @@ def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path) -> 
             "TO STDOUT (FORMAT csv)", f)
     conn.close()
     pg18.drop_slot("cli_csv_slot")
-    objs = [json.loads(x) for x in dump(path, "--format", "jsonl").stdout.splitlines()]
+    objs = [json.loads(x) for x in dump(path, *TYPED, "--format", "jsonl").stdout.splitlines()]
     assert [(o["new"]["d"], o["new"]["t"]) for o in objs] == [("infinity", "10:00:00"),
                                                               ("-infinity", "24:00:00")]
-    line = _one_error_line(dump(path, "--format", "jsonl", "--special-values", "error", check=False))
+    line = _one_error_line(dump(path, *TYPED, "--format", "jsonl", "--special-values", "error", check=False))
     assert "public.cli_csv" in line and '"t"' in line and "24:00:00" in line
-    objs = [json.loads(x) for x in dump(path, "--format", "jsonl", "--special-values", "text")
+    objs = [json.loads(x) for x in dump(path, *TYPED, "--format", "jsonl", "--special-values", "text")
             .stdout.splitlines()]
     assert [(o["new"]["d"], o["new"]["t"]) for o in objs] == [("infinity", "10:00:00"),
                                                               ("-infinity", "24:00:00")]
-    objs = [json.loads(x) for x in dump(path, "--format", "jsonl", "--special-values", "null")
+    objs = [json.loads(x) for x in dump(path, *TYPED, "--format", "jsonl", "--special-values", "null")
             .stdout.splitlines()]
     assert [o["new"]["t"] for o in objs] == ["10:00:00", None]
 
+
+#: time as time64 and dates as every date32 (not the defaults, text and Python's range): the
+#: options under which 24:00:00 and ±infinity are special values or sentinels.
+TYPED = ("--time", "time64", "--datetime-range", "arrow")
 
 SPECIAL_TEXTS = {"t": "24:00:00", "n": "NaN", "ts": "294276-01-01 00:00:00", "arr": "[0:1]={1,2}"}
 
@@ -515,7 +524,7 @@ def test_special_values_print_as_postgresql_text(pg18: PgServer, tmp_path: Path,
     capture = tmp_path / "capture.parquet"
     pq.write_table(pa.table({"lsn": [r[0] for r in rows], "data": [r[2] for r in rows]}), capture)
 
-    objs = [json.loads(line) for line in dump(capture, "--format", "jsonl").stdout.splitlines()]
+    objs = [json.loads(line) for line in dump(capture, *TYPED, "--format", "jsonl").stdout.splitlines()]
     assert [o["op"] for o in objs] == ["insert", "insert", "update", "delete"]
     special = {"id": 1, **SPECIAL_TEXTS}
     assert objs[0]["new"] == {**special, "ok": "a"}
@@ -526,13 +535,13 @@ def test_special_values_print_as_postgresql_text(pg18: PgServer, tmp_path: Path,
     # The texts are in place: no separate key repeats them.
     assert all(set(o) == set(objs[1]) for o in objs)
 
-    pretty = dump(capture, "--format", "pretty").stdout.splitlines()
+    pretty = dump(capture, *TYPED, "--format", "pretty").stdout.splitlines()
     first = next(line for line in pretty if "insert" in line)
     for column, text in SPECIAL_TEXTS.items():
         assert f"{column}='{text}'" in first, first  # quoted: PostgreSQL's text, not a typed value
 
     out = tmp_path / "out"
-    dump(capture, "--format", "parquet", "--output", out)
+    dump(capture, *TYPED, "--format", "parquet", "--output", out)
     table = pq.read_table(out / f"public.{name}")
     assert table.schema.names.index("_special") == table.schema.names.index("_unchanged") + 1
     inserted = table.to_pylist()[0]
@@ -543,10 +552,10 @@ def test_special_values_print_as_postgresql_text(pg18: PgServer, tmp_path: Path,
         {f"_before.{c}": text for c, text in SPECIAL_TEXTS.items()}
 
     # Opt-in policies: fail, or lose the value.
-    line = _one_error_line(dump(capture, "--format", "jsonl", "--special-values", "error",
+    line = _one_error_line(dump(capture, *TYPED, "--format", "jsonl", "--special-values", "error",
                                 check=False))
     assert f"public.{name}" in line
-    nulls = [json.loads(x) for x in dump(capture, "--format", "jsonl", "--special-values",
+    nulls = [json.loads(x) for x in dump(capture, *TYPED, "--format", "jsonl", "--special-values",
                                          "null").stdout.splitlines()]
     assert nulls[0]["new"]["t"] is None and nulls[0]["new"]["n"] is None
 

@@ -175,6 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         "arrow.uuid extension type",
     )
     dec.add_argument(
+        "--datetime-range", choices=("python", "arrow", "pandas"), default="python",
+        help="which dates and timestamps the typed columns hold; the others go to _special: "
+        "python (the default) what Python's datetime holds, 0001-01-01 to 9999-12-31; arrow "
+        "every value, infinity as the type's extreme values (DuckDB's); pandas as python with "
+        "timestamps of pandas' datetime64[ns] only",
+    )
+    dec.add_argument(
         "--time", choices=("text", "time64"), default="text",
         help="time columns as PostgreSQL's text HH:MM:SS[.ffffff] (the default: exact, and "
         "every consumer reads it) or Arrow's time64[us]",

@@ -26,6 +26,7 @@ def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
         "interval": args.interval,
         "uuid": args.uuid,
         "time": args.time,
+        "datetime_range": args.datetime_range,
         "memory_limit": args.memory_limit,
         "spill_dir": args.spill_dir,
     }
