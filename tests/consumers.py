@@ -142,7 +142,7 @@ def _pyarrow(table: pa.Table, key: str | None) -> Iterator[Operation]:
         c = f.name
         with_op = list(dict.fromkeys([c, "_op"]))
         yield Operation(lib, "group_by(_op).count", c, functools.partial(_group_count, table, "_op", c))
-        yield Operation(lib, "take", c, functools.partial(table[c].take, pa.array([n - 1, 0] if n else [])))
+        yield Operation(lib, "take", c, functools.partial(table[c].take, pa.array([n - 1, 0] if n else [], pa.int64())))
         yield Operation(lib, "filter", c, functools.partial(_filter_not_deleted, table, with_op))
         if key is not None and c != key and not nested(f.type):
             yield Operation(lib, "join", c, join([key, c]))
