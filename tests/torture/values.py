@@ -334,6 +334,8 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
         return pa.int32()
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return pa.list_(_plain_type(t.value_type))
+    if pa.types.is_struct(t):  # _before: dates and timestamps of old values too
+        return pa.struct([pa.field(f.name, _plain_type(f.type), True) for f in t])
     if pa.types.is_string_view(t):
         return pa.string()
     if pa.types.is_binary_view(t):
