@@ -47,6 +47,10 @@ KEYS = {
 }
 ORDER = {"public.pgbench_history": None}
 
+#: The decoder's typed forms (not the defaults: time as text, dates and timestamps within
+#: Python's datetime): the replay compares typed values, sentinels and special values.
+TYPED: dict[str, str] = {"time": "time64", "datetime_range": "arrow"}
+
 
 def _options(version: int, mode: str, proto: int) -> dict[str, str]:
     opts = {"proto_version": str(proto), "publication_names": PUB}
@@ -86,7 +90,7 @@ class Run:
     def changes(self, mode: str, proto: int) -> pgoutput_arrow.Changes:
         key = f"{mode}{proto}"
         if key not in self.decoded:
-            self.decoded[key] = pgoutput_arrow.decode(capture_table(self.rows[key]))
+            self.decoded[key] = pgoutput_arrow.decode(capture_table(self.rows[key]), **TYPED)
         return self.decoded[key]
 
 
@@ -446,7 +450,7 @@ def test_special_values_policies(run: Run, mode: str) -> None:
     table = f"public.{name}"
 
     # The default keeps each value: null in its column, PostgreSQL's text in _special.
-    kept = pgoutput_arrow.decode(capture).tables[table]
+    kept = pgoutput_arrow.decode(capture, **TYPED).tables[table]
     with run.conn.cursor() as cur:
         cur.execute(f"SELECT tm::text, nps::text, ts::text FROM {name} ORDER BY id")
         server_text = cur.fetchall()
@@ -454,20 +458,20 @@ def test_special_values_policies(run: Run, mode: str) -> None:
         [("tm", server_text[0][0])], [("nps", server_text[1][1])], [("ts", server_text[2][2])], None]
 
     with pytest.raises(pgoutput_arrow.DecodeValueError) as info:
-        pgoutput_arrow.decode(capture, special_values="error")
+        pgoutput_arrow.decode(capture, **TYPED, special_values="error")
     err = info.value
     assert (err.table, err.column, err.lsn) == (table, "tm", first_insert), (str(err), err.lsn)
     for part in (table, '"tm"', int_to_lsn(first_insert), "24:00:00"):
         assert part in str(err), (part, str(err))
 
-    text = pgoutput_arrow.decode(capture, special_values="text")
+    text = pgoutput_arrow.decode(capture, **TYPED, special_values="text")
     t = text.tables[table]
     for col in ("tm", "nps", "ts", "d"):
         assert pa.types.is_string(t.schema.field(col).type) or \
             pa.types.is_string_view(t.schema.field(col).type), t.schema
     compare_state(replay(text)[table], server_rows(run.conn, table, t), table)
 
-    null = pgoutput_arrow.decode(capture, special_values="null")
+    null = pgoutput_arrow.decode(capture, **TYPED, special_values="null")
     t = null.tables[table]
     # ts of row 3 is beyond int8 microseconds on the server side too: compared apart.
     expected = server_rows(run.conn, table, t, ["id", "tm", "nps", "d"], order_by="id")
@@ -556,7 +560,7 @@ def test_replica_identity_nothing(run: Run) -> None:
             opts = {"proto_version": "1", "publication_names": "p_ins"}
             if mode == "binary":
                 opts["binary"] = "true"
-            changes = pgoutput_arrow.decode(capture_table(peek(conn, slot, opts)))
+            changes = pgoutput_arrow.decode(capture_table(peek(conn, slot, opts)), **TYPED)
             t = changes.tables[f"public.{name}"]
             assert t.schema.metadata[b"pg.replica_identity"] in (b"n", b"nothing"), t.schema.metadata
             assert t.column("_op").to_pylist() == ["insert"] * 3

@@ -278,7 +278,7 @@ def _plain(v: Any) -> Any:
 
     if isinstance(v, Row):
         if "months" in v.__fields__:
-            return (v["months"], v["days"], v["nanos"])
+            return (v["months"], v["days"], v["microseconds"] * 1000)
         return {k: _plain(v[k]) for k in v.__fields__}
     if isinstance(v, bytearray):
         return bytes(v)
