@@ -267,6 +267,8 @@ def from_output(value: Any, pg_type: str, arrow_type: pa.DataType | None = None)
     if t in ("timestamp without time zone", "timestamp with time zone"):
         return _ts_value(value)
     if t == "interval":
+        if isinstance(value, dict) and "microseconds" in value:  # the decoder's default struct
+            return int(value["months"]), int(value["days"]), int(value["microseconds"])
         if isinstance(value, dict):  # struct<months, days, nanos|nanoseconds>
             nanos = value.get("nanos", value.get("nanoseconds"))
             return int(value["months"]), int(value["days"]), _exact_div(int(nanos), 1000)
