@@ -579,8 +579,8 @@ def test_binary_mode_undecodable_types_are_raw_bytes(run: Run) -> None:
     t = changes.tables["public.rt_types"]
     # Told rather than detected, the same; told wrong, the send bytes as text ('\x...').
     rows = capture_table(run.rows["binary1"])
-    assert pgoutput_arrow.decode(rows, binary=True).tables["public.rt_types"].schema == t.schema
-    wrong = pgoutput_arrow.decode(rows, binary=False).tables["public.rt_types"]
+    assert pgoutput_arrow.decode(rows, binary=True, **TYPED).tables["public.rt_types"].schema == t.schema
+    wrong = pgoutput_arrow.decode(rows, binary=False, **TYPED).tables["public.rt_types"]
     assert pa.types.is_string_view(wrong.schema.field("mood").type) or \
         pa.types.is_string(wrong.schema.field("mood").type)
     for col, type_name in (("mood", b"rt_mood"), ("comp", b"rt_pair")):
