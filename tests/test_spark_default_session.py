@@ -278,7 +278,9 @@ def _plain(v: Any) -> Any:
 
     if isinstance(v, Row):
         if "months" in v.__fields__:
-            return (v["months"], v["days"], v["microseconds"] * 1000)
+            us = v["microseconds"]
+            # ±infinity keeps every field at its extreme (as _interval gives it).
+            return (v["months"], v["days"], us if us in (2**63 - 1, -(2**63)) else us * 1000)
         return {k: _plain(v[k]) for k in v.__fields__}
     if isinstance(v, bytearray):
         return bytes(v)
