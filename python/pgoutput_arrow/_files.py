@@ -22,10 +22,14 @@ from typing import TextIO
 
 import pyarrow as pa
 
+from ._internal import lsn_to_int as _lsn_to_int
 from .decoding import conform, unify_schemas
 
 __all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "fsync_dir",
-           "writable_directory", "DATA_SUFFIXES"]
+           "writable_directory", "read_snapshot_record", "SNAPSHOT_RECORD", "DATA_SUFFIXES"]
+
+#: The file in an output directory that records its initial snapshot (slot, consistent point).
+SNAPSHOT_RECORD = "_snapshot.json"
 
 DATA_SUFFIXES = (".parquet", ".arrow")
 
@@ -450,3 +454,15 @@ def _empty(schema: pa.Schema) -> pa.Table:
 def _columns(schema: pa.Schema) -> list[tuple[str, pa.DataType, bool]]:
     """What a reader of the files sees of a schema: names, types and nullability."""
     return [(f.name, f.type, f.nullable) for f in schema]
+
+
+def read_snapshot_record(root: Path) -> dict[str, object] | None:
+    """The snapshot record of the output at ``root`` (None: there is none), with ``lsn`` as an
+    int (None while its slot was being created). Whether it is done is the output's to say."""
+    try:
+        record: dict[str, object] = json.loads((root / SNAPSHOT_RECORD).read_text())
+    except FileNotFoundError:
+        return None
+    lsn = record.get("lsn")
+    record["lsn"] = _lsn_to_int(str(lsn)) if lsn is not None else None
+    return record

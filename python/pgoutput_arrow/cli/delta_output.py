@@ -22,14 +22,11 @@ import os
 import shutil
 from pathlib import Path
 
-from .._files import fsync_dir, writable_directory
+from .._files import SNAPSHOT_RECORD, read_snapshot_record, fsync_dir, writable_directory
 from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
 __all__ = ["DeltaOutput", "SNAPSHOT_RECORD"]
-
-#: The initial snapshot the lake holds or was taking (see the module's docstring).
-SNAPSHOT_RECORD = "_snapshot.json"
 
 
 def _delta_tables(root: Path) -> list[Path]:
@@ -68,12 +65,9 @@ class DeltaOutput:
     def snapshot_record(self) -> dict[str, object] | None:
         """The snapshot this lake holds or was taking: ``{"slot", "lsn", "done"}`` (``lsn``
         None while its slot was being created)."""
-        try:
-            record: dict[str, object] = json.loads((self.root / SNAPSHOT_RECORD).read_text())
-        except FileNotFoundError:
+        record = read_snapshot_record(self.root)
+        if record is None:
             return None
-        lsn = record.get("lsn")
-        record["lsn"] = lsn_to_int(str(lsn)) if lsn is not None else None
         record["done"] = bool(record.get("done")) and record["lsn"] is not None
         return record
 

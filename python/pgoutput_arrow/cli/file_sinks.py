@@ -31,16 +31,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._files import TableDirectory, fsync_dir, storable, writable_directory, write_atomically
+from .._files import SNAPSHOT_RECORD, read_snapshot_record, TableDirectory, fsync_dir, storable, writable_directory, write_atomically
 from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
 __all__ = ["FileSink", "LiveFileSink", "read_checkpoint", "CHECKPOINT", "SNAPSHOT_RECORD"]
 
 CHECKPOINT = "_checkpoint.json"
-#: The initial snapshot the directory holds: its slot and consistent point. The snapshot is
-#: complete once the checkpoint reached that point (its last group writes it).
-SNAPSHOT_RECORD = "_snapshot.json"
 _SNAPSHOT_FILE = re.compile(r"^snapshot-([0-9A-F]{16})-(\d+)\.(parquet|arrow)$")
 _DATA_FILE = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})(-\d+)?\.(parquet|arrow)$")
 
@@ -202,12 +199,9 @@ class LiveFileSink:
     def snapshot_record(self) -> dict[str, object] | None:
         """The snapshot this directory holds or was taking: ``{"slot", "lsn"}`` (``lsn`` None
         while the slot was being created), with ``"done"`` (the checkpoint reached it)."""
-        try:
-            record: dict[str, object] = json.loads((self.root / SNAPSHOT_RECORD).read_text())
-        except FileNotFoundError:
+        record = read_snapshot_record(self.root)
+        if record is None:
             return None
-        lsn = record.get("lsn")
-        record["lsn"] = lsn_to_int(str(lsn)) if lsn is not None else None
         record["done"] = record["lsn"] is not None and self.checkpoint >= int(record["lsn"])  # type: ignore[call-overload]
         return record
 
