@@ -22,7 +22,7 @@ from .. import _internal
 from ._common import rank_within_commit, spark_schema
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
-__all__ = ["decode", "decode_table_locally", "decode_rows_locally", "canonical_stream",
+__all__ = ["decode", "table_schemas", "decode_table_locally", "decode_rows_locally", "canonical_stream",
            "collect_catalog", "normalized", "TRUNCATES"]
 
 TRUNCATES = "_truncates"
@@ -113,7 +113,7 @@ def _is_binary(catalog: pa.Table) -> bool:
     return bool(told[0].as_py()) if len(told) else False
 
 
-def _table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.Schema]:
+def table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.Schema]:
     """Each table's unified schema as the decoder makes it (not yet mapped for Spark)."""
     type_options = {k: options[k] for k in ("special_values", "views", "interval", "uuid", "time", "binary", "array_ndims") if k in options}
     return {name: pa.table(t).schema for name, t in _internal.relation_schemas(catalog, **type_options).items()}
@@ -230,7 +230,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         # Every partition's decoder must type enum/composite columns alike, and the
         # schemas are made before any data is seen: the catalog pass sampled Inserts.
         options["binary"] = _is_binary(catalog)
-    schemas = _table_schemas(catalog, options)
+    schemas = table_schemas(catalog, options)
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
     fn, wide = _decode_partition_fn(catalog, schemas, truncates, options, time_type_enabled(spark))
