@@ -8,7 +8,7 @@ __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "CopyDecoder", "unify_schemas",
     "conform", "pg_text", "rows_json",
     "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
-    "relation_schema", "describe_messages", "CATALOG_KINDS", "CHANGE_KINDS", "END_KINDS",
+    "relation_schema", "describe_messages", "CATALOG_KINDS", "FRAMING_KINDS", "CHANGE_KINDS", "END_KINDS",
 ]
 
 __version__: str
@@ -158,7 +158,7 @@ def lsn_to_str(lsn: int) -> str: ...
 META_COLUMNS: list[str]
 ARRIVED_COLUMNS: list[str]
 
-def canonical_stream(rows: Any, catalog: Any, history: bool = False) -> ArrowBatch: ...
+def canonical_stream(rows: Any, catalog: Any, history: bool = False, pieces: list[int] = ...) -> ArrowBatch: ...
 
 def relation_schemas(
     catalog: Any,
@@ -190,5 +190,6 @@ def relation_schema(
 def describe_messages(data: Any) -> ArrowTable: ...
 
 CATALOG_KINDS: bytes
+FRAMING_KINDS: bytes
 CHANGE_KINDS: bytes
 END_KINDS: bytes

@@ -41,6 +41,24 @@ use crate::options::DecoderOptions;
 /// Prepare, Stream Prepare), which place a transaction's Relation messages.
 pub const CATALOG_KINDS: &[u8] = b"RYSArCcPp";
 
+/// The kinds an index of a capture holds besides [`CATALOG_KINDS`]: Begin, Origin, Begin
+/// Prepare and Commit Prepared. With them, the catalog holds every message that frames a
+/// transaction, so that a *piece* of a transaction (a range of its messages that another
+/// piece of the capture continues) can be rebuilt with its real Begin and end: see
+/// [`canonical_stream`]'s `fragments`.
+pub const FRAMING_KINDS: &[u8] = b"BObK";
+
+/// Whether a message of this kind frames its transaction (never a body message a piece of it
+/// holds): Begin, Origin, the ends, the stream blocks' edges; a Stream Abort is framing for
+/// its top-level transaction only (a subtransaction's comes from the catalog's sub-aborts).
+fn is_framing(data: &[u8]) -> bool {
+    match data.first() {
+        Some(b'B' | b'O' | b'C' | b'b' | b'P' | b'K' | b'r' | b'S' | b'E' | b'c' | b'p') => true,
+        Some(b'A') => matches!(parse_message(data, false), Ok(Message::StreamAbort(a)) if a.xid == a.subxid),
+        _ => false,
+    }
+}
+
 /// The kinds of row changes: Insert, Update, Delete, Truncate.
 pub const CHANGE_KINDS: &[u8] = b"IUDT";
 
@@ -90,6 +108,12 @@ pub struct RelationCatalog {
     /// such a row names the subtransaction, so a split by that column may put it apart from
     /// its transaction; the rebuild takes it from here.
     sub_aborts: HashMap<u64, LsnMessages>,
+    /// Every framing message the rows held (see [`FRAMING_KINDS`]), by transaction, as sent.
+    framing: HashMap<u64, LsnMessages>,
+    /// Every Relation and Type message by the transaction that sent it, as sent (in-stream
+    /// ones with their subtransaction's xid): a piece of a transaction takes those its
+    /// transaction sent before it, as the transaction's own (see `with_catalog`).
+    own_definitions: HashMap<u64, LsnMessages>,
 }
 
 fn parse_error(row: usize, lsn: u64, source: pgoutput_proto::ParseError) -> DecodeError {
@@ -131,7 +155,7 @@ impl RelationCatalog {
         let rows: Vec<(usize, CaptureRow<'a>)> = rows
             .into_iter()
             .enumerate()
-            .filter(|(_, r)| r.data.first().is_some_and(|k| CATALOG_KINDS.contains(k)))
+            .filter(|(_, r)| r.data.first().is_some_and(|k| CATALOG_KINDS.contains(k) || FRAMING_KINDS.contains(k)))
             .collect();
         let mut streamed = HashSet::new();
         let mut aborted_top = HashSet::new();
@@ -142,9 +166,22 @@ impl RelationCatalog {
             let e = ends.entry(xid).or_insert(lsn);
             *e = (*e).min(lsn);
         };
+        let mut framing: HashMap<u64, LsnMessages> = HashMap::new();
+        let mut own_definitions: HashMap<u64, LsnMessages> = HashMap::new();
+        for &(_, r) in &rows {
+            if matches!(r.data[0], b'R' | b'Y') {
+                own_definitions.entry(r.xid).or_default().push((r.lsn, Arc::from(r.data)));
+            } else if is_framing(r.data) {
+                let xid = match parse_message(r.data, false) {
+                    Ok(Message::StreamAbort(a)) => a.xid as u64,
+                    _ => r.xid,
+                };
+                framing.entry(xid).or_default().push((r.lsn, Arc::from(r.data)));
+            }
+        }
         for &(i, r) in &rows {
             let message = match r.data[0] {
-                b'R' | b'Y' => continue,
+                b'R' | b'Y' | b'B' | b'O' | b'b' | b'K' => continue,
                 _ => parse_message(r.data, false).map_err(|e| parse_error(i, r.lsn, e))?,
             };
             match message {
@@ -167,11 +204,11 @@ impl RelationCatalog {
                 _ => {}
             }
         }
-        for aborts in sub_aborts.values_mut() {
-            aborts.sort();
-            aborts.dedup();
+        for messages in sub_aborts.values_mut().chain(framing.values_mut()).chain(own_definitions.values_mut()) {
+            messages.sort();
+            messages.dedup();
         }
-        let mut catalog = RelationCatalog { streamed, sub_aborts, ..Default::default() };
+        let mut catalog = RelationCatalog { streamed, sub_aborts, framing, own_definitions, ..Default::default() };
         for &(i, r) in &rows {
             if !matches!(r.data[0], b'R' | b'Y') || aborted_top.contains(&r.xid) {
                 continue;
@@ -329,6 +366,68 @@ impl Out {
     }
 }
 
+/// The transaction a row belongs to: its xid column, but a subtransaction's Stream Abort
+/// names its top-level transaction in its body and the subtransaction in the xid column.
+fn transaction_of(i: usize, r: &CaptureRow<'_>) -> Result<u64, DecodeError> {
+    Ok(match r.data.first() {
+        None => return Err(DecodeError::Input(format!("row {i} (LSN {}) holds an empty message", pgoutput_proto::Lsn(r.lsn)))),
+        Some(b'A') => match parse_message(r.data, false).map_err(|e| parse_error(i, r.lsn, e))? {
+            Message::StreamAbort(a) => a.xid as u64,
+            _ => r.xid,
+        },
+        Some(_) => r.xid,
+    })
+}
+
+/// [`canonical_stream`] of rows among which the transactions `pieces` are only in part: a
+/// range of each one's messages, the rest in other pieces of the capture (a Spark partition
+/// of a capture split by position, not by transaction). Each such transaction is rebuilt
+/// with the framing messages of the `catalog` (built from rows of [`FRAMING_KINDS`] too)
+/// in place of whatever framing the rows hold, and with the Relation and Type messages it
+/// sent itself, so that every piece decodes with the transaction's real Begin and end (its
+/// commit LSN, time, outcome; its rolled-back subtransactions) and the definitions in force.
+/// Its rows are the rows of the piece's changes, as a decoder of the whole transaction
+/// gives them; numbering them across pieces is the caller's.
+pub fn canonical_pieces(
+    rows: &[CaptureRow<'_>],
+    catalog: &RelationCatalog,
+    history: bool,
+    pieces: &HashSet<u64>,
+) -> Result<CanonicalStream, DecodeError> {
+    if pieces.is_empty() {
+        return canonical_stream(rows, catalog, history);
+    }
+    let mut present: Vec<u64> = Vec::new();
+    let mut own: HashSet<(u64, &[u8])> = HashSet::new();
+    let mut combined: Vec<CaptureRow<'_>> = Vec::with_capacity(rows.len() + 16);
+    for (i, r) in rows.iter().enumerate() {
+        let xid = transaction_of(i, r)?;
+        if pieces.contains(&xid) {
+            present.push(xid);
+            if is_framing(r.data) {
+                continue;
+            }
+            if matches!(r.data[0], b'R' | b'Y') {
+                own.insert((r.lsn, r.data));
+            }
+        }
+        combined.push(*r);
+    }
+    present.sort_unstable();
+    present.dedup();
+    for xid in present {
+        for (lsn, data) in catalog.framing.get(&xid).into_iter().flatten() {
+            combined.push(CaptureRow { lsn: *lsn, xid, data, tiebreak: 0 });
+        }
+        for (lsn, data) in catalog.own_definitions.get(&xid).into_iter().flatten() {
+            if !own.contains(&(*lsn, &data[..])) {
+                combined.push(CaptureRow { lsn: *lsn, xid, data, tiebreak: 0 });
+            }
+        }
+    }
+    canonical_stream(&combined, catalog, history)
+}
+
 /// Rebuilds the whole transactions of `rows` (any order) into one self-contained pgoutput
 /// stream (see the module documentation), transactions in commit order. With `history`,
 /// the stream starts with the catalog's [`history`](RelationCatalog::history) at LSN 0,
@@ -346,20 +445,11 @@ pub fn canonical_stream(
             out.push(0, &m);
         }
     }
-    // The transaction of each row: its xid, but a subtransaction's Stream Abort names its
-    // top-level transaction in its body and the subtransaction in the xid column.
-    // (transaction, row) pairs sorted as such: one contiguous sort, not a sort of row
+    // The transaction of each row (see `transaction_of`): (transaction, row) pairs sorted as such: one contiguous sort, not a sort of row
     // numbers that looks each key up (the rows of a shuffled capture are in random order).
     let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
-        let key = match r.data.first() {
-            None => return Err(DecodeError::Input(format!("row {i} (LSN {}) holds an empty message", pgoutput_proto::Lsn(r.lsn)))),
-            Some(b'A') => match parse_message(r.data, false).map_err(|e| parse_error(i, r.lsn, e))? {
-                Message::StreamAbort(a) => a.xid as u64,
-                _ => r.xid,
-            },
-            Some(_) => r.xid,
-        };
+        let key = transaction_of(i, r)?;
         let i = u32::try_from(i).map_err(|_| DecodeError::Input("more than 2^32 rows in one rebuild".into()))?;
         keyed.push((key, i));
     }

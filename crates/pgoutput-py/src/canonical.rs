@@ -41,21 +41,25 @@ fn catalog_of(py: Python<'_>, catalog: &Bound<'_, PyAny>) -> PyResult<RelationCa
 /// order) rebuilt into one self-contained stream (`lsn` int64, `data` large_binary), with
 /// the Relation and Type messages from `catalog` (a capture's rows of kinds CATALOG_KINDS,
 /// or the whole capture) injected where needed; with `history`, preceded by every Relation
-/// and Type version of the catalog at LSN 0.
+/// and Type version of the catalog at LSN 0. `pieces`: the transactions `rows` hold only a
+/// part of, rebuilt with the framing of `catalog` (which then holds their rows of kinds
+/// FRAMING_KINDS too; pgoutput_arrow::canonical::canonical_pieces).
 #[pyfunction]
-#[pyo3(signature = (rows, catalog, history = false))]
+#[pyo3(signature = (rows, catalog, history = false, pieces = Vec::new()))]
 pub fn canonical_stream(
     py: Python<'_>,
     rows: &Bound<'_, PyAny>,
     catalog: &Bound<'_, PyAny>,
     history: bool,
+    pieces: Vec<u64>,
 ) -> PyResult<ArrowBatch> {
     let catalog = catalog_of(py, catalog)?;
     let parts = captures(py, rows)?;
+    let pieces: std::collections::HashSet<u64> = pieces.into_iter().collect();
     let stream = py
         .detach(|| {
             let rows: Vec<CaptureRow<'_>> = parts.iter().flat_map(|c| c.rows()).collect();
-            canonical::canonical_stream(&rows, &catalog, history)
+            canonical::canonical_pieces(&rows, &catalog, history, &pieces)
         })
         .map_err(|e| decode_error(py, e))?;
     let lsn = Int64Array::from_iter_values(stream.lsns.iter().map(|&l| l as i64));
@@ -168,7 +172,8 @@ pub(crate) fn definition<'a>(
 /// `binary` (whether an Insert outside a stream block has its values in binary format; null
 /// when its cells do not tell), and for the end of a transaction (Commit, Stream Commit,
 /// Commit Prepared: commit LSN; Prepare, Stream Prepare: prepare LSN) `commit_lsn` and
-/// `end_lsn`.
+/// `end_lsn`, and for a Stream Abort the transaction's `xid` and the aborted `subxid` (equal
+/// when the whole transaction was).
 #[pyfunction]
 pub fn describe_messages(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<ArrowTable> {
     let reader = arrow_ffi::import_stream(data)?;
@@ -178,6 +183,8 @@ pub fn describe_messages(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Ar
         Field::new("binary", DataType::Boolean, true),
         Field::new("commit_lsn", DataType::Int64, true),
         Field::new("end_lsn", DataType::Int64, true),
+        Field::new("xid", DataType::Int64, true),
+        Field::new("subxid", DataType::Int64, true),
     ]));
     let mut batches = Vec::new();
     for batch in reader {
@@ -197,13 +204,34 @@ pub fn describe_messages(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Ar
         let ends: Vec<Option<(i64, i64)>> = column.iter().map(|d| d.and_then(commit_positions)).collect();
         let commit_lsn: Int64Array = ends.iter().map(|e| e.map(|e| e.0)).collect();
         let end_lsn: Int64Array = ends.iter().map(|e| e.map(|e| e.1)).collect();
-        let columns: Vec<ArrayRef> =
-            vec![Arc::new(kinds), Arc::new(ids), Arc::new(binary), Arc::new(commit_lsn), Arc::new(end_lsn)];
+        let aborts: Vec<Option<(i64, i64)>> = column.iter().map(|d| d.and_then(stream_abort)).collect();
+        let xid: Int64Array = aborts.iter().map(|a| a.map(|a| a.0)).collect();
+        let subxid: Int64Array = aborts.iter().map(|a| a.map(|a| a.1)).collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(kinds),
+            Arc::new(ids),
+            Arc::new(binary),
+            Arc::new(commit_lsn),
+            Arc::new(end_lsn),
+            Arc::new(xid),
+            Arc::new(subxid),
+        ];
         batches.push(
             RecordBatch::try_new(schema.clone(), columns).map_err(|e| PyValueError::new_err(e.to_string()))?,
         );
     }
     Ok(ArrowTable::new(schema, batches))
+}
+
+fn stream_abort(data: &[u8]) -> Option<(i64, i64)> {
+    use pgoutput_proto::{parse_message, Message};
+    if data.first()? != &b'A' {
+        return None;
+    }
+    match parse_message(data, false).ok()? {
+        Message::StreamAbort(a) => Some((i64::from(a.xid), i64::from(a.subxid))),
+        _ => None,
+    }
 }
 
 fn commit_positions(data: &[u8]) -> Option<(i64, i64)> {

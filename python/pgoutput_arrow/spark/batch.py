@@ -12,6 +12,7 @@ collected beforehand and broadcast, and decoded.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -99,12 +100,13 @@ def collect_catalog(ndf: Any) -> pa.Table:
     added (they tell the binary mode): reading them stops at the first few."""
     cols = ["lsn", "xid", "data"]
     table: pa.Table = ndf.where(_kind_is(_internal.CATALOG_KINDS)).select(*cols).toArrow()
-    kinds = pa.table(_internal.describe_messages(table.select(["data"]))).column("kind")
-    is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
-    senders = table.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
-    table = table.filter(pc.or_(pc.invert(is_end), pc.is_in(table.column("xid"), senders)))
-    inserts: pa.Table = ndf.where(_kind_is(b"I")).select(*cols).limit(_BINARY_SAMPLE).toArrow()
-    return pa.concat_tables([table.select(cols), inserts.select(cols)]).combine_chunks()
+    return pa.concat_tables([_catalog_rows(table, set()).select(cols), _sample_inserts(ndf)]).combine_chunks()
+
+
+def _sample_inserts(ndf: Any) -> pa.Table:
+    """The capture's first few Inserts (``lsn``, ``xid``, ``data``): they tell the binary
+    mode; reading them stops at the first few."""
+    return ndf.where(_kind_is(b"I")).select("lsn", "xid", "data").limit(_BINARY_SAMPLE).toArrow()
 
 
 def _is_binary(catalog: pa.Table) -> bool:
@@ -143,19 +145,192 @@ def _with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
     return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))
 
 
+@dataclass(frozen=True)
+class CaptureIndex:
+    """What the driver learns of a capture in one scan before decoding it (:func:`capture_index`).
+
+    ``catalog``: the rows every partition's rebuild needs (``lsn``, ``xid``, ``data``): the
+    Relation, Type and stream-edge messages, the ends of the transactions that sent a
+    definition, and every framing message of the transactions split across partitions.
+    ``rows``: the number of rows of each partition (a check that the partitions did not change
+    between this scan and the decode). ``pieces``: for each partition, the transactions it holds
+    only a part of, each with the changes before its part (its rows' first ``_seq``) and the
+    changes in it. ``ordered``: whether every split transaction's parts follow one another
+    (a capture in its order, however Spark split its files); else :func:`decode` shuffles.
+    """
+
+    catalog: pa.Table
+    rows: dict[int, int]
+    pieces: dict[int, dict[int, tuple[int, int]]]
+    ordered: bool
+
+
+def capture_index(ndf: Any) -> CaptureIndex:
+    """One scan of a :func:`normalized` capture, grouped by (partition, transaction) in the
+    JVM: rows, changes (Insert, Update, Delete, Truncate), the first and last change's
+    (``lsn``, ``_tb``) and the messages of :data:`~pgoutput_arrow._internal.CATALOG_KINDS`
+    and ``FRAMING_KINDS``. Collected to the driver: one row per partition and transaction."""
+    from pyspark.sql import functions as F
+
+    change = _kind_is(_internal.CHANGE_KINDS)
+    key = F.struct("lsn", "_tb")
+    per = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "_tb", change.alias("change"),
+                      F.when(_kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS),
+                             F.struct("lsn", "data")).alias("message"))
+           .groupBy("p", "xid")
+           .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.col("change").cast("long")).alias("changes"),
+                F.min(F.when(F.col("change"), key)).alias("first"), F.max(F.when(F.col("change"), key)).alias("last"),
+                F.collect_list("message").alias("messages"))
+           # Structs flattened: Spark's toArrow() cannot hand over a null struct.
+           .select("p", "xid", "rows", "changes", F.col("first.lsn").alias("first_lsn"),
+                   F.col("first._tb").alias("first_tb"), F.col("last.lsn").alias("last_lsn"),
+                   F.col("last._tb").alias("last_tb"), "messages"))
+    table = _like_a_cached_plan(ndf.sparkSession, per.toArrow)
+    p = table.column("p").to_numpy().astype(np.int64)
+    xid = table.column("xid").to_numpy().astype(np.int64)
+    rows: dict[int, int] = {}
+    for k, n in zip(p.tolist(), table.column("rows").to_pylist()):
+        rows[k] = rows.get(k, 0) + n
+    # Transactions in more than one partition (xid 0: messages outside any transaction).
+    xs, counts = np.unique(xid, return_counts=True)
+    split = set(xs[(counts > 1) & (xs != 0)].tolist())
+    messages = table.column("messages").combine_chunks()
+    flat = pc.list_flatten(messages)
+    owner = pc.take(table.column("xid"), pc.list_parent_indices(messages))
+    all_messages = pa.table({"lsn": flat.field("lsn"), "xid": owner, "data": flat.field("data")})
+    catalog = _catalog_rows(all_messages, split)
+    pieces: dict[int, dict[int, tuple[int, int]]] = {}
+    ordered = True
+    if split:
+        keep = np.isin(xid, np.fromiter(split, np.int64, len(split)))
+        sub = table.filter(pa.array(keep))
+        rolled_back = _rolled_back_changes(ndf, all_messages, split)
+        by_xid: dict[int, list[tuple[tuple[int, int], int, int, tuple[int, int]]]] = {}
+        for part, x, n, f_lsn, f_tb, l_lsn, l_tb in zip(
+                sub.column("p").to_pylist(), sub.column("xid").to_pylist(), sub.column("changes").to_pylist(),
+                sub.column("first_lsn").to_pylist(), sub.column("first_tb").to_pylist(),
+                sub.column("last_lsn").to_pylist(), sub.column("last_tb").to_pylist()):
+            n -= rolled_back.get((part, x), 0)
+            if n:
+                by_xid.setdefault(x, []).append(((f_lsn, f_tb), part, n, (l_lsn, l_tb)))
+            else:
+                pieces.setdefault(part, {})[x] = (0, 0)
+        for x, parts in by_xid.items():
+            # The parts in (lsn, _tb) order; parts that meet at one (lsn, _tb) (a multi-insert's
+            # rows, cut by a partition's end) follow the partitions' order.
+            parts.sort()
+            before = 0
+            for i, (_, part, n, _) in enumerate(parts):
+                if i and parts[i - 1][3] > parts[i][0]:
+                    ordered = False
+                pieces.setdefault(part, {})[x] = (before, n)
+                before += n
+    return CaptureIndex(catalog, rows, pieces, ordered)
+
+
+#: The SQL setting under which Spark may re-partition a cached plan adaptively (off by default).
+_CACHED_AQE = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
+
+
+def _like_a_cached_plan(spark: Any, action: Callable[[], pa.Table]) -> pa.Table:
+    """``action()`` run with adaptive query execution as it applies to a persisted plan:
+    the decoded rows are persisted, and by default Spark then plans the capture's partitions
+    without coalescing its shuffles, where a plain query would coalesce them. The index's
+    partitions must be the decode's."""
+    key = "spark.sql.adaptive.enabled"
+    before = spark.conf.get(key)
+    adaptive = before.lower() == "true" and spark.conf.get(_CACHED_AQE, "false").lower() == "true"
+    spark.conf.set(key, "true" if adaptive else "false")
+    try:
+        return action()
+    finally:
+        spark.conf.set(key, before)
+
+
+def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[tuple[int, int], int]:
+    """The changes of rolled-back subtransactions (a streamed transaction's ROLLBACK TO
+    SAVEPOINT: no row comes of them) in each partition's part of the ``split`` transactions,
+    by (partition, xid): a second, filtered scan, only when there are such subtransactions."""
+    from pyspark.sql import functions as F
+
+    aborts = pa.table(_internal.describe_messages(messages.select(["data"])))
+    whole, sub = aborts.column("xid").to_pylist(), aborts.column("subxid").to_pylist()
+    subxids = {s for x, s in zip(whole, sub) if x is not None and s != x and x in split}
+    if not subxids:
+        return {}
+    # Inside a stream block a change carries its (sub)transaction's xid after its kind.
+    in_stream_xid = F.conv(F.hex(F.substring("data", 2, 4)), 16, 10).cast("long")
+    query = (ndf.where(_kind_is(_internal.CHANGE_KINDS) & F.col("xid").isin(sorted(split))
+                         & in_stream_xid.isin(sorted(subxids)))
+               .groupBy(F.spark_partition_id().alias("p"), "xid").count())
+    counted = _like_a_cached_plan(ndf.sparkSession, query.toArrow)
+    return {(p, x): n for p, x, n in zip(counted.column("p").to_pylist(), counted.column("xid").to_pylist(),
+                                         counted.column("count").to_pylist())}
+
+
+def _catalog_rows(messages: pa.Table, split: set[int]) -> pa.Table:
+    """The rows of ``messages`` (catalog and framing kinds) every partition needs: the
+    catalog's (the ends only of transactions that sent a definition: they place it) and
+    every framing message of the ``split`` transactions."""
+    kinds = pa.table(_internal.describe_messages(messages.select(["data"]))).column("kind")
+    is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
+    is_framing_only = pc.is_in(kinds, pa.array(["begin", "origin", "begin_prepare", "commit_prepared"]))
+    senders = messages.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
+    of_split = pc.is_in(messages.column("xid"), pa.array(sorted(split), pa.int64()))
+    framing_only = pc.or_(is_end, is_framing_only)
+    wanted = pc.or_(of_split, pc.and_(is_end, pc.is_in(messages.column("xid"), senders)))
+    keep = pc.or_(pc.invert(framing_only), wanted)
+    return messages.filter(keep).combine_chunks()
+
+
+def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, tuple[int, int]],
+                  partition: int) -> dict[str, np.ndarray]:
+    """``_seq`` of the rows of this partition's split transactions moved past the changes
+    of the parts before it; each part's row count checked against the index (a partition
+    that changed between the index scan and now, or a change that gave no row, is an error,
+    never a silent renumbering)."""
+    if not pieces:
+        return seqs
+    xs = np.fromiter(pieces, np.int64, len(pieces))
+    order = np.argsort(xs)
+    xs = xs[order]
+    before = np.fromiter((pieces[x][0] for x in xs.tolist()), np.int64, len(xs))
+    expected = np.fromiter((pieces[x][1] for x in xs.tolist()), np.int64, len(xs))
+    got = np.zeros(len(xs), np.int64)
+    out: dict[str, np.ndarray] = {}
+    for name, seq in seqs.items():
+        table = changes.tables.get(name) if name else changes.truncates
+        row_xid = table.column("_xid").to_numpy(zero_copy_only=False)
+        at = np.clip(np.searchsorted(xs, row_xid), 0, len(xs) - 1)
+        hit = xs[at] == row_xid
+        np.add.at(got, at[hit], 1)
+        out[name] = np.where(hit, seq + before[at], seq)
+    if not np.array_equal(got, expected):
+        bad = [(int(x), int(e), int(g)) for x, e, g in zip(xs, expected, got) if e != g]
+        raise RuntimeError(
+            f"spark partition {partition}: the parts of split transactions gave other row counts than the "
+            f"capture index counted (xid, expected, got): {bad[:5]}; the capture DataFrame's partitions must "
+            f"not change between decode()'s index scan and its decoding (persist it, or read it from files)")
+    return out
+
+
 def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], truncates: pa.Schema,
-                         options: dict[str, Any], time_type: bool
+                         options: dict[str, Any], time_type: bool, index: CaptureIndex | None,
                          ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], pa.Schema]:
     """The executors' step: rebuild the partition's transactions, decode them, and hand every
     table's rows back in one wide batch: ``_t`` (the table's number) and one struct column
     per table (``_truncates`` last), the others null. ``time_type``: the driver's session
-    handles TIME (decided there, carried here in the targets)."""
+    handles TIME (decided there, carried here in the targets). ``index``: the capture's
+    partitions are decoded where they are, split transactions rebuilt from it
+    (:func:`capture_index`); ``None``: the partitions hold whole transactions (shuffled by xid)."""
     import pgoutput_arrow
 
     names = sorted(schemas)
     targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names] + [truncates]
     wide = pa.schema([pa.field("_t", pa.int32(), False)]
                      + [pa.field(f"_t{i}", pa.struct(list(t)), True) for i, t in enumerate(targets)])
+    rows_by_partition = index.rows if index else {}
+    pieces_by_partition = index.pieces if index else {}
 
     def rows_of(i: int, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
@@ -171,17 +346,31 @@ def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], trunc
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [b for b in batches if b.num_rows]
+        partition = -1
+        pieces: dict[int, tuple[int, int]] = {}
+        if index is not None:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            partition = context.partitionId() if context is not None else -1
+            pieces = pieces_by_partition.get(partition, {})
+            n = sum(b.num_rows for b in received)
+            if n != rows_by_partition.get(partition, 0):
+                raise RuntimeError(
+                    f"spark partition {partition} holds {n} capture rows, the capture index counted "
+                    f"{rows_by_partition.get(partition, 0)}: the capture DataFrame's partitions must not change "
+                    f"between decode()'s index scan and its decoding (persist it, or read it from files)")
         if not received:
             return
         # The catalog's history first: the decoder then numbers each table's versions and
         # columns as the driver's schemas do.
-        stream = canonical_stream(pa.Table.from_batches(received), catalog, history=True)
+        stream = _internal.canonical_stream(pa.Table.from_batches(received), catalog, True, sorted(pieces))
         del received
         decoder = _decoder(options)
-        decoder.feed_batch(stream)
+        decoder.feed_batch(pa.record_batch(stream))
         del stream
         changes = decoder.finish()
-        seqs = _ranked_seq(changes.tables, changes.truncates)
+        seqs = _with_offsets(_ranked_seq(changes.tables, changes.truncates), changes, pieces, partition)
         for i, name in enumerate(names):
             table = changes.tables.get(name)
             if table is None or table.num_rows == 0:
@@ -203,6 +392,13 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     """Decode a capture DataFrame (``lsn`` text or long, ``xid``, ``data`` binary) on the
     executors into ``{"schema.table": DataFrame}`` with the decoder's columns.
 
+    Each of ``df``'s partitions is decoded where it is, a transaction split across partitions
+    (a bulk load) in parts, in parallel: one scan first (:func:`capture_index`) gives every part
+    its transaction's framing and the rank of its first change. Only when the capture's rows
+    are not in the server's order within a transaction split across partitions (a shuffled
+    capture) are they shuffled by transaction first, into ``num_partitions`` partitions
+    (default ``spark.sql.shuffle.partitions``).
+
     The result does not depend on how ``df`` is partitioned or ordered. ``_seq`` is the row's
     rank within its transaction, across every table and the TRUNCATEs: ordering by
     ``(_commit_lsn, _seq)`` is the server's order (as for the streaming source; a single-process
@@ -212,7 +408,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     (``persist``) so that the per-table DataFrames share one decoding pass.
     ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`): the decoder's
     TRUNCATEs (``relations``, ``cascade``, ``restart_identity`` and the transaction columns),
-    for :func:`apply_changes`.
+    for :func:`apply_changes`. Works through Spark Connect.
     """
     from pyspark.sql import functions as F
 
@@ -225,16 +421,22 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         # array of another depth is kept in _special, as everywhere).
         options["array_ndims"] = 1
     ndf = normalized(df, order_col)
-    catalog = collect_catalog(ndf)
+    index = capture_index(ndf)
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
-        # schemas are made before any data is seen: the catalog pass sampled Inserts.
-        options["binary"] = _is_binary(catalog)
-    schemas = table_schemas(catalog, options)
+        # schemas are made before any data is seen: a few Inserts tell.
+        options["binary"] = _is_binary(_sample_inserts(ndf))
+    schemas = table_schemas(index.catalog, options)
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
-    n = num_partitions or max(spark.sparkContext.defaultParallelism, 1)
-    fn, wide = _decode_partition_fn(catalog, schemas, truncates, options, time_type_enabled(spark))
-    inter = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(wide)).persist()
+    time_type = time_type_enabled(spark)
+    if index.ordered:
+        fn, wide = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, index)
+        inter = ndf.mapInArrow(fn, spark_schema(wide))
+    else:
+        n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
+        fn, wide = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, None)
+        inter = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(wide))
+    inter = inter.persist()
     out: dict[str, Any] = {}
     for i, name in enumerate(sorted(schemas)):
         out[name] = inter.where(F.col("_t") == i).select(f"_t{i}.*")
