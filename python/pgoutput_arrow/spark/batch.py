@@ -166,63 +166,74 @@ class CaptureIndex:
 
 
 def capture_index(ndf: Any) -> CaptureIndex:
-    """One scan of a :func:`normalized` capture, grouped by (partition, transaction) in the
-    JVM: rows, changes (Insert, Update, Delete, Truncate), the first and last change's
-    (``lsn``, ``_tb``) and the messages of :data:`~pgoutput_arrow._internal.CATALOG_KINDS`
-    and ``FRAMING_KINDS``. Collected to the driver: one row per partition and transaction."""
+    """One scan of a :func:`normalized` capture, grouped in the JVM (fixed-width aggregates
+    only: a hash aggregation) by partition, transaction and, for the messages of
+    :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS`` only, the message
+    itself: rows, changes (Insert, Update, Delete, Truncate), the lowest and highest ``lsn``
+    and ``_tb`` of the changes. Collected to the driver: a row per partition and transaction,
+    and one per catalog or framing message."""
     from pyspark.sql import functions as F
 
-    change = _kind_is(_internal.CHANGE_KINDS)
-    key = F.struct("lsn", "_tb")
-    per = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "_tb", change.alias("change"),
-                      F.when(_kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS),
-                             F.struct("lsn", "data")).alias("message"))
-           .groupBy("p", "xid")
-           .agg(F.count(F.lit(1)).alias("rows"), F.sum(F.col("change").cast("long")).alias("changes"),
-                F.min(F.when(F.col("change"), key)).alias("first"), F.max(F.when(F.col("change"), key)).alias("last"),
-                F.collect_list("message").alias("messages"))
-           # Structs flattened: Spark's toArrow() cannot hand over a null struct.
-           .select("p", "xid", "rows", "changes", F.col("first.lsn").alias("first_lsn"),
-                   F.col("first._tb").alias("first_tb"), F.col("last.lsn").alias("last_lsn"),
-                   F.col("last._tb").alias("last_tb"), "messages"))
-    table = _like_a_cached_plan(ndf.sparkSession, per.toArrow)
+    change = F.col("change")
+    kept = _kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)
+    per = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "_tb",
+                      _kind_is(_internal.CHANGE_KINDS).alias("change"),
+                      F.when(kept, F.col("lsn")).alias("message_lsn"), F.when(kept, F.col("data")).alias("message"))
+           .groupBy("p", "xid", "message_lsn", "message")
+           .agg(F.count(F.lit(1)).alias("rows"), F.sum(change.cast("long")).alias("changes"),
+                F.min(F.when(change, F.col("lsn"))).alias("first_lsn"),
+                F.max(F.when(change, F.col("lsn"))).alias("last_lsn"),
+                F.min(F.when(change, F.col("_tb"))).alias("low_tb"),
+                F.max(F.when(change, F.col("_tb"))).alias("high_tb")))
+    grouped = _like_a_cached_plan(ndf.sparkSession, per.toArrow)
+    is_message = grouped.column("message").is_valid()
+    # A message sent twice at one LSN (the same bytes) is one group: its rows count them.
+    messages = grouped.filter(is_message)
+    repeat = messages.column("rows").to_numpy()
+    take = np.repeat(np.arange(len(repeat)), repeat)
+    all_messages = pa.table({"lsn": messages.column("message_lsn"), "xid": messages.column("xid"),
+                             "data": messages.column("message")}).take(pa.array(take))
+    table = grouped.filter(pc.invert(is_message))
     p = table.column("p").to_numpy().astype(np.int64)
     xid = table.column("xid").to_numpy().astype(np.int64)
     rows: dict[int, int] = {}
-    for k, n in zip(p.tolist(), table.column("rows").to_pylist()):
+    for k, n in zip(grouped.column("p").to_pylist(), grouped.column("rows").to_pylist()):
         rows[k] = rows.get(k, 0) + n
     # Transactions in more than one partition (xid 0: messages outside any transaction).
-    xs, counts = np.unique(xid, return_counts=True)
+    pairs = np.unique(np.stack([grouped.column("p").to_numpy().astype(np.int64),
+                                grouped.column("xid").to_numpy().astype(np.int64)]), axis=1)
+    xs, counts = np.unique(pairs[1], return_counts=True)
     split = set(xs[(counts > 1) & (xs != 0)].tolist())
-    messages = table.column("messages").combine_chunks()
-    flat = pc.list_flatten(messages)
-    owner = pc.take(table.column("xid"), pc.list_parent_indices(messages))
-    all_messages = pa.table({"lsn": flat.field("lsn"), "xid": owner, "data": flat.field("data")})
     catalog = _catalog_rows(all_messages, split)
     pieces: dict[int, dict[int, tuple[int, int]]] = {}
+    for part, x in pairs.T.tolist():
+        if x in split:
+            # Every part, even one of framing messages only (a Commit cut off from its changes).
+            pieces.setdefault(part, {})[x] = (0, 0)
     ordered = True
     if split:
-        keep = np.isin(xid, np.fromiter(split, np.int64, len(split)))
-        sub = table.filter(pa.array(keep))
+        sub = table.filter(pa.array(np.isin(xid, np.fromiter(split, np.int64, len(split)))))
         rolled_back = _rolled_back_changes(ndf, all_messages, split)
-        by_xid: dict[int, list[tuple[tuple[int, int], int, int, tuple[int, int]]]] = {}
-        for part, x, n, f_lsn, f_tb, l_lsn, l_tb in zip(
+        by_xid: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+        for part, x, n, first, last, low, high in zip(
                 sub.column("p").to_pylist(), sub.column("xid").to_pylist(), sub.column("changes").to_pylist(),
-                sub.column("first_lsn").to_pylist(), sub.column("first_tb").to_pylist(),
-                sub.column("last_lsn").to_pylist(), sub.column("last_tb").to_pylist()):
+                sub.column("first_lsn").to_pylist(), sub.column("last_lsn").to_pylist(),
+                sub.column("low_tb").to_pylist(), sub.column("high_tb").to_pylist()):
             n -= rolled_back.get((part, x), 0)
             if n:
-                by_xid.setdefault(x, []).append(((f_lsn, f_tb), part, n, (l_lsn, l_tb)))
-            else:
-                pieces.setdefault(part, {})[x] = (0, 0)
+                by_xid.setdefault(x, []).append((first, low, part, n, last, high))
         for x, parts in by_xid.items():
-            # The parts in (lsn, _tb) order; parts that meet at one (lsn, _tb) (a multi-insert's
-            # rows, cut by a partition's end) follow the partitions' order.
+            # The parts in (lsn, _tb) order. They follow one another when each one's last
+            # change is below the next one's first; parts that meet at one lsn (a
+            # multi-insert's rows, cut by a partition's end) must not overlap in _tb, and
+            # otherwise follow the partitions' order.
             parts.sort()
             before = 0
-            for i, (_, part, n, _) in enumerate(parts):
-                if i and parts[i - 1][3] > parts[i][0]:
-                    ordered = False
+            for i, (first, low, part, n, _, _) in enumerate(parts):
+                if i:
+                    _, _, _, _, last, high = parts[i - 1]
+                    if last > first or (last == first and high > low):
+                        ordered = False
                 pieces.setdefault(part, {})[x] = (before, n)
                 before += n
     return CaptureIndex(catalog, rows, pieces, ordered)
@@ -314,35 +325,44 @@ def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, t
     return out
 
 
+#: What the decoding pass hands the JVM: Arrow IPC streams of one table's rows each.
+PACKED = pa.schema([pa.field("_t", pa.int32(), False), pa.field("ipc", pa.binary(), False)])
+
+
+def _unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The rows of the IPC streams of :data:`PACKED` batches (one table's)."""
+    for batch in batches:
+        for ipc in batch.column("ipc"):
+            yield from pa.ipc.open_stream(ipc.as_buffer())
+
+
 def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], truncates: pa.Schema,
                          options: dict[str, Any], time_type: bool, index: CaptureIndex | None,
-                         ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], pa.Schema]:
+                         ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], list[pa.Schema]]:
     """The executors' step: rebuild the partition's transactions, decode them, and hand every
-    table's rows back in one wide batch: ``_t`` (the table's number) and one struct column
-    per table (``_truncates`` last), the others null. ``time_type``: the driver's session
-    handles TIME (decided there, carried here in the targets). ``index``: the capture's
-    partitions are decoded where they are, split transactions rebuilt from it
-    (:func:`capture_index`); ``None``: the partitions hold whole transactions (shuffled by xid)."""
+    table's rows back as Arrow IPC streams, a row (``_t``: the table's number, ``_truncates``
+    last; ``ipc``: the stream) per batch of up to 64 Ki rows, already cast for Spark: the JVM
+    moves a few large values, not every row, and each table's DataFrame unpacks its own
+    (:func:`_unpack`). ``time_type``: the driver's session handles TIME (decided there,
+    carried here in the targets). ``index``: the capture's partitions are decoded where they
+    are, split transactions rebuilt from it (:func:`capture_index`); ``None``: the partitions
+    hold whole transactions (shuffled by xid)."""
     import pgoutput_arrow
 
     names = sorted(schemas)
     targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names] + [truncates]
-    wide = pa.schema([pa.field("_t", pa.int32(), False)]
-                     + [pa.field(f"_t{i}", pa.struct(list(t)), True) for i, t in enumerate(targets)])
     rows_by_partition = index.rows if index else {}
     pieces_by_partition = index.pieces if index else {}
 
-    def rows_of(i: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-        n = batch.num_rows
-        cols = [pa.array(np.full(n, i, np.int32))]
-        for j, f in enumerate(wide):
-            if j == 0:
-                continue
-            if j - 1 == i:
-                cols.append(pa.StructArray.from_arrays(batch.columns, fields=list(f.type)))
-            else:
-                cols.append(pa.nulls(n, f.type))
-        return pa.RecordBatch.from_arrays(cols, schema=wide)
+    def rows_of(i: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+        for chunk in table.to_batches(max_chunksize=65536):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, targets[i]) as writer:
+                writer.write_batch(cast_for_spark(chunk, targets[i]))
+            ipc = sink.getvalue()
+            offsets = pa.py_buffer(np.array([0, ipc.size], np.int32).tobytes())
+            yield pa.record_batch([pa.array([i], pa.int32()),
+                                   pa.Array.from_buffers(pa.binary(), 1, [None, offsets, ipc])], schema=PACKED)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [b for b in batches if b.num_rows]
@@ -376,15 +396,11 @@ def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], trunc
             if table is None or table.num_rows == 0:
                 continue
             # Columns by pg.column_id (a renamed column under its newest name), then by name.
-            table = _with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name])
-            for chunk in table.to_batches(max_chunksize=65536):
-                yield rows_of(i, cast_for_spark(chunk, targets[i]))
+            yield from rows_of(i, _with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]))
         if changes.truncates.num_rows:
-            table = _with_seq(changes.truncates, seqs[""])
-            for chunk in table.to_batches(max_chunksize=65536):
-                yield rows_of(len(names), cast_for_spark(chunk, truncates))
+            yield from rows_of(len(names), _with_seq(changes.truncates, seqs[""]))
 
-    return run, wide
+    return run, targets
 
 
 def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
@@ -430,16 +446,18 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     time_type = time_type_enabled(spark)
     if index.ordered:
-        fn, wide = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, index)
-        inter = ndf.mapInArrow(fn, spark_schema(wide))
+        fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, index)
+        packed = ndf.mapInArrow(fn, spark_schema(PACKED))
     else:
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
-        fn, wide = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, None)
-        inter = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(wide))
-    inter = inter.persist()
-    out: dict[str, Any] = {}
-    for i, name in enumerate(sorted(schemas)):
-        out[name] = inter.where(F.col("_t") == i).select(f"_t{i}.*")
+        fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, None)
+        packed = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED))
+    packed = packed.persist()
+
+    def table(i: int) -> Any:
+        return packed.where(F.col("_t") == i).select("ipc").mapInArrow(_unpack, spark_schema(targets[i]))
+
+    out: dict[str, Any] = {name: table(i) for i, name in enumerate(sorted(schemas))}
     if with_truncates:
-        out[TRUNCATES] = inter.where(F.col("_t") == len(schemas)).select(f"_t{len(schemas)}.*")
+        out[TRUNCATES] = table(len(schemas))
     return out
