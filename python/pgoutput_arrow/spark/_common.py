@@ -7,10 +7,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .. import _internal
 from .._internal import META_COLUMNS
 
-__all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS"]
+__all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
+           "narrow_catalog", "is_binary_capture"]
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -42,3 +45,20 @@ def rank_within_commit(commit: np.ndarray, *minor: np.ndarray) -> np.ndarray:
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order)) - group_start
     return rank
+
+
+def narrow_catalog(rows: pa.Table) -> pa.Table:
+    """The catalog pass's rows (``lsn``, ``xid``, ``data`` of the kinds
+    ``_internal.CATALOG_KINDS``, and sampled Inserts) with the ends of transactions (Commit,
+    Prepare, …) kept only for the transactions that sent a Relation or Type message: they
+    place those; the others' ends are not needed."""
+    kinds = pa.table(_internal.describe_messages(rows.select(["data"]))).column("kind")
+    is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
+    senders = rows.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
+    return rows.filter(pc.or_(pc.invert(is_end), pc.is_in(rows.column("xid"), senders)))
+
+
+def is_binary_capture(catalog: pa.Table) -> bool:
+    """Whether the capture was taken with ``binary 'true'``, from the Inserts in ``catalog``."""
+    told = pa.table(_internal.describe_messages(catalog.select(["data"]))).column("binary").drop_null()
+    return bool(told[0].as_py()) if len(told) else False

@@ -8,30 +8,42 @@ from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
 
-from ._common import spark_schema
-from .batch import decode_table_locally
+from ._capture import CaptureFiles, list_capture, read_catalog, read_files
+from ._common import is_binary_capture, narrow_catalog, spark_schema
+from .batch import decode_table_locally, table_schemas
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
-__all__ = ["PgoutputDataSource", "data_source_for"]
+__all__ = ["PgoutputDataSource", "data_source_for", "CapturePlan", "CapturePart", "plan_capture"]
+
+#: How the batch source's decoders type columns, as :func:`~pgoutput_arrow.spark.decode`'s do:
+#: the schema is made on the driver from the catalog before any change is read, so arrays
+#: nest one level (another depth goes to ``_special``) and ``binary`` is the capture's mode,
+#: told by the catalog pass's sampled Inserts.
+CAPTURE_DECODER_OPTIONS: dict[str, Any] = {"views": False, "array_ndims": 1}
 
 
-def _read_capture(path: str) -> pa.Table:
-    import glob
-    import os
+class CapturePlan:
+    """What the driver learns of a capture before any task runs: its files, its binary mode
+    and every table's decoder schema, from the catalog pass (the Relation, Type and
+    transaction-framing messages, never a decode of the changes)."""
 
-    import pyarrow.parquet as pq
+    def __init__(self, capture: CaptureFiles, binary: bool, schemas: dict[str, pa.Schema]) -> None:
+        self.capture = capture
+        self.binary = binary
+        self.schemas = schemas
 
-    files = sorted(glob.glob(os.path.join(path, "**", "*.parquet"), recursive=True)) if os.path.isdir(path) else [path]
-    parts = []
-    for f in files:
-        t = pq.read_table(f, columns=["lsn", "xid", "data"])
-        parts.append(t)
-    if not parts:
-        return pa.table({"lsn": pa.array([], pa.int64()), "xid": pa.array([], pa.int64()),
-                         "data": pa.array([], pa.binary())})
-    # The crates normalise the columns (lsn as text or integer, data binary or hex text).
-    return pa.concat_tables(parts, promote_options="permissive")
+    @property
+    def options(self) -> dict[str, Any]:
+        return {**CAPTURE_DECODER_OPTIONS, "binary": self.binary}
+
+
+def plan_capture(path: str, options: Mapping[str, str]) -> CapturePlan:
+    """List the capture at ``path`` and read its catalog (the driver's work)."""
+    capture = list_capture(path, options)
+    catalog = narrow_catalog(read_catalog(capture))
+    binary = is_binary_capture(catalog)
+    return CapturePlan(capture, binary, table_schemas(catalog, {**CAPTURE_DECODER_OPTIONS, "binary": binary}))
 
 
 try:
@@ -67,14 +79,16 @@ try:
         def _is_live(self) -> bool:
             return any(k.lower() in ("dsn", "slot") for k in self.options)
 
-        def _decoded(self) -> Any:
-            if not hasattr(self, "_changes"):
+        def _plan(self) -> CapturePlan:
+            # schema() runs first, in a Python worker on the driver; Spark then pickles this
+            # object for the read's planning, so the plan is made once.
+            if getattr(self, "_capture_plan", None) is None:
                 if "path" not in self.options:
                     raise ValueError("spark.read.format('pgoutput') reads a capture: pass its path "
                                      "to load(path); a live slot is read with spark.readStream "
                                      "and the options dsn, slot, publication")
-                self._changes = decode_table_locally(_read_capture(self.options["path"]), {"views": False})
-            return self._changes
+                self._capture_plan = plan_capture(self.options["path"], self.options)
+            return self._capture_plan
 
         def schema(self) -> Any:
             if self._is_live():
@@ -84,17 +98,18 @@ try:
             table = self.options.get("table")
             if table is None:
                 return UDTF_SCHEMA
-            changes = self._decoded()
-            if table not in changes.tables:
-                raise ValueError(f"table {table!r} is not in the capture; it has {sorted(changes.tables)}")
-            return spark_schema(to_spark_arrow_schema(changes.tables[table].schema, self._time_type()))
+            plan = self._plan()
+            if table not in plan.schemas:
+                raise ValueError(f"table {table!r} is not in the capture {self.options['path']}; "
+                                 f"it has {sorted(plan.schemas)}")
+            return spark_schema(to_spark_arrow_schema(plan.schemas[table], self._time_type()))
 
         def reader(self, schema: Any) -> "DataSourceReader":
             if self._is_live():
                 raise ValueError("spark.read.format('pgoutput') reads captures from a path; a live "
                                  "replication slot (options dsn, slot) is read with "
                                  "spark.readStream.format('pgoutput')")
-            return _PgoutputReader(self.options, schema)
+            return _PgoutputReader(self._plan(), self.options.get("table"), schema)
 
         def streamReader(self, schema: Any) -> Any:
             try:
@@ -108,28 +123,43 @@ try:
                                  "file is read with spark.read.format('pgoutput').load(path))")
             return PgoutputStreamReader(self.options, schema)
 
+    class CapturePart(InputPartition):
+        """One task's share of a capture: whole files of it."""
+
+        def __init__(self, index: int, files: tuple[str, ...]) -> None:
+            super().__init__(index)
+            self.files = files
+
     class _PgoutputReader(DataSourceReader):
-        def __init__(self, options: Mapping[str, str], schema: Any) -> None:
-            self.options = dict(options)
+        def __init__(self, plan: CapturePlan, table: str | None, schema: Any) -> None:
+            self.plan = plan
+            self.table = table
             self.schema = schema
 
         def partitions(self) -> list[InputPartition]:
-            # One partition: a capture is one ordered stream, decoded whole.
-            return [InputPartition(0)]
+            # One partition holding every file: a transaction (or the Relation message its
+            # changes rely on) may span files, and decoding a part of one needs the
+            # transaction index of message-parallel decoding. Each part reads its own files,
+            # so several parts need no other change here.
+            return [CapturePart(0, self.plan.capture.files)]
 
         def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+            import pgoutput_arrow
             from pyspark.sql.pandas.types import to_arrow_schema
 
-            changes = decode_table_locally(_read_capture(self.options["path"]), {"views": False})
+            rows = read_files(self.plan.capture, partition.files)
+            changes = decode_table_locally(rows, self.plan.options)
+            del rows
             target = to_arrow_schema(self.schema, timezone="UTC")
-            table = self.options.get("table")
-            if table is None:
+            if self.table is None:
                 for b in changes_to_generic(changes):
                     yield pa.RecordBatch.from_arrays(list(b.columns), schema=target)
                 return
-            t = changes.tables.get(table)
+            t = changes.tables.get(self.table)
             if t is None:
                 return
+            # Columns by pg.column_id, as the driver's schema has them.
+            t = pgoutput_arrow.conform(t, self.plan.schemas[self.table])
             for chunk in t.to_batches(max_chunksize=65536):
                 yield cast_for_spark(chunk, target)
 except ImportError:  # pragma: no cover - pyspark without Python data sources
