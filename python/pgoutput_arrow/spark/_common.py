@@ -3,7 +3,9 @@ module: no ``_name`` is imported across modules)."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +15,7 @@ from .. import _internal
 from .._internal import META_COLUMNS
 
 __all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
-           "narrow_catalog", "is_binary_capture"]
+           "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor"]
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -62,3 +64,31 @@ def is_binary_capture(catalog: pa.Table) -> bool:
     """Whether the capture was taken with ``binary 'true'``, from the Inserts in ``catalog``."""
     told = pa.table(_internal.describe_messages(catalog.select(["data"]))).column("binary").drop_null()
     return bool(told[0].as_py()) if len(told) else False
+
+
+def dsn_address(dsn: str) -> str:
+    """``host:port`` of a libpq connection string or URI (never its password), as libpq
+    would resolve them (``PGHOST``, ``PGPORT``, the local socket, 5432)."""
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        parts = parse_dsn(dsn)
+    except Exception:
+        return "the server of the DSN (it does not parse)"
+    host = parts.get("host") or parts.get("hostaddr") or os.environ.get("PGHOST") or "the local socket"
+    port = parts.get("port") or os.environ.get("PGPORT") or "5432"
+    return f"{host}:{port}"
+
+
+@contextmanager
+def from_executor(dsn: str, what: str) -> Iterator[None]:
+    """Around a connection a Spark executor opens to ``dsn`` (``what`` it is for): one that
+    fails says where to and that executors, not only the driver, must reach the server."""
+    from ..exceptions import ConnectionFailed
+
+    try:
+        yield
+    except ConnectionFailed as e:
+        raise type(e)(f"{e} ({what} connects from a Spark executor to {dsn_address(dsn)}: every "
+                      "executor must reach the server, not only the driver)",
+                      lsn=e.lsn, sqlstate=e.sqlstate) from None
