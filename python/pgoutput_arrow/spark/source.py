@@ -1,6 +1,7 @@
 """The ``pgoutput`` data source: ``spark.read.format("pgoutput")`` reads a capture (Parquet
-files of ``lsn``, ``xid``, ``data``); ``spark.readStream.format("pgoutput")`` streams a live
-slot (:mod:`.stream`)."""
+files of ``lsn``, ``xid``, ``data`` on a local path, ``file://``, ``s3a://``, ``hdfs://``, …:
+:mod:`._capture`), its schema made from the catalog pass on the driver;
+``spark.readStream.format("pgoutput")`` streams a live slot (:mod:`.stream`)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ try:
 
     class PgoutputDataSource(DataSource):
         """``spark.read.format("pgoutput").option("table", "public.t").load(path)``: one table of
-        a capture (Parquet files with ``lsn``, ``xid``, ``data``), typed as :func:`decode` does.
+        a capture (Parquet files with ``lsn``, ``xid``, ``data``; a local path, ``file://``,
+        ``s3a://``, ``hdfs://``, with the S3 options of :data:`._capture.S3_OPTIONS`), typed
+        as :func:`decode` does.
         Without ``table``, the generic change schema of the ``pgoutput_changes`` UDTF.
 
         ``spark.readStream.format("pgoutput")`` with the options ``dsn``, ``slot``,
