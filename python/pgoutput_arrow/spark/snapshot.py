@@ -19,6 +19,9 @@ replication connection open and idle: a DataFrame of :meth:`SparkSnapshot.read` 
 computed (written, cached, counted) before the ``with`` block ends; afterwards its tasks fail
 with :class:`~pgoutput_arrow.live.snapshot.SnapshotGone`.
 
+Through Spark Connect the "driver" above is the client process that calls :func:`snapshot`:
+it holds the exported snapshot, so it must run until the DataFrames are computed.
+
 Snapshot rows are typed as the stream types the table (the streaming source's schema), with
 ``_op = "snapshot"``, ``_lsn = _commit_lsn =`` the slot's consistent point and a negative
 ``_seq``: :func:`~pgoutput_arrow.spark.apply_changes` over the snapshot and the changes gives
