@@ -230,23 +230,42 @@ def s3(workload: dict[str, Any]) -> Iterator[dict[str, str]]:
                              secret_key="testing", region="us-east-1", allow_bucket_creation=True)
     s3fs.create_dir("captures")
     capture = workload["capture"]
-    half = capture.num_rows // 2
-    for i, part in enumerate((capture.slice(0, half), capture.slice(half))):
-        with s3fs.open_output_stream(f"captures/shop/part-{i}.parquet") as out:
-            pq.write_table(part, out)
-    for extra in ("captures/shop/_SUCCESS", "captures/shop/notes.txt"):
-        with s3fs.open_output_stream(extra) as out:
-            out.write(b"not a capture")
+    commits = [i for i, d in enumerate(capture.column("data").to_pylist()) if d[:1] == b"C"]
+    assert len(commits) > 6
+    # shop/: cut inside a transaction (two rows after a Commit: its Begin and a change);
+    # whole/: cut after Commits, each file holding whole transactions.
+    layouts = {"shop": [commits[len(commits) // 2] + 3],
+               "whole": [commits[len(commits) // 3] + 1, commits[2 * len(commits) // 3] + 1]}
+    for prefix, cuts in layouts.items():
+        bounds = [0, *cuts, capture.num_rows]
+        for i in range(len(bounds) - 1):
+            with s3fs.open_output_stream(f"captures/{prefix}/part-{i}.parquet") as out:
+                pq.write_table(capture.slice(bounds[i], bounds[i + 1] - bounds[i]), out)
+        for extra in (f"captures/{prefix}/_SUCCESS", f"captures/{prefix}/notes.txt"):
+            with s3fs.open_output_stream(extra) as out:
+                out.write(b"not a capture")
     yield options
     server.stop()
 
 
 def test_batch_source_from_s3a_through_connect(spark: Any, pg18: Any, workload: dict[str, Any],
                                                s3: dict[str, str]) -> None:
+    """A capture cut inside a transaction is read in one task; one whose files hold whole
+    transactions in one task per file; both equal PostgreSQL's tables, with the same rows
+    and ``_seq``."""
+    from pyspark.sql import functions as F
+
     sp.register(spark)
+    for prefix, tasks in (("shop", 1), ("whole", 3)):
+        every = spark.read.format("pgoutput").options(**s3).load(f"s3a://captures/{prefix}/")
+        assert every.select(F.spark_partition_id()).distinct().count() == tasks, prefix
+        for table in workload["tables"]:
+            df = spark.read.format("pgoutput").options(**s3).option("table", table).load(f"s3a://captures/{prefix}/")
+            assert _replica(df) == _postgres(pg18, table), (prefix, table)
     for table in workload["tables"]:
-        df = spark.read.format("pgoutput").options(**s3).option("table", table).load("s3a://captures/shop/")
-        assert _replica(df) == _postgres(pg18, table), table
+        frames = [spark.read.format("pgoutput").options(**s3).option("table", table).load(f"s3a://captures/{p}/")
+                  .orderBy("_commit_lsn", "_seq").toArrow() for p in ("shop", "whole")]
+        assert frames[0].num_rows > 0 and frames[0].equals(frames[1]), table
 
 
 def test_batch_source_errors_name_the_path(spark: Any, workload: dict[str, Any], s3: dict[str, str]) -> None:

@@ -208,31 +208,49 @@ def read_files(capture: CaptureFiles, files: tuple[str, ...] | list[str]) -> pa.
     return pa.concat_tables(parts, promote_options="permissive")
 
 
-def read_catalog(capture: CaptureFiles) -> pa.Table:
+def read_catalog(capture: CaptureFiles) -> tuple[pa.Table, bool]:
     """The catalog pass over the files, on the driver: the rows of the kinds
     ``_internal.CATALOG_KINDS`` (by the first byte of ``data``) and the first
-    :data:`BINARY_SAMPLE` Inserts; every file is read, only those rows are kept."""
+    :data:`BINARY_SAMPLE` Inserts; every file is read, only those rows are kept. And whether
+    no ``xid`` has rows in two files: then every file holds whole transactions."""
     kinds = pa.array([bytes([k]) for k in _internal.CATALOG_KINDS], pa.binary())
     insert = pa.scalar(b"I", pa.binary())
     kept: list[pa.Table] = []
     inserts = 0
-    for batch in _batches(capture, capture.files, capture.filesystem()):
-        data = batch.column(2)
-        if not pa.types.is_binary(data.type):
-            data = data.cast(pa.binary())
-        first = pc.binary_slice(data, 0, 1)
-        mask = pc.is_in(first, value_set=kinds)
-        if inserts < BINARY_SAMPLE:
-            is_insert = pc.equal(first, insert)
-            n = pc.sum(is_insert).as_py() or 0
-            if n:
-                # The first Inserts: those up to the sample's size.
-                running = pc.cumulative_sum(is_insert.cast(pa.int64()))
-                mask = pc.or_(mask, pc.and_(is_insert, pc.less_equal(running, BINARY_SAMPLE - inserts)))
-                inserts += n
-        table = pa.Table.from_batches([batch]).filter(mask)
-        if table.num_rows:
-            kept.append(table)
+    fs = capture.filesystem()
+    xids: list[pa.Array] = []
+    for f in capture.files:
+        in_file: list[pa.Array] = []
+        for batch in _batches(capture, [f], fs):
+            in_file.append(pc.unique(batch.column(1)))
+            inserts, table = _catalog_rows(batch, kinds, insert, inserts)
+            if table.num_rows:
+                kept.append(table)
+        if in_file:
+            xids.append(pc.unique(pa.chunked_array(in_file)))
+    whole = True
+    if len(xids) > 1:
+        every = pa.chunked_array(xids, xids[0].type)
+        whole = len(pc.unique(every)) == len(every)
     if not kept:
-        return read_files(capture, [])
-    return pa.concat_tables(kept, promote_options="permissive").combine_chunks()
+        return read_files(capture, []), whole
+    return pa.concat_tables(kept, promote_options="permissive").combine_chunks(), whole
+
+
+def _catalog_rows(batch: pa.RecordBatch, kinds: pa.Array, insert: pa.Scalar, inserts: int
+                  ) -> tuple[int, pa.Table]:
+    """The rows of ``batch`` the catalog keeps, and the count of Inserts sampled so far."""
+    data = batch.column(2)
+    if not pa.types.is_binary(data.type):
+        data = data.cast(pa.binary())
+    first = pc.binary_slice(data, 0, 1)
+    mask = pc.is_in(first, value_set=kinds)
+    if inserts < BINARY_SAMPLE:
+        is_insert = pc.equal(first, insert)
+        n = pc.sum(is_insert).as_py() or 0
+        if n:
+            # The first Inserts: those up to the sample's size.
+            running = pc.cumulative_sum(is_insert.cast(pa.int64()))
+            mask = pc.or_(mask, pc.and_(is_insert, pc.less_equal(running, BINARY_SAMPLE - inserts)))
+            inserts += n
+    return inserts, pa.Table.from_batches([batch]).filter(mask)

@@ -15,7 +15,7 @@ from .. import _internal
 from .._internal import META_COLUMNS
 
 __all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
-           "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor"]
+           "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq"]
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -92,3 +92,29 @@ def from_executor(dsn: str, what: str) -> Iterator[None]:
         raise type(e)(f"{e} ({what} connects from a Spark executor to {dsn_address(dsn)}: every "
                       "executor must reach the server, not only the driver)",
                       lsn=e.lsn, sqlstate=e.sqlstate) from None
+
+
+def ranked_seq(tables: dict[str, pa.Table], truncates: pa.Table) -> dict[str, np.ndarray]:
+    """Each row's rank within its transaction across ``tables`` and the TRUNCATEs (key
+    ``""``), in the decoder's order: Spark's ``_seq``, whichever rows of other
+    transactions were decoded beside it."""
+    parts = [(name, t) for name, t in sorted(tables.items()) if t.num_rows]
+    if truncates.num_rows:
+        parts.append(("", truncates))
+    if not parts:
+        return {}
+    commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
+    seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
+    rank = rank_within_commit(commit, seq)
+    out: dict[str, np.ndarray] = {}
+    offset = 0
+    for name, t in parts:
+        out[name] = rank[offset:offset + t.num_rows]
+        offset += t.num_rows
+    return out
+
+
+def with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
+    """``table`` with ``seq`` as its ``_seq``."""
+    i = table.schema.get_field_index("_seq")
+    return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))

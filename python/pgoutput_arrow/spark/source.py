@@ -10,12 +10,13 @@ from typing import Any, Iterator, Mapping
 import pyarrow as pa
 
 from ._capture import CaptureFiles, list_capture, read_catalog, read_files
-from ._common import is_binary_capture, narrow_catalog, spark_schema
-from .batch import decode_table_locally, table_schemas
+from ._common import is_binary_capture, narrow_catalog, ranked_seq, spark_schema, with_seq
+from .batch import canonical_stream, table_schemas
 from .generic import UDTF_SCHEMA, changes_to_generic
-from .types import cast_for_spark, time_type_enabled, to_spark_arrow_schema
+from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
-__all__ = ["PgoutputDataSource", "data_source_for", "CapturePlan", "CapturePart", "plan_capture"]
+__all__ = ["PgoutputDataSource", "data_source_for", "CapturePlan", "CapturePart", "plan_capture",
+           "CAPTURE_DECODER_OPTIONS"]
 
 #: How the batch source's decoders type columns, as :func:`~pgoutput_arrow.spark.decode`'s do:
 #: the schema is made on the driver from the catalog before any change is read, so arrays
@@ -25,26 +26,55 @@ CAPTURE_DECODER_OPTIONS: dict[str, Any] = {"views": False, "array_ndims": 1}
 
 
 class CapturePlan:
-    """What the driver learns of a capture before any task runs: its files, its binary mode
-    and every table's decoder schema, from the catalog pass (the Relation, Type and
-    transaction-framing messages, never a decode of the changes)."""
+    """What the driver learns of a capture before any task runs: its files, its catalog (the
+    Relation, Type and transaction-framing messages: never a decode of the changes), its
+    binary mode, every table's decoder schema, and whether each file holds whole
+    transactions (no ``xid`` in two files)."""
 
-    def __init__(self, capture: CaptureFiles, binary: bool, schemas: dict[str, pa.Schema]) -> None:
+    def __init__(self, capture: CaptureFiles, catalog: pa.Table, whole_files: bool) -> None:
         self.capture = capture
-        self.binary = binary
-        self.schemas = schemas
+        self.catalog = catalog
+        self.whole_files = whole_files
+        self.binary = is_binary_capture(catalog)
+        self.schemas = table_schemas(catalog, self.options)
 
     @property
     def options(self) -> dict[str, Any]:
-        return {**CAPTURE_DECODER_OPTIONS, "binary": self.binary}
+        return {**SPARK_DECODER_OPTIONS, **CAPTURE_DECODER_OPTIONS, "binary": self.binary}
+
+    def parts(self) -> list[tuple[str, ...]]:
+        """The files of each task: one file each when every file holds whole transactions
+        (the rows of a transaction are then all in one task, as ``decode()``'s shuffle by
+        ``xid`` puts them, and the catalog gives each task the Relation and Type messages
+        of the others), else all of them in one."""
+        files = self.capture.files
+        if self.whole_files and len(files) > 1:
+            return [(f,) for f in files]
+        return [files]
+
+    def decode(self, files: tuple[str, ...]) -> Any:
+        """Decode ``files`` (a task's work) as ``decode()``'s executors decode their whole
+        transactions: rebuilt with the catalog's history first (the decoder then numbers
+        each table's versions and columns as the driver's schemas do), ``_seq`` the row's
+        rank within its transaction."""
+        import pgoutput_arrow
+
+        rows = read_files(self.capture, files)
+        decoder = pgoutput_arrow.Decoder(**self.options)
+        if rows.num_rows:
+            decoder.feed_batch(canonical_stream(rows, self.catalog, history=True))
+        del rows
+        changes = decoder.finish()
+        seqs = ranked_seq(changes.tables, changes.truncates)
+        tables = {name: with_seq(t, seqs[name]) for name, t in changes.tables.items() if t.num_rows}
+        return tables
 
 
 def plan_capture(path: str, options: Mapping[str, str]) -> CapturePlan:
     """List the capture at ``path`` and read its catalog (the driver's work)."""
     capture = list_capture(path, options)
-    catalog = narrow_catalog(read_catalog(capture))
-    binary = is_binary_capture(catalog)
-    return CapturePlan(capture, binary, table_schemas(catalog, {**CAPTURE_DECODER_OPTIONS, "binary": binary}))
+    catalog, whole_files = read_catalog(capture)
+    return CapturePlan(capture, narrow_catalog(catalog), whole_files)
 
 
 try:
@@ -140,31 +170,31 @@ try:
             self.schema = schema
 
         def partitions(self) -> list[InputPartition]:
-            # One partition holding every file: a transaction (or the Relation message its
-            # changes rely on) may span files, and decoding a part of one needs the
-            # transaction index of message-parallel decoding. Each part reads its own files,
-            # so several parts need no other change here.
-            return [CapturePart(0, self.plan.capture.files)]
+            return [CapturePart(i, files) for i, files in enumerate(self.plan.parts())]
 
         def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
             import pgoutput_arrow
             from pyspark.sql.pandas.types import to_arrow_schema
 
-            rows = read_files(self.plan.capture, partition.files)
-            changes = decode_table_locally(rows, self.plan.options)
-            del rows
+            tables = self.plan.decode(partition.files)
             target = to_arrow_schema(self.schema, timezone="UTC")
             if self.table is None:
-                for b in changes_to_generic(changes):
+                for b in changes_to_generic(_Tables(tables)):
                     yield pa.RecordBatch.from_arrays(list(b.columns), schema=target)
                 return
-            t = changes.tables.get(self.table)
+            t = tables.get(self.table)
             if t is None:
                 return
             # Columns by pg.column_id, as the driver's schema has them.
             t = pgoutput_arrow.conform(t, self.plan.schemas[self.table])
             for chunk in t.to_batches(max_chunksize=65536):
                 yield cast_for_spark(chunk, target)
+
+    class _Tables:
+        """What :func:`changes_to_generic` reads of a decoder result."""
+
+        def __init__(self, tables: dict[str, pa.Table]) -> None:
+            self.tables = tables
 except ImportError:  # pragma: no cover - pyspark without Python data sources
     PgoutputDataSource = None  # type: ignore[assignment,misc]
 
