@@ -3,14 +3,19 @@ module: no ``_name`` is imported across modules)."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from .. import _internal
 from .._internal import META_COLUMNS
 
-__all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS"]
+__all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
+           "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq"]
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -42,3 +47,74 @@ def rank_within_commit(commit: np.ndarray, *minor: np.ndarray) -> np.ndarray:
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order)) - group_start
     return rank
+
+
+def narrow_catalog(rows: pa.Table) -> pa.Table:
+    """The catalog pass's rows (``lsn``, ``xid``, ``data`` of the kinds
+    ``_internal.CATALOG_KINDS``, and sampled Inserts) with the ends of transactions (Commit,
+    Prepare, …) kept only for the transactions that sent a Relation or Type message: they
+    place those; the others' ends are not needed."""
+    kinds = pa.table(_internal.describe_messages(rows.select(["data"]))).column("kind")
+    is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
+    senders = rows.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
+    return rows.filter(pc.or_(pc.invert(is_end), pc.is_in(rows.column("xid"), senders)))
+
+
+def is_binary_capture(catalog: pa.Table) -> bool:
+    """Whether the capture was taken with ``binary 'true'``, from the Inserts in ``catalog``."""
+    told = pa.table(_internal.describe_messages(catalog.select(["data"]))).column("binary").drop_null()
+    return bool(told[0].as_py()) if len(told) else False
+
+
+def dsn_address(dsn: str) -> str:
+    """``host:port`` of a libpq connection string or URI (never its password), as libpq
+    would resolve them (``PGHOST``, ``PGPORT``, the local socket, 5432)."""
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        parts = parse_dsn(dsn)
+    except Exception:
+        return "the server of the DSN (it does not parse)"
+    host = parts.get("host") or parts.get("hostaddr") or os.environ.get("PGHOST") or "the local socket"
+    port = parts.get("port") or os.environ.get("PGPORT") or "5432"
+    return f"{host}:{port}"
+
+
+@contextmanager
+def from_executor(dsn: str, what: str) -> Iterator[None]:
+    """Around a connection a Spark executor opens to ``dsn`` (``what`` it is for): one that
+    fails says where to and that executors, not only the driver, must reach the server."""
+    from ..exceptions import ConnectionFailed
+
+    try:
+        yield
+    except ConnectionFailed as e:
+        raise type(e)(f"{e} ({what} connects from a Spark executor to {dsn_address(dsn)}: every "
+                      "executor must reach the server, not only the driver)",
+                      lsn=e.lsn, sqlstate=e.sqlstate) from None
+
+
+def ranked_seq(tables: dict[str, pa.Table], truncates: pa.Table) -> dict[str, np.ndarray]:
+    """Each row's rank within its transaction across ``tables`` and the TRUNCATEs (key
+    ``""``), in the decoder's order: Spark's ``_seq``, whichever rows of other
+    transactions were decoded beside it."""
+    parts = [(name, t) for name, t in sorted(tables.items()) if t.num_rows]
+    if truncates.num_rows:
+        parts.append(("", truncates))
+    if not parts:
+        return {}
+    commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
+    seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
+    rank = rank_within_commit(commit, seq)
+    out: dict[str, np.ndarray] = {}
+    offset = 0
+    for name, t in parts:
+        out[name] = rank[offset:offset + t.num_rows]
+        offset += t.num_rows
+    return out
+
+
+def with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
+    """``table`` with ``seq`` as its ``_seq``."""
+    i = table.schema.get_field_index("_seq")
+    return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))

@@ -19,6 +19,9 @@ replication connection open and idle: a DataFrame of :meth:`SparkSnapshot.read` 
 computed (written, cached, counted) before the ``with`` block ends; afterwards its tasks fail
 with :class:`~pgoutput_arrow.live.snapshot.SnapshotGone`.
 
+Through Spark Connect the "driver" above is the client process that calls :func:`snapshot`:
+it holds the exported snapshot, so it must run until the DataFrames are computed.
+
 Snapshot rows are typed as the stream types the table (the streaming source's schema), with
 ``_op = "snapshot"``, ``_lsn = _commit_lsn =`` the slot's consistent point and a negative
 ``_seq``: :func:`~pgoutput_arrow.spark.apply_changes` over the snapshot and the changes gives
@@ -43,7 +46,7 @@ from ..live.snapshot import (
     plan_snapshot,
     read_chunk,
 )
-from ._common import spark_schema
+from ._common import from_executor, spark_schema
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["SparkSnapshot", "snapshot", "SNAPSHOT_DECODER_OPTIONS", "read_chunk_batches"]
@@ -58,7 +61,8 @@ def read_chunk_batches(dsn: str, snapshot_name: str, chunk: SnapshotChunk, targe
     """The rows of ``chunk`` (an executor's work), as Spark-ready batches of ``target``, or
     as the decoder makes them (``target`` None): on a connection of its own that joins the
     exported snapshot ``snapshot_name``."""
-    conn = open_snapshot_connection(dsn, snapshot_name, connect_timeout)
+    with from_executor(dsn, f"reading the snapshot of {chunk.table}"):
+        conn = open_snapshot_connection(dsn, snapshot_name, connect_timeout)
     try:
         for batch in read_chunk(conn, chunk, **SNAPSHOT_DECODER_OPTIONS, **SPARK_DECODER_OPTIONS):
             yield batch if target is None else cast_for_spark(batch, target)

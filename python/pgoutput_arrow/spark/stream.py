@@ -57,7 +57,7 @@ from .._catalog import relation_definition
 from .._pg import check_slot, classify_connect_error, quote_ident, with_output_settings
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
 from ..live.snapshot import SnapshotChunk, SnapshotGone
-from ._common import is_table_column, rank_within_commit, spark_schema
+from ._common import from_executor, is_table_column, rank_within_commit, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .snapshot import SparkSnapshot, read_chunk_batches
 from .snapshot import snapshot as take_snapshot
@@ -750,8 +750,9 @@ class RangeChanges:
 
 def read_range(source: StreamSource, start: int, end: int) -> RangeChanges:
     """Peek the slot up to ``end`` and decode the transactions whose commit LSN is in
-    ``[start, end)`` (``decode_range``)."""
-    conn = source.connect(autocommit=False)
+    ``[start, end)`` (``decode_range``); on an executor."""
+    with from_executor(source.dsn, "a micro-batch the driver did not peek"):
+        conn = source.connect(autocommit=False)
     try:
         cur = conn.cursor()
         source.check_not_consumed(cur, start)
@@ -879,7 +880,8 @@ def _check_columns(source: StreamSource, table: pa.Table, target: pa.Schema) -> 
         return
     assert source.table is not None
     schema, name = source.table.split(".", 1)
-    conn = source.connect()
+    with from_executor(source.dsn, f"checking {source.table}'s columns"):
+        conn = source.connect()
     try:
         cur = conn.cursor()
         cur.execute("SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
