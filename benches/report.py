@@ -34,7 +34,7 @@ SPARK_TARGET_MASTER = "local[2]"
 SPARK_HEADING = "## Spark: decode against Spark's own floor (`benches/spark_throughput.py`)"
 #: What each Spark capture is (benches/gen_captures.py --spark).
 SPARK_SHAPES = {
-    "pgbench": "`pgbench -i -s 20` (one transaction of 2 M inserts), then 30 s of pgbench; protocol 1, text",
+    "pgbench": "`pgbench -i -s 20` (one transaction of 2 M inserts), then 71,000 pgbench transactions; protocol 1, text",
     "streamed": "protocol 2, `streaming 'on'`, 64 kB `logical_decoding_work_mem`: two sessions' large "
                 "transactions interleaved, with subtransactions, some rolled back; text",
     "toast": "40 columns and three out-of-line TOAST values a row; updates leaving them unchanged; "
@@ -168,7 +168,8 @@ def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
         "SparkSession per master; medians (min–max). MB/s of capture payload. *Share of floor* = "
         "floor time ÷ decode time. *decode()* = `pgoutput_arrow.decode()` of the same files in one "
         "process, for reference. Load = the 1-minute load average before each timed run "
-        f"(median, max). This run took {res['seconds'] / 60:.1f} min, finished {res.get('finished', '?')}.",
+        f"(median, max). This run took {res['seconds'] / 60:.1f} min, finished {res.get('finished', '?')}"
+        + ("" if res.get("complete", True) else " (interrupted: only the rows below were measured)") + ".",
         "", "| capture | shape | messages | payload MB | files |", "|---|---|---:|---:|---:|"]
     for c, info in res["captures"].items():
         out.append(f"| {c} | {SPARK_SHAPES.get(c, '')} | {info['messages']:,} | "

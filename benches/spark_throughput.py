@@ -56,7 +56,7 @@ def load() -> float:
 
 
 def capture_files(path: Path) -> list[str]:
-    return [str(path / f) for f in json.loads((path / "capture.json").read_text())["files"]]
+    return [str(path / f) for f in json.loads((path / "_capture.json").read_text())["files"]]
 
 
 def single_process(path: Path, runs: int) -> dict[str, Any]:
@@ -82,6 +82,7 @@ def session(master: str, driver_memory: str, ui: bool = False) -> Any:
     spark = (SparkSession.builder.master(master).appName(f"pgoutput-arrow-bench {master}")
              .config("spark.ui.enabled", "true" if ui else "false")
              .config("spark.driver.memory", driver_memory)
+             .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -257,28 +258,36 @@ def main() -> None:
         return
     started = time.time()
     captures = args.captures.split(",")
-    infos = {c: json.loads((data / c / "capture.json").read_text()) for c in captures}
+    infos = {c: json.loads((data / c / "_capture.json").read_text()) for c in captures}
     single: dict[str, dict[str, Any]] = {}
     if args.single_runs:
         for c in captures:
             single[c] = single_process(data / c, args.single_runs)
             log(f"decode() {c}: {', '.join(f'{t:.2f}' for t in single[c]['times'])} s")
     results: list[dict[str, Any]] = []
+    out_path = Path(args.out) if args.out else data.parent / "spark.json"
+
+    def save(complete: bool) -> dict[str, Any]:
+        """Written after every capture, so that an interrupted run keeps what it measured."""
+        out = {"runs": args.runs, "warmup": args.warmup, "masters": args.masters.split(","),
+               "captures": {c: {k: infos[c][k] for k in ("messages", "payload_bytes", "kinds",
+                                                         "files", "params")} for c in captures},
+               "single_process": {c: {**v, **summary(v["times"], infos[c]["messages"],
+                                                     infos[c]["payload_bytes"])}
+                                  for c, v in single.items()},
+               "results": results, "complete": complete,
+               "seconds": round(time.time() - started, 1),
+               "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        out_path.write_text(json.dumps(out, indent=2) + "\n")
+        return out
+
     for master in args.masters.split(","):
         spark = session(master, args.driver_memory)
         for c in captures:
             results.append(measure(spark, master, data / c, infos[c], args.runs, args.warmup))
+            save(False)
         spark.stop()
-    out = {"runs": args.runs, "warmup": args.warmup, "masters": args.masters.split(","),
-           "captures": {c: {k: infos[c][k] for k in ("messages", "payload_bytes", "kinds", "files",
-                                                     "params")} for c in captures},
-           "single_process": {c: {**v, **summary(v["times"], infos[c]["messages"],
-                                                 infos[c]["payload_bytes"])}
-                              for c, v in single.items()},
-           "results": results, "seconds": round(time.time() - started, 1),
-           "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    out_path = Path(args.out) if args.out else data.parent / "spark.json"
-    out_path.write_text(json.dumps(out, indent=2) + "\n")
+    out = save(True)
     print(table(results, single))
     log(f"wrote {out_path} ({out['seconds']:.0f} s in all)")
 
