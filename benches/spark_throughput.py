@@ -248,6 +248,8 @@ def main() -> None:
                     help="single-process decode() runs per capture (0: none)")
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--out", default=None, help="JSON results (default <data>/../spark.json)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep --out's earlier rows of the captures and masters not run now")
     ap.add_argument("--profile", default=None, metavar="CAPTURE",
                     help="profile decode on this capture instead of measuring")
     args = ap.parse_args()
@@ -257,7 +259,9 @@ def main() -> None:
         profile(args, data)
         return
     started = time.time()
-    captures = args.captures.split(",")
+    captures = to_measure = args.captures.split(",")
+    masters = args.masters.split(",")
+    earlier_s = 0.0
     infos = {c: json.loads((data / c / "_capture.json").read_text()) for c in captures}
     single: dict[str, dict[str, Any]] = {}
     if args.single_runs:
@@ -266,24 +270,34 @@ def main() -> None:
             log(f"decode() {c}: {', '.join(f'{t:.2f}' for t in single[c]['times'])} s")
     results: list[dict[str, Any]] = []
     out_path = Path(args.out) if args.out else data.parent / "spark.json"
+    if args.merge and out_path.is_file():
+        # Keep an earlier run's rows for the (capture, master) pairs this one does not measure.
+        earlier = json.loads(out_path.read_text())
+        now = {(c, m) for c in to_measure for m in masters}
+        results = [r for r in earlier["results"] if (r["capture"], r["master"]) not in now]
+        infos = {**earlier["captures"], **infos}
+        captures = [c for c in earlier["captures"] if c not in to_measure] + to_measure
+        masters = [m for m in earlier["masters"] if m not in masters] + masters
+        single = {**earlier.get("single_process", {}), **single}
+        earlier_s = float(earlier["seconds"])
 
     def save(complete: bool) -> dict[str, Any]:
         """Written after every capture, so that an interrupted run keeps what it measured."""
-        out = {"runs": args.runs, "warmup": args.warmup, "masters": args.masters.split(","),
+        out = {"runs": args.runs, "warmup": args.warmup, "masters": masters,
                "captures": {c: {k: infos[c][k] for k in ("messages", "payload_bytes", "kinds",
                                                          "files", "params")} for c in captures},
                "single_process": {c: {**v, **summary(v["times"], infos[c]["messages"],
                                                      infos[c]["payload_bytes"])}
                                   for c, v in single.items()},
                "results": results, "complete": complete,
-               "seconds": round(time.time() - started, 1),
+               "seconds": round(earlier_s + time.time() - started, 1),
                "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         out_path.write_text(json.dumps(out, indent=2) + "\n")
         return out
 
     for master in args.masters.split(","):
         spark = session(master, args.driver_memory)
-        for c in captures:
+        for c in to_measure:
             results.append(measure(spark, master, data / c, infos[c], args.runs, args.warmup))
             save(False)
         spark.stop()
