@@ -219,7 +219,7 @@ def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
         out += ["", "| stage | jobs | tasks | wall s | executor run s | executor CPU s | input MB "
                 "| shuffle write MB | shuffle read MB | spilled (memory / disk) MB |",
                 "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for s in prof["stages"]:
+        for s in sorted(prof["stages"], key=lambda s: s["stage"]):
             out.append(f"| {s['stage']} {s['name']} | {','.join(map(str, s['jobs']))} | {s['tasks']} "
                        f"| {s['duration_s']:.2f} | {s['executor_run_s']:.2f} | {s['executor_cpu_s']:.2f} "
                        f"| {s['input_mb']:.0f} | {s['shuffle_write_mb']:.0f} | {s['shuffle_read_mb']:.0f} "
