@@ -217,13 +217,14 @@ def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
                 "| phase | s |", "|---|---:|"]
         out += [f"| {k} | {v:.2f} |" for k, v in prof["phases_s"].items()]
         out += ["", "| stage | jobs | tasks | wall s | executor run s | executor CPU s | input MB "
-                "| shuffle write MB | shuffle read MB | spilled (memory / disk) MB |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "| shuffle write MB | shuffle read MB | spilled (memory / disk) MB | task run s, longest first |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for s in sorted(prof["stages"], key=lambda s: s["stage"]):
             out.append(f"| {s['stage']} {s['name']} | {','.join(map(str, s['jobs']))} | {s['tasks']} "
                        f"| {s['duration_s']:.2f} | {s['executor_run_s']:.2f} | {s['executor_cpu_s']:.2f} "
                        f"| {s['input_mb']:.0f} | {s['shuffle_write_mb']:.0f} | {s['shuffle_read_mb']:.0f} "
-                       f"| {s['memory_spilled_mb']:.0f} / {s['disk_spilled_mb']:.0f} |")
+                       f"| {s['memory_spilled_mb']:.0f} / {s['disk_spilled_mb']:.0f} "
+                       f"| {', '.join(f'{t:.2f}' for t in s.get('task_run_s', [])[:8])} |")
         out.append("")
     out += ["| target (issue 22) | this run | result |", "|---|---:|---|"]
     out += [f"| {n} | {t.text(t.measured)} | {verdict(t.ok)} |" for n, t in targets.items()]

@@ -211,6 +211,10 @@ def profile(args: argparse.Namespace, data: Path) -> None:
                 "memory_spilled_mb": s["memoryBytesSpilled"] / 1e6,
                 "disk_spilled_mb": s["diskBytesSpilled"] / 1e6,
                 "jobs": [j["jobId"] for j in jobs if s["stageId"] in j["stageIds"]],
+                # Each task's run time, longest first: how evenly the work was spread.
+                "task_run_s": sorted((t["taskMetrics"]["executorRunTime"] / 1e3 for t in rest(
+                    f"{base}/stages/{s['stageId']}/{s['attemptId']}/taskList?length=1000")
+                    if t.get("taskMetrics")), reverse=True),
             })
     spark.stop()
     out = {"capture": args.profile, "master": master, "total_s": total, "tables": tables,
