@@ -283,7 +283,7 @@ def spark_params(shape: str, big_mb: float) -> dict[str, object]:
                      "options": {**plugin, "proto_version": "2", "streaming": "on"}},
         "toast": {"rows": 15_000, "body": 4096, "options": {**plugin, "binary": "true"}},
         "tables": {"tables": 60, "big_mb": big_mb, "txn_rows": 20_000, "options": plugin},
-    }[shape]  # type: ignore[assignment]
+    }[shape]
     return {"shape": shape, "version": 1, **p}
 
 
