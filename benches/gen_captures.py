@@ -21,6 +21,29 @@ Workloads (each sized to about ``PGOUTPUT_BENCH_MB`` megabytes of text-mode payl
 * ``numts``: numerics and timestamps.
 
 Usage: ``python benches/gen_captures.py [--mb 30] [--out bench-data] [--only pgbench,wide]``
+
+``--spark`` makes the Spark benchmark's captures instead (``benches/spark_throughput.py``),
+each a directory ``<out>/spark/<shape>/`` of Parquet files (``part-NNNNN.parquet``, rolled
+every ``SPARK_FILE_BYTES`` of payload, row groups of ``SPARK_ROW_GROUP`` rows, snappy, as a
+capture job would write them; columns ``lsn`` text, ``xid`` int64, ``data`` binary, in
+capture order) and ``_capture.json`` (its parameters, message count, payload bytes, kinds,
+files; a leading ``_`` so that Spark skips it when it reads the directory). A directory whose
+``_capture.json`` has the same parameters is kept, not made again.
+The shapes (issue 22):
+
+* ``pgbench``: ``pgbench -i -s 20`` (one transaction of 2 M inserts) then 71,000 ``pgbench``
+  transactions (what 30 s made in issue 22's capture); protocol 1, text;
+* ``streamed``: protocol 2 with ``streaming 'on'`` and ``logical_decoding_work_mem`` 64 kB:
+  large transactions of two sessions interleaved, each with subtransactions, some rolled
+  back to their savepoint, some whole transactions rolled back;
+* ``toast``: a 40-column table with three out-of-line (TOAST) values per row, inserted, then
+  updated without touching them (unchanged-TOAST cells), partly rewritten and deleted;
+  protocol 1, ``binary 'true'``;
+* ``tables``: 60 tables, one of them (``big``) at least ``--big-mb`` MB of payload (1 GB by
+  default), the other 59 of varied types touched in between; protocol 1, text. The slot is
+  drained in batches (``upto_nchanges``) so that neither side holds the capture in memory.
+
+Usage: ``python benches/gen_captures.py --spark [--only pgbench,streamed,toast,tables]``
 """
 
 from __future__ import annotations
@@ -34,6 +57,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -236,15 +260,283 @@ def write_capture(out: Path, stem: str, rows: list[tuple[str, int, bytes]]) -> d
             "kinds": dict(sorted(kinds.items()))}
 
 
+# --------------------------------------------------------------------------- Spark captures
+
+SPARK_SHAPES = ("pgbench", "streamed", "toast", "tables")
+#: A new Parquet file after this many bytes of payload; row groups of this many rows.
+SPARK_FILE_BYTES = 128_000_000
+SPARK_ROW_GROUP = 65_536
+#: Rows per ``pg_logical_slot_get_binary_changes`` call when the slot is drained in batches.
+DRAIN_BATCH = 200_000
+SPARK_SCHEMA = pa.schema([("lsn", pa.string()), ("xid", pa.int64()), ("data", pa.binary())])
+
+
+def spark_params(shape: str, big_mb: float) -> dict[str, object]:
+    """What a capture is made from: a directory made with other parameters is made again."""
+    plugin = {"proto_version": "1", "publication_names": "pub"}
+    p: dict[str, object] = {
+        # Issue 22's capture: 30 s of pgbench made 71 k transactions; a count, not a
+        # duration, so that the capture does not depend on the load of the machine.
+        "pgbench": {"scale": 20, "transactions": 71_000, "clients": 4, "options": plugin},
+        "streamed": {"transactions": 40, "savepoints": 8, "rows": 2500, "rollback_every": 4,
+                     "abort_every": 7, "work_mem": "64kB",
+                     "options": {**plugin, "proto_version": "2", "streaming": "on"}},
+        "toast": {"rows": 15_000, "body": 4096, "options": {**plugin, "binary": "true"}},
+        "tables": {"tables": 60, "big_mb": big_mb, "txn_rows": 20_000, "options": plugin},
+    }[shape]
+    return {"shape": shape, "version": 1, **p}
+
+
+class CaptureWriter:
+    """Parquet files in capture order, a new one every SPARK_FILE_BYTES of payload."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.files: list[str] = []
+        self.writer: pq.ParquetWriter | None = None
+        self.in_file = 0
+        self.messages = 0
+        self.payload = 0
+        self.kinds: Counter[str] = Counter()
+
+    def write(self, rows: list[tuple[str, int, bytes]]) -> None:
+        if not rows:
+            return
+        if self.writer is None or self.in_file >= SPARK_FILE_BYTES:
+            self.close()
+            name = f"part-{len(self.files):05d}.parquet"
+            self.files.append(name)
+            self.writer = pq.ParquetWriter(self.out / name, SPARK_SCHEMA, compression="snappy")
+            self.in_file = 0
+        batch = pa.record_batch([pa.array([r[0] for r in rows], pa.string()),
+                                 pa.array([r[1] for r in rows], pa.int64()),
+                                 pa.array([r[2] for r in rows], pa.binary())], schema=SPARK_SCHEMA)
+        self.writer.write_batch(batch, row_group_size=SPARK_ROW_GROUP)
+        size = sum(len(r[2]) for r in rows)
+        self.in_file += size
+        self.payload += size
+        self.messages += len(rows)
+        self.kinds.update(chr(r[2][0]) for r in rows if r[2])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def drain(pg: PgServer, db: str, slot: str, options: dict[str, str], writer: CaptureWriter,
+          batched: bool, work_mem: str | None = None) -> None:
+    """Consume the slot into ``writer``. ``batched``: ``upto_nchanges`` calls of DRAIN_BATCH
+    rows each, which end at a transaction's end, until one returns nothing. Otherwise one
+    call read through a server-side cursor: a streamed (protocol 2) transaction must not be
+    cut, as the next call would stream its first part again."""
+    conn = pg.connect(pg.dsn_for(dbname=db), autocommit=False)
+    flat: list[str] = []
+    for k, v in options.items():
+        flat += [k, v]
+    try:
+        if work_mem:
+            with conn.cursor() as cur:
+                cur.execute(f"SET logical_decoding_work_mem = '{work_mem}'")
+        while True:
+            got = 0
+            with conn.cursor(name="drain") as cur:
+                cur.itersize = 50_000
+                cur.execute("SELECT lsn::text, xid::text::bigint, data FROM "
+                            "pg_logical_slot_get_binary_changes(%s, NULL, %s, VARIADIC %s::text[])",
+                            (slot, DRAIN_BATCH if batched else None, flat))
+                while chunk := cur.fetchmany(50_000):
+                    writer.write([(lsn, xid, bytes(data)) for lsn, xid, data in chunk])
+                    got += len(chunk)
+            conn.commit()
+            if not batched or got == 0:
+                return
+            log(f"  drained {writer.messages:,} messages, {writer.payload / 1e6:.0f} MB")
+    finally:
+        conn.close()
+
+
+def spark_pgbench(pg: PgServer, w: Workload, p: dict[str, Any]) -> None:
+    env = {**os.environ, "PGPASSWORD": pg.password, "LD_LIBRARY_PATH": pg._env["LD_LIBRARY_PATH"]}
+    pgbench = str(pg.bin_dir / "pgbench")
+    conn_args = ["-h", pg.host, "-p", str(pg.port), "-U", pg.user]
+    w.start_capture()
+    per_client = int(p["transactions"]) // int(p["clients"])
+    log(f"pgbench -i -s {p['scale']}, then pgbench -c {p['clients']} -t {per_client}")
+    subprocess.run([pgbench, "-i", "-q", "-s", str(p["scale"]), "--no-vacuum", *conn_args, w.db],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([pgbench, "-n", "-c", str(p["clients"]), "-j", "2", "-t", str(per_client),
+                    *conn_args, w.db], env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def spark_streamed(pg: PgServer, w: Workload, p: dict[str, Any]) -> None:
+    """Two sessions, each running its share of the large transactions, a statement at a time
+    in turn, so that their streamed chunks interleave in the capture."""
+    w.execute("CREATE TABLE events (id int8 PRIMARY KEY, txn int4, sub int4, at timestamptz, "
+              "amount numeric(12,2), note text)")
+    w.execute("CREATE TABLE totals (txn int4 PRIMARY KEY, n int8, last_sub int4)")
+    w.start_capture()
+    sessions = [pg.connect(pg.dsn_for(dbname=w.db)) for _ in range(2)]
+
+    def script(t: int) -> list[str]:
+        rows, base = int(p["rows"]), t * int(p["savepoints"]) * int(p["rows"])
+        sql = ["BEGIN", f"INSERT INTO totals VALUES ({t}, 0, 0)"]
+        for s in range(int(p["savepoints"])):
+            lo = base + s * rows
+            sql += [f"SAVEPOINT s{s}",
+                    f"INSERT INTO events SELECT i, {t}, {s}, timestamptz '2025-01-01 00:00:00+00' "
+                    f"+ i * interval '1 second', (i % 100000) / 100.0, 'event ' || i || ' ' || "
+                    f"md5(i::text) FROM generate_series({lo}, {lo + rows - 1}) AS i",
+                    f"UPDATE events SET amount = amount + 1 WHERE id BETWEEN {lo} AND {lo + rows // 10}",
+                    f"DELETE FROM events WHERE id BETWEEN {lo + rows - rows // 20} AND {lo + rows - 1}",
+                    f"UPDATE totals SET n = n + {rows}, last_sub = {s} WHERE txn = {t}"]
+            if (t + s) % int(p["rollback_every"]) == 0:
+                sql.append(f"ROLLBACK TO SAVEPOINT s{s}")
+        sql.append("ROLLBACK" if t % int(p["abort_every"]) == int(p["abort_every"]) - 1 else "COMMIT")
+        return sql
+
+    for t0 in range(0, int(p["transactions"]), 2):
+        scripts = [script(t) for t in (t0, t0 + 1) if t < int(p["transactions"])]
+        for i in range(max(len(sc) for sc in scripts)):
+            for conn, sc in zip(sessions, scripts):
+                if i < len(sc):
+                    with conn.cursor() as cur:
+                        cur.execute(sc[i])
+    for conn in sessions:
+        conn.close()
+
+
+def spark_toast(pg: PgServer, w: Workload, p: dict[str, Any]) -> None:
+    cols = [(f"c{n:02d}_{t.split('(')[0]}", t, expr)
+            for n, (t, expr) in enumerate((WIDE_COLUMN_TYPES * 3)[:36])]
+    ddl = ", ".join(f"{name} {t}" for name, t, _ in cols)
+    w.execute(f"CREATE TABLE docs (id int8 PRIMARY KEY, {ddl}, body text, blob bytea, meta jsonb)")
+    # Out of line and uncompressed: every row carries three TOAST values.
+    for c in ("body", "blob", "meta"):
+        w.execute(f"ALTER TABLE docs ALTER COLUMN {c} SET STORAGE EXTERNAL")
+    w.start_capture()
+    names = ", ".join(name for name, _, _ in cols)
+    exprs = ", ".join(expr for _, _, expr in cols)
+    reps = int(p["body"]) // 32
+    rows, step = int(p["rows"]), 500
+    for lo in range(1, rows + 1, step):
+        w.execute(f"INSERT INTO docs (id, {names}, body, blob, meta) SELECT i, {exprs}, "
+                  f"repeat(md5(i::text), {reps}), decode(repeat(md5((i + 1)::text), {reps // 2}), 'hex'), "
+                  f"jsonb_build_object('i', i, 'tags', repeat(md5((i + 2)::text), {reps // 3})) "
+                  f"FROM generate_series({lo}, {min(rows, lo + step - 1)}) AS i")
+    for lo in range(1, rows + 1, step):
+        hi = min(rows, lo + step - 1)
+        # Half the rows: small columns only, so body/blob/meta are sent as unchanged TOAST.
+        w.execute(f"UPDATE docs SET c01_int4 = c01_int4 + 1, c06_text = c06_text || '!' "
+                  f"WHERE id BETWEEN {lo} AND {hi} AND id % 2 = 0")
+        # A tenth: the body rewritten; a twentieth deleted.
+        w.execute(f"UPDATE docs SET body = body || 'x' WHERE id BETWEEN {lo} AND {hi} AND id % 10 = 1")
+        w.execute(f"DELETE FROM docs WHERE id BETWEEN {lo} AND {hi} AND id % 20 = 3")
+
+
+def spark_tables(pg: PgServer, w: Workload, p: dict[str, Any]) -> None:
+    """``big`` (about 400 payload bytes a row) filled in transactions of ``txn_rows`` until
+    it holds ``big_mb``; after each, a transaction touching ten of the small tables."""
+    small = int(p["tables"]) - 1
+    w.execute("CREATE TABLE big (id int8 PRIMARY KEY, k int4, at timestamptz, v numeric(14,3), "
+              "payload text)")
+    for n in range(small):
+        picks = [WIDE_COLUMN_TYPES[(n + j) % len(WIDE_COLUMN_TYPES)] for j in range(2 + n % 6)]
+        ddl = ", ".join(f"c{j} {t}" for j, (t, _) in enumerate(picks))
+        w.execute(f"CREATE TABLE t{n:02d} (i int8 PRIMARY KEY, {ddl})")
+    w.start_capture()
+    per_row = 400
+    rows = int(float(p["big_mb"]) * 1e6 / per_row)
+    txn = int(p["txn_rows"])
+    for b, lo in enumerate(range(0, rows, txn)):
+        w.execute(f"INSERT INTO big SELECT i, i % 1000, timestamptz '2025-01-01 00:00:00+00' + "
+                  f"i * interval '1 ms', i * 1.001, repeat(md5(i::text), 10) || ' ' || i "
+                  f"FROM generate_series({lo}, {min(rows, lo + txn) - 1}) AS i")
+        stmts = ["BEGIN"]
+        for j in range(10):
+            n = (b * 10 + j) % small
+            picks = [WIDE_COLUMN_TYPES[(n + c) % len(WIDE_COLUMN_TYPES)] for c in range(2 + n % 6)]
+            exprs = ", ".join(e for _, e in picks)
+            base = (b // max(1, small // 10)) * 200
+            stmts.append(f"INSERT INTO t{n:02d} SELECT i, {exprs} "
+                         f"FROM generate_series({base}, {base + 199}) AS i ON CONFLICT (i) DO NOTHING")
+            stmts.append(f"UPDATE t{n:02d} SET c0 = c0 WHERE i % 7 = {b % 7}")
+        stmts.append("COMMIT")
+        w.execute(";".join(stmts))
+        # A running-xacts record, so that each drain call restarts decoding near where the
+        # previous one stopped rather than at the capture's start.
+        w.execute("SELECT pg_log_standby_snapshot()")
+        if b % 20 == 0:
+            log(f"  big: {min(rows, lo + txn):,} of {rows:,} rows")
+
+
+SPARK_RUNNERS = {"pgbench": spark_pgbench, "streamed": spark_streamed, "toast": spark_toast,
+                 "tables": spark_tables}
+
+
+def make_spark_capture(pg: PgServer, root: Path, shape: str, big_mb: float) -> dict[str, Any]:
+    params = spark_params(shape, big_mb)
+    out = root / shape
+    info_path = out / "_capture.json"
+    if info_path.is_file():
+        info = json.loads(info_path.read_text())
+        if info.get("params") == params:
+            log(f"spark/{shape}: kept ({info['messages']:,} messages, {info['payload_bytes'] / 1e6:.0f} MB)")
+            return dict(info)
+    if out.exists():
+        for f in out.iterdir():
+            f.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    w = Workload(pg, f"spark_{shape}")
+    SPARK_RUNNERS[shape](pg, w, params)
+    t1 = time.time()
+    pg.flush_wal()  # a ROLLBACK as the last thing written is not flushed by itself
+    writer = CaptureWriter(out)
+    options = dict(params["options"])  # type: ignore[call-overload]
+    drain(pg, w.db, w.slot, options, writer, batched=options["proto_version"] == "1",
+          work_mem=params.get("work_mem"))  # type: ignore[arg-type]
+    writer.close()
+    w.close()
+    info = {"params": params, "messages": writer.messages, "payload_bytes": writer.payload,
+            "kinds": dict(sorted(writer.kinds.items())), "files": writer.files,
+            "workload_s": round(t1 - t0, 1), "drain_s": round(time.time() - t1, 1),
+            "server_version": pg.scalar("SHOW server_version")}
+    info_path.write_text(json.dumps(info, indent=2) + "\n")
+    log(f"spark/{shape}: {writer.messages:,} messages, {writer.payload / 1e6:.0f} MB in "
+        f"{len(writer.files)} files; workload {info['workload_s']} s, drain {info['drain_s']} s; "
+        f"kinds {info['kinds']}")
+    return info
+
+
+def main_spark(out: Path, only: list[str], big_mb: float) -> None:
+    root = out / "spark"
+    root.mkdir(parents=True, exist_ok=True)
+    with PgServer(version=18, settings=SERVER_SETTINGS) as pg:
+        for shape in only:
+            make_spark_capture(pg, root, shape, big_mb)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=float(os.environ.get("PGOUTPUT_BENCH_MB", "30")),
                     help="text-mode payload per workload, in MB (env PGOUTPUT_BENCH_MB)")
     ap.add_argument("--out", default=os.environ.get("PGOUTPUT_BENCH_DATA", str(ROOT / "bench-data")))
-    ap.add_argument("--only", default=",".join(WORKLOADS))
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--spark", action="store_true", help="the Spark benchmark's captures")
+    ap.add_argument("--big-mb", type=float, default=float(os.environ.get("PGOUTPUT_SPARK_BIG_MB", "1050")),
+                    help="payload of the 'tables' capture's big table, in MB (env PGOUTPUT_SPARK_BIG_MB)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.spark:
+        only = args.only.split(",") if args.only else list(SPARK_SHAPES)
+        unknown = sorted(set(only) - set(SPARK_SHAPES))
+        if unknown:
+            ap.error(f"unknown Spark capture shape(s) {unknown}: choose from {SPARK_SHAPES}")
+        main_spark(out, only, args.big_mb)
+        return
+    args.only = args.only or ",".join(WORKLOADS)
     target = int(args.mb * 1e6)
     manifest: dict[str, object] = {"target_mb": args.mb, "captures": []}
     started = time.time()

@@ -2,8 +2,10 @@
 
 Reads ``<data>/manifest.json`` (gen_captures.py), the criterion results under
 ``<target>/criterion/**/new/{benchmark,estimates}.json``, ``<data>/compare.json``
-(compare.py), ``<data>/live.json`` (live.py), ``<data>/delta.json`` (delta_sink.py) and
-``<data>/cli.json`` (cli_drain.py). Every number and every verdict printed is computed from
+(compare.py), ``<data>/live.json`` (live.py), ``<data>/delta.json`` (delta_sink.py),
+``<data>/cli.json`` (cli_drain.py) and ``<data>/spark.json`` with
+``<data>/spark/profile-*.json`` (spark_throughput.py). ``--spark-only BENCHMARKS.md`` rewrites
+only that file's Spark section (``benches/run.sh spark``). Every number and every verdict printed is computed from
 those files; a missing part is reported as not run. No prose written by hand goes into the
 report: the analyses of earlier runs (``benches/findings.md``) are linked, not copied, since
 their numbers and verdicts are those runs'.
@@ -25,6 +27,20 @@ from typing import Any
 TARGETS = {"binary": 500.0, "text": 250.0}
 PEER_RATIO_TARGET = 50.0
 LIVE_TARGET = 0.90
+#: Issue 22: Spark decode on local[2] at least this share of the floor and this many MB/s.
+SPARK_FLOOR_TARGET = 0.50
+SPARK_MBPS_TARGET = 60.0
+SPARK_TARGET_MASTER = "local[2]"
+SPARK_HEADING = "## Spark: decode against Spark's own floor (`benches/spark_throughput.py`)"
+#: What each Spark capture is (benches/gen_captures.py --spark).
+SPARK_SHAPES = {
+    "pgbench": "`pgbench -i -s 20` (one transaction of 2 M inserts), then 71,000 pgbench transactions; protocol 1, text",
+    "streamed": "protocol 2, `streaming 'on'`, 64 kB `logical_decoding_work_mem`: two sessions' large "
+                "transactions interleaved, with subtransactions, some rolled back; text",
+    "toast": "40 columns and three out-of-line TOAST values a row; updates leaving them unchanged; "
+             "protocol 1, binary",
+    "tables": "60 tables, one of them (`big`) over 1 GB; protocol 1, text",
+}
 
 
 def load_json(path: Path) -> Any:
@@ -136,15 +152,113 @@ def views_section(crit: dict[tuple[str, str], dict[str, float]], compare: dict[s
     return out
 
 
+def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
+    """The Spark section and its targets, from ``spark.json`` and the decode profile."""
+    res = load_json(data / "spark.json")
+    out = [SPARK_HEADING, ""]
+    targets: dict[str, Target] = {}
+    if not res or not res.get("results"):
+        return out + ["Not run.", ""], targets
+    out += [
+        f"Per capture: {res['warmup']} warm-up round(s), then {res['runs']} measured rounds, each "
+        "timing the **floor** (`spark.read.parquet(dir).mapInArrow(lambda it: it, schema)` written "
+        "to the `noop` sink: Spark moving the capture's bytes through a Python worker and back) "
+        "and then **decode** (`pgoutput_arrow.spark.decode(spark.read.parquet(dir))`, every table "
+        "written to `noop`), interleaved, `spark.catalog.clearCache()` after each; one "
+        "SparkSession per master; medians (min–max). MB/s of capture payload. *Share of floor* = "
+        "floor time ÷ decode time. *decode()* = `pgoutput_arrow.decode()` of the same files in one "
+        "process, for reference. Load = the 1-minute load average before each timed run "
+        f"(median, max). This run took {res['seconds'] / 60:.1f} min, finished {res.get('finished', '?')}"
+        + ("" if res.get("complete", True) else " (interrupted: only the rows below were measured)") + ".",
+        "", "| capture | shape | messages | payload MB | files |", "|---|---|---:|---:|---:|"]
+    for c, info in res["captures"].items():
+        out.append(f"| {c} | {SPARK_SHAPES.get(c, '')} | {info['messages']:,} | "
+                   f"{info['payload_bytes'] / 1e6:,.0f} | {len(info['files'])} |")
+    out += ["", "| capture | master | floor s | floor MB/s | decode s | decode MB/s | k msg/s "
+            "| share of floor | decode phases s (call, first table, rest) | decode() s | load |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+    single = res.get("single_process", {})
+    for r in res["results"]:
+        f, d = r["floor"], r["decode"]
+        one = single.get(r["capture"])
+        loads = [x for pair in r["loads"] for x in pair]
+        ph = ", ".join(f"{x:.1f}" for x in d["phase_medians_s"])
+        out.append(
+            f"| {r['capture']} | {r['master']} | {f['median_s']:.2f} ({f['min_s']:.2f}–{f['max_s']:.2f}) "
+            f"| {fmt_rate(f['mb_per_s'])} | {d['median_s']:.2f} ({d['min_s']:.2f}–{d['max_s']:.2f}) "
+            f"| {fmt_rate(d['mb_per_s'])} | {d['messages_per_s'] / 1e3:,.0f} | {r['share_of_floor']:.0%} "
+            f"| {ph} | {one['median_s']:.2f} | {sorted(loads)[len(loads) // 2]:.1f}, {max(loads):.1f} |"
+            if one else
+            f"| {r['capture']} | {r['master']} | {f['median_s']:.2f} | {fmt_rate(f['mb_per_s'])} "
+            f"| {d['median_s']:.2f} | {fmt_rate(d['mb_per_s'])} | {d['messages_per_s'] / 1e3:,.0f} "
+            f"| {r['share_of_floor']:.0%} | {ph} | – | {max(loads):.1f} |")
+    out.append("")
+    by = {(r["capture"], r["master"]): r for r in res["results"]}
+    scaling = [(c, by[(c, "local[1]")], by[(c, "local[2]")]) for c in res["captures"]
+               if (c, "local[1]") in by and (c, "local[2]") in by]
+    if scaling:
+        out += ["local[1] against local[2]: time on local[1] ÷ time on local[2] (2.0 = the second "
+                "core doubles the speed).", "", "| capture | floor | decode |", "|---|---:|---:|"]
+        for c, one, two in scaling:
+            out.append(f"| {c} | {one['floor']['median_s'] / two['floor']['median_s']:.2f} | "
+                       f"{one['decode']['median_s'] / two['decode']['median_s']:.2f} |")
+        out.append("")
+    for c in res["captures"]:
+        r = by.get((c, SPARK_TARGET_MASTER))
+        targets[f"Spark decode {c} on {SPARK_TARGET_MASTER} ≥ {SPARK_FLOOR_TARGET:.0%} of the floor"] = Target(
+            r["share_of_floor"] if r else None, SPARK_FLOOR_TARGET, "%")
+        targets[f"Spark decode {c} on {SPARK_TARGET_MASTER} ≥ {SPARK_MBPS_TARGET:.0f} MB/s"] = Target(
+            r["decode"]["mb_per_s"] if r else None, SPARK_MBPS_TARGET, "MB/s")
+    for prof_path in sorted((data / "spark").glob("profile-*.json")):
+        prof = load_json(prof_path)
+        out += [f"**Where decode's time goes: {prof['capture']} on {prof['master']}** "
+                f"(`spark_throughput.py --profile {prof['capture']}`: one warm run, stages from "
+                f"Spark's REST API; total {prof['total_s']:.1f} s, load {prof['load']})", "",
+                "| phase | s |", "|---|---:|"]
+        out += [f"| {k} | {v:.2f} |" for k, v in prof["phases_s"].items()]
+        out += ["", "| stage | jobs | tasks | wall s | executor run s | executor CPU s | input MB "
+                "| shuffle write MB | shuffle read MB | spilled (memory / disk) MB | task run s, longest first |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for s in sorted(prof["stages"], key=lambda s: s["stage"]):
+            out.append(f"| {s['stage']} {s['name']} | {','.join(map(str, s['jobs']))} | {s['tasks']} "
+                       f"| {s['duration_s']:.2f} | {s['executor_run_s']:.2f} | {s['executor_cpu_s']:.2f} "
+                       f"| {s['input_mb']:.0f} | {s['shuffle_write_mb']:.0f} | {s['shuffle_read_mb']:.0f} "
+                       f"| {s['memory_spilled_mb']:.0f} / {s['disk_spilled_mb']:.0f} "
+                       f"| {', '.join(f'{t:.2f}' for t in s.get('task_run_s', [])[:8])} |")
+        out.append("")
+    out += ["| target (issue 22) | this run | result |", "|---|---:|---|"]
+    out += [f"| {n} | {t.text(t.measured)} | {verdict(t.ok)} |" for n, t in targets.items()]
+    out.append("")
+    return out, targets
+
+
+def replace_spark_section(path: Path, data: Path) -> None:
+    """Rewrite only the Spark section of an existing BENCHMARKS.md (inserted before the
+    issue-7 targets when it has none yet)."""
+    lines = path.read_text().splitlines()
+    section, _ = spark_section(data)
+    if SPARK_HEADING in lines:
+        start = lines.index(SPARK_HEADING)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    else:
+        start = end = next((i for i, ln in enumerate(lines) if ln.startswith("## Targets")), len(lines))
+    path.write_text("\n".join(lines[:start] + section + lines[end:]) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
-    ap.add_argument("--criterion", required=True)
+    ap.add_argument("--criterion", default="")
     ap.add_argument("--command", default="make bench")
+    ap.add_argument("--spark-only", metavar="BENCHMARKS_MD", default=None,
+                    help="rewrite only this file's Spark section, in place")
     args = ap.parse_args()
     data = Path(args.data)
+    if args.spark_only:
+        replace_spark_section(Path(args.spark_only), data)
+        return
     manifest = load_json(data / "manifest.json") or {"captures": []}
-    crit = criterion_results(Path(args.criterion))
+    crit = criterion_results(Path(args.criterion)) if args.criterion else {}
     compare = load_json(data / "compare.json") or {"results": []}
     live = load_json(data / "live.json")
     cli = load_json(data / "cli.json")
@@ -341,6 +455,10 @@ def main() -> None:
                 last["changes_per_cpu_s"], 1e6, "changes per CPU s")
             targets["pgoutput-dump jsonl peak RSS < 500 MB"] = Target(
                 max(last["peak_rss_bytes"]) / 1e6, 500, "MB", below=True)
+
+    # ---------------------------------------------------------------- Spark
+    spark_lines, _ = spark_section(data)
+    lines.extend(spark_lines)
 
     # ---------------------------------------------------------------- targets
     w("## Targets (issue 7)")

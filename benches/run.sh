@@ -9,8 +9,15 @@
 # the 1.3 GB table), PGOUTPUT_SNAPSHOT_WIDE_ROWS (default 1000000), PGOUTPUT_BENCH_DATA
 # (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare cli live delta snapshot profile report"), BENCH_COMMAND (what
-# BENCHMARKS.md says was run).
+# BENCH_STEPS (default "gen criterion compare cli live delta snapshot profile spark report"),
+# BENCH_COMMAND (what BENCHMARKS.md says was run).
+#
+# `benches/run.sh spark` runs only the Spark part (issue 22): the Spark captures (made once,
+# kept in bench-data/spark/), decode against the identity-mapInArrow floor on local[2] and
+# local[1], the profile of decode on the pgbench capture, and BENCHMARKS.md's Spark section
+# rewritten in place. Its variables: PGOUTPUT_SPARK_RUNS (measured rounds, default 3),
+# PGOUTPUT_SPARK_MASTERS (default "local[2],local[1]"), PGOUTPUT_SPARK_CAPTURES (default
+# "pgbench,streamed,toast,tables"), PGOUTPUT_SPARK_BIG_MB (the big table, default 1050).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +25,13 @@ PY=${PY:-.venv/bin/python}
 export PGOUTPUT_BENCH_DATA=${PGOUTPUT_BENCH_DATA:-$PWD/bench-data}
 export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
-STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot profile report}
+STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot profile spark report}
+if [[ "${1:-}" == spark ]]; then
+  STEPS="spark"
+  COMMAND=${BENCH_COMMAND:-"benches/run.sh spark"}
+fi
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-COMMAND=${BENCH_COMMAND:-"make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"}
+COMMAND=${COMMAND:-${BENCH_COMMAND:-"make bench PGOUTPUT_BENCH_MB=$PGOUTPUT_BENCH_MB"}}
 
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 
@@ -77,6 +88,23 @@ for line in sys.stdin:
     done
   else
     echo "== perf is not usable here: no profile"
+  fi
+fi
+if step spark; then
+  SPARK_CAPTURES=${PGOUTPUT_SPARK_CAPTURES:-pgbench,streamed,toast,tables}
+  echo "== Spark captures ($SPARK_CAPTURES) into $PGOUTPUT_BENCH_DATA/spark"
+  "$PY" benches/gen_captures.py --spark --only "$SPARK_CAPTURES" --out "$PGOUTPUT_BENCH_DATA"
+  echo "== Spark: decode against the identity-mapInArrow floor"
+  "$PY" benches/spark_throughput.py --data "$PGOUTPUT_BENCH_DATA/spark" --captures "$SPARK_CAPTURES" \
+    --masters "${PGOUTPUT_SPARK_MASTERS:-local[2],local[1]}" --runs "${PGOUTPUT_SPARK_RUNS:-3}" \
+    --out "$PGOUTPUT_BENCH_DATA/spark.json"
+  if [[ ",$SPARK_CAPTURES," == *,pgbench,* ]]; then
+    echo "== Spark: where decode's time goes on the pgbench capture"
+    "$PY" benches/spark_throughput.py --data "$PGOUTPUT_BENCH_DATA/spark" --profile pgbench >/dev/null
+  fi
+  if ! step report; then
+    "$PY" benches/report.py --data "$PGOUTPUT_BENCH_DATA" --spark-only BENCHMARKS.md
+    echo "== rewrote BENCHMARKS.md's Spark section"
   fi
 fi
 if step report; then
