@@ -148,9 +148,6 @@ def test_decode_and_apply_changes_through_connect(spark: Any, pg18: Any, workloa
         assert _replica(decoded[table]) == _postgres(pg18, table), table
 
 
-@pytest.mark.xfail(strict=True, reason="spark/batch.py decode() reads sparkContext.defaultParallelism "
-                   "without num_partitions: the lead's message-parallel rewrite removes it "
-                   "(then this passes: drop the mark)")
 def test_decode_default_partitions_through_connect(spark: Any, pg18: Any, workload: dict[str, Any]) -> None:
     decoded = sp.decode(_capture_df(spark, workload))
     table = workload["tables"][0]

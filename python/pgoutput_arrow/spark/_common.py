@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -49,15 +49,20 @@ def rank_within_commit(commit: np.ndarray, *minor: np.ndarray) -> np.ndarray:
     return rank
 
 
-def narrow_catalog(rows: pa.Table) -> pa.Table:
+def narrow_catalog(rows: pa.Table, split: Collection[int] = ()) -> pa.Table:
     """The catalog pass's rows (``lsn``, ``xid``, ``data`` of the kinds
-    ``_internal.CATALOG_KINDS``, and sampled Inserts) with the ends of transactions (Commit,
-    Prepare, …) kept only for the transactions that sent a Relation or Type message: they
-    place those; the others' ends are not needed."""
+    ``_internal.CATALOG_KINDS``, and sampled Inserts; or also ``FRAMING_KINDS``) with the
+    ends of transactions (Commit, Prepare, …) kept only for the transactions that sent a
+    Relation or Type message: they place those; the others' ends are not needed. The framing
+    messages (Begin, Origin, …, the ends) are kept whole for the ``split`` transactions: those
+    a partition holds only a part of, rebuilt from them (``canonical_stream``'s ``pieces``)."""
     kinds = pa.table(_internal.describe_messages(rows.select(["data"]))).column("kind")
     is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
+    framing = pc.or_(is_end, pc.is_in(kinds, pa.array(["begin", "origin", "begin_prepare", "commit_prepared"])))
     senders = rows.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
-    return rows.filter(pc.or_(pc.invert(is_end), pc.is_in(rows.column("xid"), senders)))
+    wanted = pc.or_(pc.and_(is_end, pc.is_in(rows.column("xid"), senders)),
+                    pc.is_in(rows.column("xid"), pa.array(sorted(split), pa.int64())))
+    return rows.filter(pc.or_(pc.invert(framing), wanted))
 
 
 def is_binary_capture(catalog: pa.Table) -> bool:

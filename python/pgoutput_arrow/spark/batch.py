@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
-from ._common import rank_within_commit, spark_schema
+from ._common import is_binary_capture, narrow_catalog, ranked_seq, spark_schema, with_seq
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["decode", "table_schemas", "decode_table_locally", "decode_rows_locally", "canonical_stream",
@@ -100,7 +100,7 @@ def collect_catalog(ndf: Any) -> pa.Table:
     added (they tell the binary mode): reading them stops at the first few."""
     cols = ["lsn", "xid", "data"]
     table: pa.Table = ndf.where(_kind_is(_internal.CATALOG_KINDS)).select(*cols).toArrow()
-    return pa.concat_tables([_catalog_rows(table, set()).select(cols), _sample_inserts(ndf)]).combine_chunks()
+    return pa.concat_tables([narrow_catalog(table).select(cols), _sample_inserts(ndf)]).combine_chunks()
 
 
 def _sample_inserts(ndf: Any) -> pa.Table:
@@ -109,40 +109,10 @@ def _sample_inserts(ndf: Any) -> pa.Table:
     return ndf.where(_kind_is(b"I")).select("lsn", "xid", "data").limit(_BINARY_SAMPLE).toArrow()
 
 
-def _is_binary(catalog: pa.Table) -> bool:
-    """Whether the capture was taken with ``binary 'true'``, from the Inserts in ``catalog``."""
-    told = pa.table(_internal.describe_messages(catalog.select(["data"]))).column("binary").drop_null()
-    return bool(told[0].as_py()) if len(told) else False
-
-
 def table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.Schema]:
     """Each table's unified schema as the decoder makes it (not yet mapped for Spark)."""
     type_options = {k: options[k] for k in ("special_values", "views", "interval", "uuid", "time", "binary", "array_ndims") if k in options}
     return {name: pa.table(t).schema for name, t in _internal.relation_schemas(catalog, **type_options).items()}
-
-
-def _ranked_seq(tables: dict[str, pa.Table], truncates: pa.Table) -> dict[str, np.ndarray]:
-    """Each row's rank within its transaction across tables (and TRUNCATEs, key ``""``), in
-    the decoder's order: Spark's ``_seq``."""
-    parts = [(name, t) for name, t in sorted(tables.items()) if t.num_rows]
-    if truncates.num_rows:
-        parts.append(("", truncates))
-    if not parts:
-        return {}
-    commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
-    seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
-    rank = rank_within_commit(commit, seq)
-    out: dict[str, np.ndarray] = {}
-    offset = 0
-    for name, t in parts:
-        out[name] = rank[offset:offset + t.num_rows]
-        offset += t.num_rows
-    return out
-
-
-def _with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
-    i = table.schema.get_field_index("_seq")
-    return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))
 
 
 @dataclass(frozen=True)
@@ -204,7 +174,7 @@ def capture_index(ndf: Any) -> CaptureIndex:
                                 grouped.column("xid").to_numpy().astype(np.int64)]), axis=1)
     xs, counts = np.unique(pairs[1], return_counts=True)
     split = set(xs[(counts > 1) & (xs != 0)].tolist())
-    catalog = _catalog_rows(all_messages, split)
+    catalog = narrow_catalog(all_messages, split)
     pieces: dict[int, dict[int, tuple[int, int]]] = {}
     for part, x in pairs.T.tolist():
         if x in split:
@@ -277,21 +247,6 @@ def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[
     counted = _like_a_cached_plan(ndf.sparkSession, query.toArrow)
     return {(p, x): n for p, x, n in zip(counted.column("p").to_pylist(), counted.column("xid").to_pylist(),
                                          counted.column("count").to_pylist())}
-
-
-def _catalog_rows(messages: pa.Table, split: set[int]) -> pa.Table:
-    """The rows of ``messages`` (catalog and framing kinds) every partition needs: the
-    catalog's (the ends only of transactions that sent a definition: they place it) and
-    every framing message of the ``split`` transactions."""
-    kinds = pa.table(_internal.describe_messages(messages.select(["data"]))).column("kind")
-    is_end = pc.is_in(kinds, pa.array(["commit", "stream_commit", "prepare", "stream_prepare"]))
-    is_framing_only = pc.is_in(kinds, pa.array(["begin", "origin", "begin_prepare", "commit_prepared"]))
-    senders = messages.filter(pc.is_in(kinds, pa.array(["relation", "type"]))).column("xid").unique()
-    of_split = pc.is_in(messages.column("xid"), pa.array(sorted(split), pa.int64()))
-    framing_only = pc.or_(is_end, is_framing_only)
-    wanted = pc.or_(of_split, pc.and_(is_end, pc.is_in(messages.column("xid"), senders)))
-    keep = pc.or_(pc.invert(framing_only), wanted)
-    return messages.filter(keep).combine_chunks()
 
 
 def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, tuple[int, int]],
@@ -390,15 +345,15 @@ def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], trunc
         decoder.feed_batch(pa.record_batch(stream))
         del stream
         changes = decoder.finish()
-        seqs = _with_offsets(_ranked_seq(changes.tables, changes.truncates), changes, pieces, partition)
+        seqs = _with_offsets(ranked_seq(changes.tables, changes.truncates), changes, pieces, partition)
         for i, name in enumerate(names):
             table = changes.tables.get(name)
             if table is None or table.num_rows == 0:
                 continue
             # Columns by pg.column_id (a renamed column under its newest name), then by name.
-            yield from rows_of(i, _with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]))
+            yield from rows_of(i, with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]))
         if changes.truncates.num_rows:
-            yield from rows_of(len(names), _with_seq(changes.truncates, seqs[""]))
+            yield from rows_of(len(names), with_seq(changes.truncates, seqs[""]))
 
     return run, targets
 
@@ -441,7 +396,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
         # schemas are made before any data is seen: a few Inserts tell.
-        options["binary"] = _is_binary(_sample_inserts(ndf))
+        options["binary"] = is_binary_capture(_sample_inserts(ndf))
     schemas = table_schemas(index.catalog, options)
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     time_type = time_type_enabled(spark)
