@@ -155,7 +155,7 @@ def capture_index(ndf: Any) -> CaptureIndex:
                 F.max(F.when(change, F.col("lsn"))).alias("last_lsn"),
                 F.min(F.when(change, F.col("_tb"))).alias("low_tb"),
                 F.max(F.when(change, F.col("_tb"))).alias("high_tb")))
-    grouped = _like_a_cached_plan(ndf.sparkSession, per.toArrow)
+    grouped: pa.Table = per.toArrow()
     is_message = grouped.column("message").is_valid()
     # A message sent twice at one LSN (the same bytes) is one group: its rows count them.
     messages = grouped.filter(is_message)
@@ -209,23 +209,22 @@ def capture_index(ndf: Any) -> CaptureIndex:
     return CaptureIndex(catalog, rows, pieces, ordered)
 
 
-#: The SQL setting under which Spark may re-partition a cached plan adaptively (off by default).
+#: The SQL setting under which Spark plans a cached query adaptively, as any other (off by
+#: default: then a cached plan's shuffles are not coalesced where a plain query's are).
 _CACHED_AQE = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
 
 
-def _like_a_cached_plan(spark: Any, action: Callable[[], pa.Table]) -> pa.Table:
-    """``action()`` run with adaptive query execution as it applies to a persisted plan:
-    the decoded rows are persisted, and by default Spark then plans the capture's partitions
-    without coalescing its shuffles, where a plain query would coalesce them. The index's
-    partitions must be the decode's."""
-    key = "spark.sql.adaptive.enabled"
-    before = spark.conf.get(key)
-    adaptive = before.lower() == "true" and spark.conf.get(_CACHED_AQE, "false").lower() == "true"
-    spark.conf.set(key, "true" if adaptive else "false")
+def _persist_adaptively(df: Any) -> Any:
+    """``df.persist()``, planned as the index's plain query was (adaptively, if the session
+    is): the capture's partitions must be the same in both, and a shuffle in the user's
+    DataFrame is coalesced alike only when both are planned alike."""
+    spark = df.sparkSession
+    before = spark.conf.get(_CACHED_AQE, "false")
+    spark.conf.set(_CACHED_AQE, "true")
     try:
-        return action()
+        return df.persist()
     finally:
-        spark.conf.set(key, before)
+        spark.conf.set(_CACHED_AQE, before)
 
 
 def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[tuple[int, int], int]:
@@ -244,7 +243,7 @@ def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[
     query = (ndf.where(_kind_is(_internal.CHANGE_KINDS) & F.col("xid").isin(sorted(split))
                          & in_stream_xid.isin(sorted(subxids)))
                .groupBy(F.spark_partition_id().alias("p"), "xid").count())
-    counted = _like_a_cached_plan(ndf.sparkSession, query.toArrow)
+    counted: pa.Table = query.toArrow()
     return {(p, x): n for p, x, n in zip(counted.column("p").to_pylist(), counted.column("xid").to_pylist(),
                                          counted.column("count").to_pylist())}
 
@@ -407,7 +406,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
         fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, None)
         packed = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED))
-    packed = packed.persist()
+    packed = _persist_adaptively(packed)
 
     def table(i: int) -> Any:
         return packed.where(F.col("_t") == i).select("ipc").mapInArrow(_unpack, spark_schema(targets[i]))
