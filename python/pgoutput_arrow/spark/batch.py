@@ -1,13 +1,13 @@
 """Decoding a capture on Spark's executors (:func:`decode`), and in one process the same way
 (:func:`decode_table_locally`, for the UDTF and the batch data source).
 
-How it is distributed (docs/spark.md, "How decoding is distributed"): the SQL interface's
-``xid`` column holds, for every message of a transaction, the top-level xid (but for a
-subtransaction's Stream Abort, which the catalog keeps), so rows are shuffled by it and each
-transaction lands whole in one partition. There each transaction is
-rebuilt by the crates (``_internal.canonical_stream``) into a self-contained stream, the
-Relation and Type messages it relies on injected from a small catalog of the capture
-collected beforehand and broadcast, and decoded.
+How it is distributed (docs/spark.md, "How decoding is distributed"): each partition of the
+capture is decoded where it is. One scan first (:func:`capture_index`, grouped in the JVM)
+finds the transactions split across partitions and collects a small catalog: the Relation and
+Type messages, and the framing of the split transactions. There each partition's rows are
+rebuilt by the crates (``_internal.canonical_stream``) into a self-contained stream, a part of
+a split transaction framed by its real Begin and end, and decoded; ``_seq`` continues across
+the parts. A capture whose split transactions' parts overlap is shuffled by xid first.
 """
 
 from __future__ import annotations
