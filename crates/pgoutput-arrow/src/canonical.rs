@@ -665,6 +665,34 @@ mod tests {
         buf
     }
 
+    /// A transaction cut in two pieces (as two Spark partitions of a capture in order): each
+    /// piece is rebuilt with the transaction's real Begin and Commit, and the piece after the
+    /// Relation message gets it as the transaction's own.
+    #[test]
+    fn a_piece_of_a_transaction_takes_its_framing_and_definitions_from_the_catalog() {
+        let v1 = relation(&["id"]);
+        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
+            (10, 1, begin(1, 40)),
+            (11, 1, v1.clone()),
+            (11, 1, insert(&["1"])),
+            (12, 1, insert(&["2"])),
+            (40, 1, commit(40)),
+        ];
+        let rows: Vec<CaptureRow<'_>> =
+            messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak: 0 }).collect();
+        let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+        let pieces: HashSet<u64> = [1].into_iter().collect();
+        let first = canonical_pieces(&rows[..3], &catalog, false, &pieces).unwrap();
+        let got: Vec<&[u8]> = first.messages.iter().map(|m| m.unwrap()).collect();
+        assert_eq!(got, [&begin(1, 40)[..], &v1, &insert(&["1"]), &commit(40)]);
+        let second = canonical_pieces(&rows[3..], &catalog, false, &pieces).unwrap();
+        let got: Vec<&[u8]> = second.messages.iter().map(|m| m.unwrap()).collect();
+        assert_eq!(got, [&begin(1, 40)[..], &v1, &insert(&["2"]), &commit(40)]);
+        // Not named a piece, the second part has no Begin: the rebuild keeps what it holds.
+        let alone = canonical_stream(&rows[3..], &catalog, false).unwrap();
+        assert_eq!(alone.lsns.len(), 3);
+    }
+
     /// Torture seed 416 in miniature: after a DDL, A changes the table (LSN 50), B changes it
     /// (LSN 60) and commits first (70), so the new Relation message is in B, above A's
     /// change. A alone is rebuilt with the new definition.
