@@ -33,8 +33,9 @@ import pytest
 
 from pgoutput_arrow import spark as pgspark
 from pg_harness import PgServer
-from spark_cluster import ROOT, ConnectServer, ShippedEnv, StandaloneCluster, _clean_env
-from spark_workload import run_workload
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+from spark_cluster import ROOT, ConnectServer, ShippedEnv, StandaloneCluster, clean_env  # noqa: E402
+from spark_workload import run_workload  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -144,7 +145,7 @@ class Deployments:
             spec["conf"] = conf
             # The driver's Python workers run ./environment/bin/python from its working
             # directory: the driver runs where the environment is unpacked.
-            env = _clean_env(shipped.driver_env())
+            env = clean_env(shipped.driver_env())
             t0 = time.monotonic()
             if deployment == "local":
                 result = _run_driver(["--master", "local[2]"], spec, work, env, shipped.driver_dir)
@@ -156,7 +157,7 @@ class Deployments:
                 cluster = self.request.getfixturevalue("cluster")
                 with ConnectServer(cluster.master_url, conf, cwd=shipped.driver_dir,
                                    env=shipped.driver_env(), log_dir=work / "connect") as server:
-                    result = _run_driver(["--remote", server.url], spec, work, _clean_env(),
+                    result = _run_driver(["--remote", server.url], spec, work, clean_env(),
                                          work)
             result["total_s"] = time.monotonic() - t0
             self.results[deployment], self.specs[deployment] = result, spec

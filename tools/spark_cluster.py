@@ -1,7 +1,9 @@
 """Real Spark deployments on this machine, started from pyspark's own distribution, for the
-tests and ``make demo``: a standalone cluster (a master and workers, each its own process)
-and a Spark Connect server, all on 127.0.0.1 and on free ports; and the package shipped to
-them as PySpark's packaging guide says (a venv-pack'ed environment given as ``spark.archives``).
+tests (tests/test_spark_deploy.py, tests/test_wheel.py) and ``make demo``: a standalone
+cluster (a master and workers, each its own process) and a Spark Connect server, all on
+127.0.0.1 and on free ports; and the package shipped to them as PySpark's packaging guide says
+(the wheel of ``make wheel`` in a venv-pack'ed environment given as ``spark.archives``).
+It is not part of the wheel: a cluster of one's own comes from one's own Spark distribution.
 
 ::
 
@@ -10,6 +12,11 @@ them as PySpark's packaging guide says (a venv-pack'ed environment given as ``sp
         with ConnectServer(cluster.master_url, conf, cwd=env.driver_dir) as server:
             SparkSession.builder.remote(server.url).getOrCreate()
 
+From the command line, ``submit`` runs an application on a fresh cluster of this machine with
+the package shipped, and stops the cluster (``make demo`` ends with it)::
+
+    python tools/spark_cluster.py submit -- examples/spark_pipeline.py capture.parquet out/
+
 Every daemon runs in a process group of its own, logs to a file under ``log_dir`` (a temp dir
 unless given), and is stopped (the whole group) when its block ends. A daemon that does not
 come up in time fails with the tail of its log.
@@ -17,6 +24,7 @@ come up in time fails with the tail of its log.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -71,7 +79,7 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment without anything that would let a Spark process import
     Python packages from the repository or from .venv (PYTHONPATH, VIRTUAL_ENV, .venv/bin on
     PATH, an inherited PYSPARK_PYTHON), plus Spark's own settings for 127.0.0.1."""
@@ -176,7 +184,7 @@ class StandaloneCluster:
         spark_class = str(spark_home() / "bin" / "spark-class")
         conf_dir = self.log_dir / "conf"  # empty: no spark-defaults.conf from elsewhere
         conf_dir.mkdir(exist_ok=True)
-        env = _clean_env({"SPARK_CONF_DIR": str(conf_dir), "SPARK_LOG_DIR": str(self.log_dir)})
+        env = clean_env({"SPARK_CONF_DIR": str(conf_dir), "SPARK_LOG_DIR": str(self.log_dir)})
         try:
             master = Daemon("the Spark master", [
                 spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -237,7 +245,7 @@ class ConnectServer:
             command += ["--conf", f"{k}={v}"]
         conf_dir = self.log_dir / "conf"
         conf_dir.mkdir(exist_ok=True)
-        env = _clean_env({"SPARK_CONF_DIR": str(conf_dir), **self.extra_env})
+        env = clean_env({"SPARK_CONF_DIR": str(conf_dir), **self.extra_env})
         self.daemon = Daemon("the Spark Connect server", command, self.log_dir / "connect.log",
                              env, cwd=self.cwd)
         try:
@@ -348,3 +356,50 @@ class ShippedEnv:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         pass
+
+
+# --------------------------------------------------------------------------- command line
+
+def submit(app: list[str], *, workers: int = 2, build_dir: Path = ROOT / "build" / "spark-deploy",
+           log_dir: Path | None = None, stdout: IO[str] | None = None,
+           stderr: IO[str] | None = None) -> int:
+    """Start a standalone cluster, ship the package, ``spark-submit`` ``app`` (the application
+    and its arguments; paths absolute, it runs in the driver's directory) in client mode with
+    this interpreter as the driver's Python, stop the cluster; spark-submit's exit status."""
+    shipped = ShippedEnv.build(build_dir)
+    with StandaloneCluster(workers=workers, log_dir=log_dir) as cluster:
+        command = [str(spark_home() / "bin" / "spark-submit"), "--master", cluster.master_url,
+                   "--conf", f"spark.pyspark.driver.python={sys.executable}",
+                   "--conf", "spark.executor.memory=1g", "--conf", "spark.executor.cores=1"]
+        for k, v in shipped.spark_conf().items():
+            command += ["--conf", f"{k}={v}"]
+        print(f"standalone cluster {cluster.master_url} ({workers} workers; logs in "
+              f"{cluster.log_dir}), shipping {shipped.archive.name} "
+              f"({shipped.archive.stat().st_size / 2**20:.0f} MB, {shipped.wheel and shipped.wheel.name})",
+              file=stderr or sys.stderr, flush=True)
+        proc = subprocess.run([*command, *app], cwd=shipped.driver_dir, stdout=stdout,
+                              stderr=stderr, env=clean_env(shipped.driver_env()))
+        return proc.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python tools/spark_cluster.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("submit", help="spark-submit an application to a fresh standalone "
+                                        "cluster with the package shipped")
+    run.add_argument("--workers", type=int, default=2)
+    run.add_argument("--build-dir", type=Path, default=ROOT / "build" / "spark-deploy",
+                     help="where the wheel and the packed environment are cached")
+    run.add_argument("--log-dir", type=Path, help="the daemons' logs (default: a temp dir)")
+    run.add_argument("app", nargs=argparse.REMAINDER,
+                     help="-- the application (a .py file) and its arguments")
+    args = ap.parse_args(argv)
+    app = args.app[1:] if args.app[:1] == ["--"] else args.app
+    if not app:
+        ap.error("submit: no application given (after --)")
+    return submit(app, workers=args.workers, build_dir=args.build_dir, log_dir=args.log_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
