@@ -94,7 +94,7 @@ develop: setup ## Build the Python package (release) and install it into .venv
 # rebuild (or disturb) the target/release/ of make develop.
 wheel: setup ## Build the abi3 manylinux wheel (zig; WHEEL_TAG=$(WHEEL_TAG)) into $(DIST)/, checked with auditwheel
 	@rm -f $(DIST)/pgoutput_arrow-*.whl
-	$(VENV)/bin/maturin build --release --zig --compatibility $(WHEEL_TAG) --out $(DIST)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release --zig --compatibility $(WHEEL_TAG) --out $(DIST)
 	@whl="$$(ls $(DIST)/pgoutput_arrow-*.whl)"; \
 	  report="$$($(VENV)/bin/auditwheel show "$$whl")"; echo "$$report"; \
 	  echo "$$report" | tr -s ' \n' ' ' | grep -q "consistent with the following platform tag: \"$(WHEEL_TAG)_x86_64\"" \
