@@ -31,6 +31,12 @@ def _session(args: argparse.Namespace, conf: dict[str, str]) -> Any:
         # can be changed per session.
         spark = SparkSession.builder.remote(args.remote).getOrCreate()
         spark.conf.set("spark.sql.session.timeZone", "UTC")
+        # A Connect session runs its Python workers (executors' and the driver's) in a
+        # directory of its own: the environment is shipped per session, as an artifact
+        # unpacked there, and the workers' interpreter named in the session's settings.
+        archive = conf["spark.archives"]
+        spark.addArtifacts(archive, archive=True)
+        spark.conf.set("spark.sql.execution.pyspark.python", conf["spark.pyspark.python"])
         return spark
     builder = SparkSession.builder.master(args.master).appName("pgoutput-arrow-deploy-tests")
     for k, v in conf.items():

@@ -50,6 +50,7 @@ SESSION_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.timeType.enabled": "true",
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "1g",
     "spark.executor.memory": "1g",
     "spark.executor.cores": "1",
@@ -155,8 +156,11 @@ class Deployments:
                                      shipped.driver_dir)
             else:
                 cluster = self.request.getfixturevalue("cluster")
-                with ConnectServer(cluster.master_url, conf, cwd=shipped.driver_dir,
-                                   env=shipped.driver_env(), log_dir=work / "connect") as server:
+                # Nothing shipped through the server: each session adds the archive itself.
+                server_conf = {k: v for k, v in conf.items()
+                               if k not in shipped.spark_conf()}
+                with ConnectServer(cluster.master_url, server_conf, log_dir=work / "connect",
+                                   cwd=work) as server:
                     result = _run_driver(["--remote", server.url], spec, work, clean_env(),
                                          work)
             result["total_s"] = time.monotonic() - t0
