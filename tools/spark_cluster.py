@@ -7,9 +7,13 @@ It is not part of the wheel: a cluster of one's own comes from one's own Spark d
 
 ::
 
-    with StandaloneCluster(workers=2) as cluster, ShippedEnv.build(build_dir) as env:
-        conf = env.spark_conf()  # spark.archives, spark.pyspark.python
-        with ConnectServer(cluster.master_url, conf, cwd=env.driver_dir) as server:
+    env = ShippedEnv.build(build_dir)  # the wheel, venv-pack'ed (cached by source hash)
+    with StandaloneCluster(workers=2) as cluster:
+        # classic: spark.archives and spark.pyspark.python (env.spark_conf()), the driver
+        # run in env.driver_dir (PYSPARK_PYTHON=./environment/bin/python, env.driver_env())
+        SparkSession.builder.master(cluster.master_url) ...
+        with ConnectServer(cluster.master_url) as server:
+            # Connect: each session adds env.archive as an artifact (docs/spark.md)
             SparkSession.builder.remote(server.url).getOrCreate()
 
 From the command line, ``submit`` runs an application on a fresh cluster of this machine with
@@ -221,8 +225,10 @@ class StandaloneCluster:
 class ConnectServer:
     """A Spark Connect server (``SparkConnectServer`` through ``spark-submit``, as
     ``sbin/start-connect-server.sh`` starts it) on ``master``, with the Spark settings
-    ``conf``, run in ``cwd`` (the driver's working directory: the shipped environment's
-    driver-side copy lives there). ``url`` is ``sc://127.0.0.1:PORT``."""
+    ``conf``, run in ``cwd`` (the server's working directory). The package is not shipped
+    through the server: Connect runs each session's Python workers in a directory of that
+    session, so each session adds the packed environment as an artifact. ``url`` is
+    ``sc://127.0.0.1:PORT``."""
 
     CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -301,9 +307,10 @@ def build_wheel(out: Path) -> Path:
 
 class ShippedEnv:
     """The package as a user ships it to a cluster: a venv with the wheel and its runtime
-    dependencies, packed with venv-pack into ``archive`` (``spark.archives``); and the same
-    archive unpacked as ``driver_dir/environment`` for the driver's own Python workers (the
-    Python data sources plan on the driver with the executors' ``./environment/bin/python``)."""
+    dependencies, packed with venv-pack into ``archive`` (``spark.archives``, or a Connect
+    session's artifact); and the same archive unpacked as ``driver_dir/environment`` for a
+    classic driver's own Python workers (the Python data sources plan on the driver with the
+    executors' ``./environment/bin/python``): such a driver runs in ``driver_dir``."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
