@@ -156,11 +156,13 @@ class Deployments:
                                      shipped.driver_dir)
             else:
                 cluster = self.request.getfixturevalue("cluster")
-                # Nothing shipped through the server: each session adds the archive itself.
+                # Each session adds the archive itself (unpacked in the session's directory);
+                # the server only names the interpreter, relative to that directory, for the
+                # data sources' planning on its driver (which ignores the session's setting).
                 server_conf = {k: v for k, v in conf.items()
                                if k not in shipped.spark_conf()}
                 with ConnectServer(cluster.master_url, server_conf, log_dir=work / "connect",
-                                   cwd=work) as server:
+                                   cwd=work, env=shipped.driver_env()) as server:
                     result = _run_driver(["--remote", server.url], spec, work, clean_env(),
                                          work)
             result["total_s"] = time.monotonic() - t0
