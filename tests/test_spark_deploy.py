@@ -156,13 +156,13 @@ class Deployments:
                                      shipped.driver_dir)
             else:
                 cluster = self.request.getfixturevalue("cluster")
-                # Each session adds the archive itself (unpacked in the session's directory);
-                # the server only names the interpreter, relative to that directory, for the
-                # data sources' planning on its driver (which ignores the session's setting).
-                server_conf = {k: v for k, v in conf.items()
-                               if k not in shipped.spark_conf()}
-                with ConnectServer(cluster.master_url, server_conf, log_dir=work / "connect",
-                                   cwd=work, env=shipped.driver_env()) as server:
+                # Both ways (docs/spark.md): the server is deployed as a classic driver
+                # (spark.archives, PYSPARK_PYTHON, run where the environment is unpacked), for
+                # the streaming source, whose Python runs outside the session's directory on
+                # the driver and on the executors; and each session adds the archive as an
+                # artifact, for what runs in the session's directory (UDFs, batch source).
+                with ConnectServer(cluster.master_url, conf, log_dir=work / "connect",
+                                   cwd=shipped.driver_dir, env=shipped.driver_env()) as server:
                     result = _run_driver(["--remote", server.url], spec, work, clean_env(),
                                          work)
             result["total_s"] = time.monotonic() - t0
