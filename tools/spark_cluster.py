@@ -12,8 +12,9 @@ It is not part of the wheel: a cluster of one's own comes from one's own Spark d
         # classic: spark.archives and spark.pyspark.python (env.spark_conf()), the driver
         # run in env.driver_dir (PYSPARK_PYTHON=./environment/bin/python, env.driver_env())
         SparkSession.builder.master(cluster.master_url) ...
-        with ConnectServer(cluster.master_url) as server:
-            # Connect: each session adds env.archive as an artifact (docs/spark.md)
+        with ConnectServer(cluster.master_url, env.spark_conf(), cwd=env.driver_dir,
+                           env=env.driver_env()) as server:
+            # and each session adds env.archive as an artifact (docs/spark.md)
             SparkSession.builder.remote(server.url).getOrCreate()
 
 From the command line, ``submit`` runs an application on a fresh cluster of this machine with
@@ -225,9 +226,10 @@ class StandaloneCluster:
 class ConnectServer:
     """A Spark Connect server (``SparkConnectServer`` through ``spark-submit``, as
     ``sbin/start-connect-server.sh`` starts it) on ``master``, with the Spark settings
-    ``conf``, run in ``cwd`` (the server's working directory). The package is not shipped
-    through the server: Connect runs each session's Python workers in a directory of that
-    session, so each session adds the packed environment as an artifact. ``url`` is
+    ``conf``, run in ``cwd`` (the server's working directory) with ``env`` added to its
+    environment. To ship the package, give it a classic driver's settings (``spark_conf()``,
+    ``driver_env()``, ``cwd=driver_dir`` of :class:`ShippedEnv`) and have each session add
+    the archive as an artifact too (docs/spark.md, "Spark Connect"). ``url`` is
     ``sc://127.0.0.1:PORT``."""
 
     CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
