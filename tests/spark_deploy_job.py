@@ -112,6 +112,15 @@ def batch_source(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _input_rows(progress: Any) -> int:
+    """A micro-batch's input rows: the progress's attribute (a Connect session's progress
+    objects answer None to ``["numInputRows"]``) or key (classic)."""
+    rows = getattr(progress, "numInputRows", None)
+    if rows is None:
+        rows = progress["numInputRows"]
+    return int(rows or 0)
+
+
 def stream_source(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
     """readStream.format("pgoutput") from a slot, a few micro-batches (maxChangesPerTrigger),
     trigger(availableNow=True) into a memory table; then apply_changes."""
@@ -131,7 +140,7 @@ def stream_source(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
         raise TimeoutError("the availableNow query did not end in 300 s")
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
-    batches = sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+    batches = sum(1 for p in query.recentProgress if _input_rows(p) > 0)
     changes = spark.table(s["query"])
     state = pgspark.apply_changes(changes, s["keys"])
     return {"columns": _own_columns(state), "batches": batches, "changes": changes.count(),
