@@ -21,6 +21,10 @@ FUZZ_DIR     ?= fuzz
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS  ?=
 CARGO_TEST   ?= cargo test --workspace
+# make wheel: where the wheel goes, and the oldest glibc it must run on (manylinux_2_17 is
+# glibc 2.17, what CentOS 7 and every current cluster image have or exceed).
+DIST         ?= dist
+WHEEL_TAG    ?= manylinux_2_17
 
 # Build scripts of PyO3 crates pick the interpreter from here; maturin installs into it.
 export PYO3_PYTHON  := $(CURDIR)/$(VENV)/bin/python
@@ -29,7 +33,7 @@ export VIRTUAL_ENV  := $(CURDIR)/$(VENV)
 # Root runs apt-get directly; anyone else needs sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || { command -v sudo >/dev/null && echo sudo; })
 
-.PHONY: help prerequisites setup postgresql-15 java develop test demo golden fuzz bench lint torture
+.PHONY: help prerequisites setup postgresql-15 java develop wheel test demo golden fuzz bench lint torture
 
 RUST_VERSION := $(shell sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)
 
@@ -84,14 +88,26 @@ develop: setup ## Build the Python package (release) and install it into .venv
 	@[ -f pyproject.toml ] || { echo "error: no pyproject.toml at the repository root: the Python package is not set up yet, so there is nothing for maturin to build" >&2; exit 1; }
 	$(VENV)/bin/maturin develop --release
 
+# zig links against the old glibc's symbols, so the wheel runs on nodes older than this
+# machine; auditwheel must agree that the tag is right, or the target fails. The build
+# targets x86_64-unknown-linux-gnu explicitly, so it has its own target/<triple>/ and does not
+# rebuild (or disturb) the target/release/ of make develop.
+wheel: setup ## Build the abi3 manylinux wheel (zig; WHEEL_TAG=$(WHEEL_TAG)) into $(DIST)/, checked with auditwheel
+	@rm -f $(DIST)/pgoutput_arrow-*.whl
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build --release --zig --compatibility $(WHEEL_TAG) --out $(DIST)
+	@whl="$$(ls $(DIST)/pgoutput_arrow-*.whl)"; \
+	  report="$$($(VENV)/bin/auditwheel show "$$whl")"; echo "$$report"; \
+	  echo "$$report" | tr -s ' \n' ' ' | grep -q "consistent with the following platform tag: \"$(WHEEL_TAG)_x86_64\"" \
+	    || { echo "error: auditwheel does not accept $$whl as $(WHEEL_TAG)_x86_64" >&2; exit 1; }
+
 test: setup develop ## Lints, Rust tests, the benchmarks built, then pytest against real PostgreSQL 18 and 15 and Spark
 	$(MAKE) --no-print-directory lint
 	$(CARGO_TEST)
 	cargo bench --workspace --no-run
 	$(VENV)/bin/pytest tests -q -rs --timeout=900 $(PYTEST_ARGS)
 
-demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture
-	$(PY) -m pgoutput_arrow.demo --spark-pipeline examples/spark_pipeline.py
+demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture, on a standalone cluster (tools/spark_cluster.py) with the wheel shipped
+	$(PY) -m pgoutput_arrow.demo --spark-pipeline examples/spark_pipeline.py --spark-cluster tools/spark_cluster.py
 
 torture: setup develop ## Randomized differential tester against PostgreSQL 18 and 15: SEED=n (one), COUNT=n seeds, DURATION=seconds
 	$(PY) tests/torture/run.py $(if $(SEED),--seed $(SEED),--count $(COUNT) --duration $(DURATION))
@@ -127,4 +143,4 @@ bench: setup develop ## Run the benchmarks (benches/run.sh)
 lint: setup ## cargo clippy (warnings are errors), mypy --strict on python/ and the test harness (stubs: tests/test_python_api.py runs stubtest)
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/mypy --strict python
-	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py tests/consumers.py tests/type_table.py
+	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py tests/consumers.py tests/type_table.py tools/spark_cluster.py

@@ -12,10 +12,14 @@
    PostgreSQL's own SELECT, and the slots' confirmed positions;
 5. with ``--spark-pipeline examples/spark_pipeline.py`` (what ``make demo`` passes): the same
    workload, captured raw on a third slot with the SQL interface (``lsn, xid, data``), is
-   decoded by that Spark pipeline on ``local[*]``, and each replica it writes is compared with
-   PostgreSQL's SELECT.
+   decoded by that Spark pipeline, and each replica it writes is compared with PostgreSQL's
+   SELECT. With ``--spark-cluster tools/spark_cluster.py`` (``make demo`` passes it too) the
+   pipeline runs on a Spark standalone cluster that launcher starts on this machine (a master
+   and two workers), with the package shipped to the executors as a venv-pack'ed environment
+   of the wheel (``spark.archives``), submitted with ``spark-submit``; without it, on
+   ``local[*]`` in this interpreter.
 
-Run: ``python -m pgoutput_arrow.demo [--keep DIR] [--spark-pipeline PATH]``.
+Run: ``python -m pgoutput_arrow.demo [--keep DIR] [--spark-pipeline PATH [--spark-cluster PATH]]``.
 """
 
 from __future__ import annotations
@@ -132,9 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spark-pipeline", metavar="PATH", type=Path,
                     help="then run this Spark pipeline (examples/spark_pipeline.py) on a raw "
                          "capture of the same workload, and compare its replicas with PostgreSQL")
+    ap.add_argument("--spark-cluster", metavar="LAUNCHER", type=Path,
+                    help="run the Spark pipeline on a standalone cluster started by this "
+                         "launcher (tools/spark_cluster.py), the package shipped as a wheel")
     args = ap.parse_args(argv)
     if args.spark_pipeline is not None and not args.spark_pipeline.is_file():
         ap.error(f"--spark-pipeline: no such file: {args.spark_pipeline}")
+    if args.spark_cluster is not None and (args.spark_pipeline is None
+                                           or not args.spark_cluster.is_file()):
+        ap.error(f"--spark-cluster: needs --spark-pipeline and an existing launcher: "
+                 f"{args.spark_cluster}")
     out = args.keep or Path(tempfile.mkdtemp(prefix="pgoutput-demo-out-"))
     if out.exists() and any(out.iterdir()) and args.keep:
         shutil.rmtree(out)
@@ -238,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(lag {lag} bytes; {notes[slot]})")
         print(f"  WAL end when the workload ended: {lsn_to_str(end)}")
         if args.spark_pipeline is not None:
-            ok &= _spark_pipeline(pg, args.spark_pipeline, out)
+            ok &= _spark_pipeline(pg, args.spark_pipeline, out, args.spark_cluster)
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
         return 0 if ok else 1
@@ -256,10 +267,14 @@ def _normalise(state: dict[Any, dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     return {str(k): {c: text(v) for c, v in row.items()} for k, row in state.items()}
 
 
-def _spark_pipeline(pg: EmbeddedPostgres, pipeline: Path, out: Path) -> bool:
+def _spark_pipeline(pg: EmbeddedPostgres, pipeline: Path, out: Path,
+                    launcher: Path | None) -> bool:
     """Capture the workload raw from the capture slot, run ``pipeline`` on it with Spark
-    (``local[*]``), and compare each replica it wrote with PostgreSQL's SELECT."""
-    _section(f"Spark: {pipeline} on local[*], on a raw capture of the same workload")
+    (on the standalone cluster of ``launcher``, else ``local[*]``), and compare each replica
+    it wrote with PostgreSQL's SELECT."""
+    where = "a standalone cluster (a master, two workers)" if launcher else "local[*]"
+    _section(f"Spark: {pipeline} on {where}, on a raw capture of the same workload")
+    out = out.resolve()  # the driver of a cluster runs in a directory of its own
     rows = pg.execute(f"SELECT lsn::text, xid::text::bigint, data FROM "
                       f"pg_logical_slot_get_binary_changes('{CAPTURE_SLOT}', NULL, NULL, "
                       "'proto_version', '4', 'streaming', 'on', 'publication_names', 'shop')")
@@ -271,11 +286,19 @@ def _spark_pipeline(pg: EmbeddedPostgres, pipeline: Path, out: Path) -> bool:
     print(f"capture {capture}: {len(rows)} messages ({streamed} streamed chunks), columns lsn, xid, data")
     spark_out, log = out / "spark", out / "spark.log"
     keys = [f"{table}=id" for table in TABLES]
-    command = [sys.executable, str(pipeline), str(capture), str(spark_out), *keys]
+    app = [str(pipeline.resolve()), str(capture), str(spark_out), *keys]
+    if launcher is not None:
+        # The launcher builds the wheel (cached), packs its environment, starts the cluster,
+        # spark-submits the pipeline there and stops the cluster.
+        command = [sys.executable, str(launcher), "submit", "--", *app]
+        env = dict(os.environ)
+    else:
+        command = [sys.executable, *app]
+        # The Python workers must import this interpreter's pgoutput_arrow.
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+               "PYSPARK_DRIVER_PYTHON": sys.executable}
     print("$ " + " ".join([Path(command[0]).name, *command[1:]]) + f"   (Spark's log: {log})",
           flush=True)
-    # The Python workers must import this interpreter's pgoutput_arrow.
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     t0 = time.monotonic()
     with open(log, "w") as err:
         proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
