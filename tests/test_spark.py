@@ -631,8 +631,13 @@ def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: A
     schema = StructType([StructField("lsn", LongType()), StructField("xid", LongType()),
                          StructField("data", BinaryType())])
     data = [(l, x, bytearray(d)) for l, x, d in rows]
-    for parts in (3, 17, 60):
-        df = spark.sparkContext.parallelize(data, parts).toDF(schema)
+    import pandas as pd
+
+    frames = [spark.sparkContext.parallelize(data, parts).toDF(schema) for parts in (3, 17, 60)]
+    # A local relation (createDataFrame of pandas): Spark would evaluate a projection of it on
+    # the driver (found by the randomized tester, seed 9100); its partitions are the decode's.
+    frames.append(spark.createDataFrame(pd.DataFrame(data, columns=["lsn", "xid", "data"]), schema))
+    for parts, df in enumerate(frames):
         index = capture_index(normalized(df, None))
         assert index.ordered and index.pieces, parts
         assert sum(index.rows.values()) == len(rows)

@@ -434,23 +434,25 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures:
     from pgoutput_arrow import spark as sp
 
     name, capture = next(iter(captures.items()))
-    label = f"spark.decode {name} shuffled"
     df = spark.createDataFrame(capture.to_pandas()).select(
         F.col("lsn").cast("long").alias("lsn"), F.col("xid").cast("long").alias("xid"), F.col("data"))
-    try:
-        decoded = sp.decode(df.repartition(3).sortWithinPartitions(F.rand(seed)), num_partitions=3,
-                            with_truncates=True)
-        trunc = decoded.pop(sp.TRUNCATES).toArrow()
-        tables = {n: d.toArrow() for n, d in decoded.items()}
-    except Exception as e:  # noqa: BLE001
-        result.problems.append(f"{label}: {type(e).__name__}: {e}")
-        return
-    # Every column compared, in Spark's types (interval a struct, time in ns, uuid text):
-    # values.py reads them as they are.
-    truncs = [(", ".join(r["relations"]), r["_commit_lsn"], r["_seq"], r.get("_xid"))
-              for r in trunc.to_pylist()]
-    n, problems = compare_changes(expected, typed_changes(tables, truncs), label, renames=workload.renames)
-    _add(result, "spark.decode", n, problems)
+    # In order, in contiguous partitions (transactions cut across them are decoded in parts),
+    # and shuffled (the parts overlap: decoded whole after a shuffle by xid).
+    for how, ordered in (("in order", df), ("shuffled", df.repartition(3).sortWithinPartitions(F.rand(seed)))):
+        label = f"spark.decode {name} {how}"
+        try:
+            decoded = sp.decode(ordered, num_partitions=3, with_truncates=True)
+            trunc = decoded.pop(sp.TRUNCATES).toArrow()
+            tables = {n: d.toArrow() for n, d in decoded.items()}
+        except Exception as e:  # noqa: BLE001
+            result.problems.append(f"{label}: {type(e).__name__}: {e}")
+            continue
+        # Every column compared, in Spark's types (interval a struct, time in ns, uuid text):
+        # values.py reads them as they are.
+        truncs = [(", ".join(r["relations"]), r["_commit_lsn"], r["_seq"], r.get("_xid"))
+                  for r in trunc.to_pylist()]
+        n, problems = compare_changes(expected, typed_changes(tables, truncs), label, renames=workload.renames)
+        _add(result, "spark.decode", n, problems)
 
 
 def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.Table], workload: Workload,

@@ -155,7 +155,7 @@ def capture_index(ndf: Any) -> CaptureIndex:
                 F.max(F.when(change, F.col("lsn"))).alias("last_lsn"),
                 F.min(F.when(change, F.col("_tb"))).alias("low_tb"),
                 F.max(F.when(change, F.col("_tb"))).alias("high_tb")))
-    grouped: pa.Table = per.toArrow()
+    grouped = _on_partitions(per)
     is_message = grouped.column("message").is_valid()
     # A message sent twice at one LSN (the same bytes) is one group: its rows count them.
     messages = grouped.filter(is_message)
@@ -214,6 +214,29 @@ def capture_index(ndf: Any) -> CaptureIndex:
 _CACHED_AQE = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
 
 
+#: The optimizer rule that evaluates a projection of a local relation (``createDataFrame``)
+#: on the driver, once: ``spark_partition_id()`` would be 0 for every row there, where the
+#: decoding pass sees the relation's partitions.
+_FOLDS_LOCAL = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
+
+
+def _on_partitions(df: Any) -> pa.Table:
+    """``df.toArrow()`` with every ``spark_partition_id()`` of it evaluated on the partitions
+    the decoding pass reads: local relations are not folded on the driver."""
+    spark = df.sparkSession
+    key = "spark.sql.optimizer.excludedRules"
+    before = spark.conf.get(key, "")
+    spark.conf.set(key, ",".join(r for r in (before, _FOLDS_LOCAL) if r))
+    try:
+        table: pa.Table = df.toArrow()
+        return table
+    finally:
+        if before:
+            spark.conf.set(key, before)
+        else:
+            spark.conf.unset(key)
+
+
 def _persist_adaptively(df: Any) -> Any:
     """``df.persist()``, planned as the index's plain query was (adaptively, if the session
     is): the capture's partitions must be the same in both, and a shuffle in the user's
@@ -243,7 +266,7 @@ def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[
     query = (ndf.where(_kind_is(_internal.CHANGE_KINDS) & F.col("xid").isin(sorted(split))
                          & in_stream_xid.isin(sorted(subxids)))
                .groupBy(F.spark_partition_id().alias("p"), "xid").count())
-    counted: pa.Table = query.toArrow()
+    counted = _on_partitions(query)
     return {(p, x): n for p, x, n in zip(counted.column("p").to_pylist(), counted.column("xid").to_pylist(),
                                          counted.column("count").to_pylist())}
 
