@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from spark_cluster import ROOT, ConnectServer, ShippedEnv, StandaloneCluster, clean_env  # noqa: E402
 from spark_workload import run_workload  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# 1500 s: the first test to need the shipped environment builds the wheel cold (zig, a release
+# build of its own) when test_demo.py has not already.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 DEPLOYMENTS = ("local", "standalone", "connect")
 APIS = ("decode", "udtf", "batch_source", "stream_source", "snapshot")

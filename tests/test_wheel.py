@@ -26,7 +26,9 @@ import pgoutput_arrow
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from spark_cluster import ROOT, ShippedEnv  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# 1500 s: the first test to need the shipped environment builds the wheel cold (zig, a release
+# build of its own) when test_demo.py has not already.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 CAPTURE = ROOT / "tests" / "golden" / "captures" / "types-pg18-v2-stream.bin"
 
