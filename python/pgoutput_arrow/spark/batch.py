@@ -42,12 +42,13 @@ def _kind_is(kinds: bytes) -> Any:
 _BINARY_SAMPLE = 100
 
 
-def canonical_stream(rows: Any, catalog: Any, history: bool = False) -> pa.RecordBatch:
+def canonical_stream(rows: Any, catalog: Any, history: bool = False, pieces: Sequence[int] = ()) -> pa.RecordBatch:
     """The whole transactions of ``rows`` (a capture: ``lsn``, ``xid``, ``data``, optionally a
     tie-breaker ``_tb``; any order) rebuilt into one self-contained stream (``lsn``,
     ``data``), with the Relation and Type messages they need from ``catalog`` (the capture,
-    or its rows of the kinds ``_internal.CATALOG_KINDS``) injected."""
-    return pa.record_batch(_internal.canonical_stream(rows, catalog, history))
+    or its rows of the kinds ``_internal.CATALOG_KINDS``) injected. ``pieces``: the
+    transactions ``rows`` hold only a part of, framed from ``catalog`` (:func:`capture_index`)."""
+    return pa.record_batch(_internal.canonical_stream(rows, catalog, history, list(pieces)))
 
 
 def _decoder(options: dict[str, Any]) -> Any:
@@ -164,7 +165,6 @@ def capture_index(ndf: Any) -> CaptureIndex:
     all_messages = pa.table({"lsn": messages.column("message_lsn"), "xid": messages.column("xid"),
                              "data": messages.column("message")}).take(pa.array(take))
     table = grouped.filter(pc.invert(is_message))
-    p = table.column("p").to_numpy().astype(np.int64)
     xid = table.column("xid").to_numpy().astype(np.int64)
     rows: dict[int, int] = {}
     for k, n in zip(grouped.column("p").to_pylist(), grouped.column("rows").to_pylist()):
@@ -220,16 +220,13 @@ _CACHED_AQE = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
 _FOLDS_LOCAL = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
 
 
-def _on_partitions(df: Any) -> pa.Table:
-    """``df.toArrow()`` with every ``spark_partition_id()`` of it evaluated on the partitions
-    the decoding pass reads: local relations are not folded on the driver."""
-    spark = df.sparkSession
-    key = "spark.sql.optimizer.excludedRules"
+def _with_setting(spark: Any, key: str, value: Callable[[str], str], action: Callable[[], Any]) -> Any:
+    """``action()`` with the session's SQL setting ``key`` at ``value(its value, or "")``,
+    then the setting as it was (unset if it was)."""
     before = spark.conf.get(key, "")
-    spark.conf.set(key, ",".join(r for r in (before, _FOLDS_LOCAL) if r))
+    spark.conf.set(key, value(before))
     try:
-        table: pa.Table = df.toArrow()
-        return table
+        return action()
     finally:
         if before:
             spark.conf.set(key, before)
@@ -237,17 +234,19 @@ def _on_partitions(df: Any) -> pa.Table:
             spark.conf.unset(key)
 
 
+def _on_partitions(df: Any) -> pa.Table:
+    """``df.toArrow()`` with every ``spark_partition_id()`` of it evaluated on the partitions
+    the decoding pass reads: local relations are not folded on the driver."""
+    table: pa.Table = _with_setting(df.sparkSession, "spark.sql.optimizer.excludedRules",
+                                    lambda rules: ",".join(r for r in (rules, _FOLDS_LOCAL) if r), df.toArrow)
+    return table
+
+
 def _persist_adaptively(df: Any) -> Any:
     """``df.persist()``, planned as the index's plain query was (adaptively, if the session
     is): the capture's partitions must be the same in both, and a shuffle in the user's
     DataFrame is coalesced alike only when both are planned alike."""
-    spark = df.sparkSession
-    before = spark.conf.get(_CACHED_AQE, "false")
-    spark.conf.set(_CACHED_AQE, "true")
-    try:
-        return df.persist()
-    finally:
-        spark.conf.set(_CACHED_AQE, before)
+    return _with_setting(df.sparkSession, _CACHED_AQE, lambda _: "true", df.persist)
 
 
 def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[tuple[int, int], int]:
@@ -271,6 +270,11 @@ def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[
                                          counted.column("count").to_pylist())}
 
 
+#: What a partition that changed between the index's scan and the decoding means, and the cure.
+_CHANGED_PARTITIONS = ("the capture DataFrame's partitions must not change between decode()'s index scan and its "
+                       "decoding (persist it, or read it from files)")
+
+
 def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, tuple[int, int]],
                   partition: int) -> dict[str, np.ndarray]:
     """``_seq`` of the rows of this partition's split transactions moved past the changes
@@ -279,9 +283,7 @@ def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, t
     never a silent renumbering)."""
     if not pieces:
         return seqs
-    xs = np.fromiter(pieces, np.int64, len(pieces))
-    order = np.argsort(xs)
-    xs = xs[order]
+    xs = np.array(sorted(pieces), np.int64)
     before = np.fromiter((pieces[x][0] for x in xs.tolist()), np.int64, len(xs))
     expected = np.fromiter((pieces[x][1] for x in xs.tolist()), np.int64, len(xs))
     got = np.zeros(len(xs), np.int64)
@@ -297,8 +299,7 @@ def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, t
         bad = [(int(x), int(e), int(g)) for x, e, g in zip(xs, expected, got) if e != g]
         raise RuntimeError(
             f"spark partition {partition}: the parts of split transactions gave other row counts than the "
-            f"capture index counted (xid, expected, got): {bad[:5]}; the capture DataFrame's partitions must "
-            f"not change between decode()'s index scan and its decoding (persist it, or read it from files)")
+            f"capture index counted (xid, expected, got): {bad[:5]}; {_CHANGED_PARTITIONS}")
     return out
 
 
@@ -355,16 +356,15 @@ def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], trunc
             if n != rows_by_partition.get(partition, 0):
                 raise RuntimeError(
                     f"spark partition {partition} holds {n} capture rows, the capture index counted "
-                    f"{rows_by_partition.get(partition, 0)}: the capture DataFrame's partitions must not change "
-                    f"between decode()'s index scan and its decoding (persist it, or read it from files)")
+                    f"{rows_by_partition.get(partition, 0)}: {_CHANGED_PARTITIONS}")
         if not received:
             return
         # The catalog's history first: the decoder then numbers each table's versions and
         # columns as the driver's schemas do.
-        stream = _internal.canonical_stream(pa.Table.from_batches(received), catalog, True, sorted(pieces))
+        stream = canonical_stream(pa.Table.from_batches(received), catalog, history=True, pieces=sorted(pieces))
         del received
         decoder = _decoder(options)
-        decoder.feed_batch(pa.record_batch(stream))
+        decoder.feed_batch(stream)
         del stream
         changes = decoder.finish()
         seqs = _with_offsets(ranked_seq(changes.tables, changes.truncates), changes, pieces, partition)
