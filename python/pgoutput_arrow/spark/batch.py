@@ -220,10 +220,10 @@ _CACHED_AQE = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
 _FOLDS_LOCAL = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
 
 
-def _with_setting(spark: Any, key: str, value: Callable[[str], str], action: Callable[[], Any]) -> Any:
-    """``action()`` with the session's SQL setting ``key`` at ``value(its value, or "")``,
-    then the setting as it was (unset if it was)."""
-    before = spark.conf.get(key, "")
+def _with_setting(spark: Any, key: str, default: str, value: Callable[[str], str], action: Callable[[], Any]) -> Any:
+    """``action()`` with the session's SQL setting ``key`` at ``value(its value, or
+    default)``, then the setting as it was (unset if it was empty)."""
+    before = spark.conf.get(key, default)
     spark.conf.set(key, value(before))
     try:
         return action()
@@ -237,7 +237,7 @@ def _with_setting(spark: Any, key: str, value: Callable[[str], str], action: Cal
 def _on_partitions(df: Any) -> pa.Table:
     """``df.toArrow()`` with every ``spark_partition_id()`` of it evaluated on the partitions
     the decoding pass reads: local relations are not folded on the driver."""
-    table: pa.Table = _with_setting(df.sparkSession, "spark.sql.optimizer.excludedRules",
+    table: pa.Table = _with_setting(df.sparkSession, "spark.sql.optimizer.excludedRules", "",
                                     lambda rules: ",".join(r for r in (rules, _FOLDS_LOCAL) if r), df.toArrow)
     return table
 
@@ -246,7 +246,7 @@ def _persist_adaptively(df: Any) -> Any:
     """``df.persist()``, planned as the index's plain query was (adaptively, if the session
     is): the capture's partitions must be the same in both, and a shuffle in the user's
     DataFrame is coalesced alike only when both are planned alike."""
-    return _with_setting(df.sparkSession, _CACHED_AQE, lambda _: "true", df.persist)
+    return _with_setting(df.sparkSession, _CACHED_AQE, "false", lambda _: "true", df.persist)
 
 
 def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[tuple[int, int], int]:
