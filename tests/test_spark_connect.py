@@ -57,6 +57,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log: Path, seconds: float)
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: Any) -> Iterator[Any]:
     """A Spark Connect client session to a Connect server of its own (local[2])."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     home = Path(pyspark.__file__).parent
@@ -76,12 +77,26 @@ def spark(tmp_path_factory: Any) -> Iterator[Any]:
         "--conf", "spark.sql.session.timeZone=UTC", "spark-internal"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    # One Spark per process: a classic session an earlier module left running would make
+    # the builder refuse (SESSION_ALREADY_EXIST). The builder marks the process as a Connect
+    # client through the environment; the modules after this one are classic again.
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    marks = {key: os.environ.get(key) for key in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
     try:
         _wait_for_port(port, proc, log, 180)
         session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
         yield session
         session.stop()
     finally:
+        for key, value in marks.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         proc.terminate()
         try:
             proc.wait(30)
