@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -130,14 +130,16 @@ def test_parquet_output_reads_back(capture: Path, workload: Workload, tmp_path: 
 
 
 @pytest.fixture(scope="module")
-def spark() -> Any:
+def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     # timeType: Spark 4 reads Parquet TIME columns only with it (docs/cli.md says so).
-    return (SparkSession.builder.master("local[2]").appName("pgoutput-arrow-tests")
-            .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
-            .config("spark.sql.timeType.enabled", "true").getOrCreate())
+    session = (SparkSession.builder.master("local[2]").appName("pgoutput-arrow-tests")
+               .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+               .config("spark.sql.timeType.enabled", "true").getOrCreate())
+    yield session
+    session.stop()  # getOrCreate in a later module would hand back this one, tuned as here
 
 
 @pytest.mark.slow

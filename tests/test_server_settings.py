@@ -277,6 +277,7 @@ def spark() -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g")
                .getOrCreate())
     yield session
+    session.stop()  # getOrCreate in a later module would hand back this one, tuned as here
 
 
 @pytest.mark.parametrize("group", list(GROUPS))

@@ -35,6 +35,7 @@ def torture_spark() -> Iterator[Any]:
                .config("spark.sql.shuffle.partitions", "3").config("spark.ui.enabled", "false")
                .getOrCreate())
     yield session
+    session.stop()  # getOrCreate in a later module would hand back this one, tuned as here
 
 
 def _assert(r: Any, seed: int, runs: int, paths: set[str]) -> None:
