@@ -76,21 +76,30 @@ def decode_rows_locally(rows: Sequence[tuple[int, int, bytes, int]], options: di
                                 options)
 
 
-def normalized(df: Any, order_col: str | None) -> Any:
-    """``lsn`` as a long (from 'X/Y' text if need be), ``xid`` as a long, ``data`` binary and a
-    tie-breaker column ``_tb`` (Spark expressions: these run in the JVM, before any row
-    reaches Python)."""
+def normalized(df: Any, order_col: str | None, lsn_text: bool = False) -> Any:
+    """``lsn`` as a long (from 'X/Y' text if need be, unless ``lsn_text``: rows for the
+    crates, which read either), ``xid`` as a long, ``data`` binary and a tie-breaker column
+    ``_tb`` (Spark expressions: these run in the JVM, before any row reaches Python)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
     lsn = F.col("lsn")
     if isinstance(df.schema["lsn"].dataType, StringType):
+        if lsn_text:
+            return df.select(lsn.alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
+                             F.col("data").cast("binary").alias("data"), _tie_breaker(order_col))
         hi = F.conv(F.substring_index(lsn, "/", 1), 16, 10).cast("bigint")
         lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
         lsn = F.shiftleft(hi, 32) + lo
-    tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
     return df.select(lsn.cast("bigint").alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
-                     F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
+                     F.col("data").cast("binary").alias("data"), _tie_breaker(order_col))
+
+
+def _tie_breaker(order_col: str | None) -> Any:
+    from pyspark.sql import functions as F
+
+    tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
+    return tb.alias("_tb")
 
 
 def collect_catalog(ndf: Any) -> pa.Table:
@@ -137,41 +146,34 @@ class CaptureIndex:
 
 
 def capture_index(ndf: Any) -> CaptureIndex:
-    """One scan of a :func:`normalized` capture, grouped in the JVM (fixed-width aggregates
-    only: a hash aggregation) by partition, transaction and, for the messages of
-    :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS`` only, the message
-    itself: rows, changes (Insert, Update, Delete, Truncate), the lowest and highest ``lsn``
-    and ``_tb`` of the changes. Collected to the driver: a row per partition and transaction,
-    and one per catalog or framing message."""
+    """One Spark job over a :func:`normalized` capture, two kinds of rows collected to the
+    driver: per partition and transaction, fixed-width aggregates grouped in the JVM (a hash
+    aggregation: rows, changes (Insert, Update, Delete, Truncate), the lowest and highest
+    ``lsn`` and ``_tb`` of the changes); and every message of the kinds
+    :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS`` with its partition."""
     from pyspark.sql import functions as F
 
     change = F.col("change")
-    kept = _kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)
     per = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "_tb",
-                      _kind_is(_internal.CHANGE_KINDS).alias("change"),
-                      F.when(kept, F.col("lsn")).alias("message_lsn"), F.when(kept, F.col("data")).alias("message"))
-           .groupBy("p", "xid", "message_lsn", "message")
+                      _kind_is(_internal.CHANGE_KINDS).alias("change"))
+           .groupBy("p", "xid")
            .agg(F.count(F.lit(1)).alias("rows"), F.sum(change.cast("long")).alias("changes"),
                 F.min(F.when(change, F.col("lsn"))).alias("first_lsn"),
                 F.max(F.when(change, F.col("lsn"))).alias("last_lsn"),
                 F.min(F.when(change, F.col("_tb"))).alias("low_tb"),
                 F.max(F.when(change, F.col("_tb"))).alias("high_tb")))
-    grouped = _on_partitions(per)
-    is_message = grouped.column("message").is_valid()
-    # A message sent twice at one LSN (the same bytes) is one group: its rows count them.
-    messages = grouped.filter(is_message)
-    repeat = messages.column("rows").to_numpy()
-    take = np.repeat(np.arange(len(repeat)), repeat)
-    all_messages = pa.table({"lsn": messages.column("message_lsn"), "xid": messages.column("xid"),
-                             "data": messages.column("message")}).take(pa.array(take))
-    table = grouped.filter(pc.invert(is_message))
+    kept = (ndf.where(_kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS))
+            .select(F.spark_partition_id().alias("p"), "xid", "lsn", "data"))
+    both = _on_partitions(per.unionByName(kept, allowMissingColumns=True))
+    is_message = both.column("data").is_valid()
+    all_messages = both.filter(is_message).select(["lsn", "xid", "data"])
+    table = both.filter(pc.invert(is_message))
     xid = table.column("xid").to_numpy().astype(np.int64)
     rows: dict[int, int] = {}
-    for k, n in zip(grouped.column("p").to_pylist(), grouped.column("rows").to_pylist()):
+    for k, n in zip(table.column("p").to_pylist(), table.column("rows").to_pylist()):
         rows[k] = rows.get(k, 0) + n
     # Transactions in more than one partition (xid 0: messages outside any transaction).
-    pairs = np.unique(np.stack([grouped.column("p").to_numpy().astype(np.int64),
-                                grouped.column("xid").to_numpy().astype(np.int64)]), axis=1)
+    pairs = np.stack([table.column("p").to_numpy().astype(np.int64), xid])
     xs, counts = np.unique(pairs[1], return_counts=True)
     split = set(xs[(counts > 1) & (xs != 0)].tolist())
     catalog = narrow_catalog(all_messages, split)
@@ -234,11 +236,22 @@ def _with_setting(spark: Any, key: str, default: str, value: Callable[[str], str
             spark.conf.unset(key)
 
 
+#: At most this many partitions for the index's aggregation: its rows are a few per
+#: transaction, and every map task writes a file per shuffle partition (200 by default).
+_INDEX_SHUFFLE_PARTITIONS = 8
+
+
 def _on_partitions(df: Any) -> pa.Table:
     """``df.toArrow()`` with every ``spark_partition_id()`` of it evaluated on the partitions
     the decoding pass reads: local relations are not folded on the driver."""
-    table: pa.Table = _with_setting(df.sparkSession, "spark.sql.optimizer.excludedRules", "",
-                                    lambda rules: ",".join(r for r in (rules, _FOLDS_LOCAL) if r), df.toArrow)
+    spark = df.sparkSession
+
+    def collect() -> pa.Table:
+        return _with_setting(spark, "spark.sql.shuffle.partitions", "200",
+                             lambda n: str(min(int(n), _INDEX_SHUFFLE_PARTITIONS)), df.toArrow)
+
+    table: pa.Table = _with_setting(spark, "spark.sql.optimizer.excludedRules", "",
+                                    lambda rules: ",".join(r for r in (rules, _FOLDS_LOCAL) if r), collect)
     return table
 
 
@@ -422,13 +435,15 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     schemas = table_schemas(index.catalog, options)
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     time_type = time_type_enabled(spark)
+    # The crates read text LSNs faster than the JVM converts them.
+    rows = normalized(df, order_col, lsn_text=True)
     if index.ordered:
         fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, index)
-        packed = ndf.mapInArrow(fn, spark_schema(PACKED))
+        packed = rows.mapInArrow(fn, spark_schema(PACKED))
     else:
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
         fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, None)
-        packed = ndf.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED))
+        packed = rows.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED))
     packed = _persist_adaptively(packed)
 
     def table(i: int) -> Any:
