@@ -384,6 +384,13 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
             names = (renames or {}).get(m.group(1), {})
         for col, text in want.new.items():
             have = col if col in got.values else names.get(col, col)
+            if have not in got.values and col in names:
+                # Renamed more than once, the last rename never announced for this table (a
+                # partition with no change after its root's rename): the output has one of
+                # the names in between (each rename's name is new).
+                between = [k for k, v in names.items() if v == names[col] and k in got.values]
+                if len(between) == 1:
+                    have = between[0]
             if have not in got.values:
                 problems.append(f"{where}: column {col} printed by PostgreSQL is missing from the output")
                 continue
