@@ -745,6 +745,21 @@ def test_missing_slot_and_missing_publication(pg: PgServer, unique_name: str) ->
 
 
 @pytest.mark.timeout(60)
+def test_misspelt_or_wrong_option_fails_before_the_slot_is_created(pg: PgServer, unique_name: str) -> None:
+    """An option neither stream() nor the decoder knows, or a decoder option of a wrong
+    value, is refused when stream() is called: nothing is created on the server."""
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR ALL TABLES")
+    with pytest.raises(TypeError, match="unknown option 'bnary' \\(did you mean 'binary'\\?\\)"):
+        pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name, create_slot=True, bnary=True)
+    with pytest.raises(TypeError, match="'stop_afterr' \\(did you mean 'stop_after'\\?\\)"):
+        pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name, create_slot=True, stop_afterr=1)
+    with pytest.raises(ValueError, match="special_values must be"):
+        pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name, create_slot=True,
+                              special_values="drop")
+    assert not pg.query(f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{unique_name}'")
+
+
+@pytest.mark.timeout(60)
 def test_slot_in_use_by_another_connection(pg: PgServer, unique_name: str) -> None:
     pg.execute(f"CREATE PUBLICATION {unique_name} FOR ALL TABLES")
     pg.create_slot(unique_name)

@@ -945,7 +945,9 @@ def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:
       see :mod:`pgoutput_arrow.live.snapshot`), ``snapshot_connections`` (default 4),
       ``snapshot_chunk_bytes`` (default 64 MiB of table per chunk), ``on_snapshot``
       (called with the slot name and consistent point once the slot exists);
-    * anything else goes to :class:`pgoutput_arrow.Decoder`.
+    * anything else goes to :class:`pgoutput_arrow.Decoder`. An option neither takes (a
+      misspelling: ``TypeError`` naming it and the nearest known one) or a decoder option of
+      a wrong value (``ValueError``) fails here, before anything is done on the server.
 
     Returns a :class:`LiveStream`: iterate it for :class:`LiveBatch` items, ``ack(lsn)`` what
     is durable, use it in ``with`` to close cleanly.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._internal import lsn_to_int
+from ..decoding import Decoder
 
 __all__ = ["StreamOptions", "parse_lsn", "default_proto_version", "DEFAULT_CONNECT_TIMEOUT_S"]
 
@@ -113,6 +116,7 @@ class StreamOptions:
         fields = {f.name for f in dataclasses.fields(cls)} - {"decoder_options"}
         known = {k: v for k, v in options.items() if k in fields}
         decoder = {k: v for k, v in options.items() if k not in fields}
+        _check_decoder_options(decoder, fields, bool(known.get("binary")))
         if known.get("snapshot") and int(known.get("snapshot_connections", 4)) < 1:
             raise ValueError("snapshot_connections must be at least 1")
         # A temporary slot is always created.
@@ -127,3 +131,22 @@ class StreamOptions:
             decoder_options=decoder,
             **known,
         )
+
+
+#: The keyword options of ``stream()`` that are not fields of :class:`StreamOptions`.
+_STREAM_KEYWORDS = {"slot", "publication", "create_publication", "start_lsn", "stop_at_lsn", "status_interval"}
+
+
+def _check_decoder_options(decoder: Mapping[str, Any], fields: set[str], binary: bool) -> None:
+    """The options that go to the decoder, checked before anything is done on the server:
+    a misspelt option (``TypeError`` naming it and the nearest known one) or a wrong value
+    (the decoder's ``ValueError``) fails here, not after the slot has been created."""
+    accepted = set(inspect.signature(Decoder).parameters)
+    unknown = sorted(set(decoder) - accepted)
+    if unknown:
+        known = sorted(fields | _STREAM_KEYWORDS | accepted)
+        hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1))
+                 else repr(name) for name in unknown]
+        raise TypeError(f"stream() got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+                        f"the options are those of stream() and of pgoutput_arrow.Decoder: {', '.join(known)}")
+    Decoder(**{"binary": binary, **decoder})
