@@ -116,7 +116,8 @@ class StreamOptions:
         fields = {f.name for f in dataclasses.fields(cls)} - {"decoder_options"}
         known = {k: v for k, v in options.items() if k in fields}
         decoder = {k: v for k, v in options.items() if k not in fields}
-        _check_decoder_options(decoder, fields, bool(known.get("binary")))
+        keywords = set(inspect.signature(cls.of).parameters) - {"options"}
+        _check_decoder_options(decoder, fields | keywords, bool(known.get("binary")))
         if known.get("snapshot") and int(known.get("snapshot_connections", 4)) < 1:
             raise ValueError("snapshot_connections must be at least 1")
         # A temporary slot is always created.
@@ -133,18 +134,15 @@ class StreamOptions:
         )
 
 
-#: The keyword options of ``stream()`` that are not fields of :class:`StreamOptions`.
-_STREAM_KEYWORDS = {"slot", "publication", "create_publication", "start_lsn", "stop_at_lsn", "status_interval"}
-
-
-def _check_decoder_options(decoder: Mapping[str, Any], fields: set[str], binary: bool) -> None:
-    """The options that go to the decoder, checked before anything is done on the server:
+def _check_decoder_options(decoder: Mapping[str, Any], ours: set[str], binary: bool) -> None:
+    """The options that go to the decoder (``ours``: the names ``stream()`` itself takes),
+    checked before anything is done on the server:
     a misspelt option (``TypeError`` naming it and the nearest known one) or a wrong value
     (the decoder's ``ValueError``) fails here, not after the slot has been created."""
     accepted = set(inspect.signature(Decoder).parameters)
     unknown = sorted(set(decoder) - accepted)
     if unknown:
-        known = sorted(fields | _STREAM_KEYWORDS | accepted)
+        known = sorted(ours | accepted)
         hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1))
                  else repr(name) for name in unknown]
         raise TypeError(f"stream() got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "

@@ -84,22 +84,16 @@ def normalized(df: Any, order_col: str | None, lsn_text: bool = False) -> Any:
     from pyspark.sql.types import StringType
 
     lsn = F.col("lsn")
-    if isinstance(df.schema["lsn"].dataType, StringType):
-        if lsn_text:
-            return df.select(lsn.alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
-                             F.col("data").cast("binary").alias("data"), _tie_breaker(order_col))
+    text = isinstance(df.schema["lsn"].dataType, StringType)
+    if text and not lsn_text:
         hi = F.conv(F.substring_index(lsn, "/", 1), 16, 10).cast("bigint")
         lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
         lsn = F.shiftleft(hi, 32) + lo
-    return df.select(lsn.cast("bigint").alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
-                     F.col("data").cast("binary").alias("data"), _tie_breaker(order_col))
-
-
-def _tie_breaker(order_col: str | None) -> Any:
-    from pyspark.sql import functions as F
-
+    if not (text and lsn_text):
+        lsn = lsn.cast("bigint")
     tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
-    return tb.alias("_tb")
+    return df.select(lsn.alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
+                     F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
 
 
 def collect_catalog(ndf: Any) -> pa.Table:
