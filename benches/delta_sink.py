@@ -1,5 +1,5 @@
-"""Changes per second from a live slot into Delta Lake, beside the Parquet change files and
-``pg_recvlogical``, on the same slot contents, in one run.
+"""Changes per second from a live slot into Delta Lake and Apache Iceberg, beside the Parquet
+change files and ``pg_recvlogical``, on the same slot contents, in one run.
 
 A pgbench-shaped table (``accounts``: a primary key, three ints and char(84)) gets
 ``--changes`` changes: half inserts (10,000 per transaction), half pgbench-like balance
@@ -8,11 +8,14 @@ a slot of its own created before the workload, so all see the same changes:
 
 * ``delta_replica``: ``pgoutput-dump --format delta`` (MERGE into one replica per table);
 * ``delta_changelog``: ``pgoutput-dump --format delta --change-log-only`` (appends only);
+* ``iceberg_replica``: ``pgoutput-dump --format iceberg`` (the same replica in Iceberg, its
+  catalog the default SQLite one in the output directory);
+* ``iceberg_changelog``: ``pgoutput-dump --format iceberg --change-log-only``;
 * ``parquet``: ``pgoutput-dump --format parquet`` (the change files, exactly once too);
 * ``pg_recvlogical``: PostgreSQL's client writing to /dev/null (the server's limit).
 
-The three ``pgoutput-dump`` runs use ``--commit-interval 1`` (one Delta commit or file per
-table per second of changes) and stop at ``--to-lsn`` once a marker transaction after the
+The ``pgoutput-dump`` runs use ``--commit-interval 1`` (one Delta or Iceberg commit, or one
+file, per table per second of changes) and stop at ``--to-lsn`` once a marker transaction after the
 workload arrives; each is timed as a whole process (Python's start-up included).
 pg_recvlogical stops at ``--endpos``. Repetitions rotate the order; medians are reported,
 with the ratios to pg_recvlogical.
@@ -39,7 +42,8 @@ sys.path.insert(0, str(ROOT / "benches"))
 
 from live import SERVER_SETTINGS, log, run_recvlogical  # noqa: E402
 
-CONSUMERS = ("delta_replica", "delta_changelog", "parquet", "pg_recvlogical")
+CONSUMERS = ("delta_replica", "delta_changelog", "iceberg_replica", "iceberg_changelog",
+             "parquet", "pg_recvlogical")
 DUMP = str(Path(sys.executable).parent / "pgoutput-dump")
 
 
@@ -47,8 +51,8 @@ def run_dump(pg: Any, slot: str, end_lsn: int, consumer: str) -> dict[str, Any]:
     from pg_harness import int_to_lsn
 
     with tempfile.TemporaryDirectory(dir=os.environ.get("PGOUTPUT_BENCH_DATA")) as tmp:
-        fmt = ["--format", "parquet"] if consumer == "parquet" else ["--format", "delta"]
-        if consumer == "delta_changelog":
+        fmt = ["--format", consumer.split("_")[0]]  # parquet, delta or iceberg
+        if consumer.endswith("_changelog"):
             fmt.append("--change-log-only")
         cmd = [DUMP, "--dsn", pg.dsn_for(dbname="bench_live"), "--slot", slot,
                "--publication", "pub", "--proto-version", "1", *fmt, "--output",
@@ -66,12 +70,19 @@ def run_dump(pg: Any, slot: str, end_lsn: int, consumer: str) -> dict[str, Any]:
 def _rows_written(out: Path, consumer: str) -> int:
     """What the run left: the replica's rows, the change log's, or the change files'."""
     import pyarrow.parquet as pq
-    from deltalake import DeltaTable
 
     if consumer == "parquet":
         return sum(pq.ParquetFile(f).metadata.num_rows
                    for f in (out / "public.accounts").glob("*.parquet"))
-    sub = "_changes/public.accounts" if consumer == "delta_changelog" else "public.accounts"
+    change_log = consumer.endswith("_changelog")
+    if consumer.startswith("iceberg"):
+        from pgoutput_arrow.sinks import iceberg_catalog
+
+        schema = "public__changes" if change_log else "public"
+        return int(iceberg_catalog(out).load_table((schema, "accounts")).scan().count())
+    from deltalake import DeltaTable
+
+    sub = "_changes/public.accounts" if change_log else "public.accounts"
     return int(DeltaTable(str(out / sub)).count())
 
 
@@ -99,7 +110,7 @@ def main() -> None:
                     "filler char(84))")
         cur.execute("CREATE TABLE marker (id int PRIMARY KEY)")
         cur.execute("CREATE PUBLICATION pub FOR ALL TABLES")
-        slots = {(c, r): f"delta_{c.split('_')[-1]}_{r}" for r in range(args.reps) for c in consumers}
+        slots = {(c, r): f"bench_{c}_{r}" for r in range(args.reps) for c in consumers}
         for slot in slots.values():
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         t0 = time.time()
@@ -137,7 +148,7 @@ def main() -> None:
                     continue
                 res.update(consumer=c, rep=r, changes_per_s=args.changes / res["seconds"])
                 # All of it: the replica holds every account, the others every change.
-                want = inserts if c == "delta_replica" else args.changes
+                want = inserts if c.endswith("_replica") else args.changes
                 if res.get("rows", want) != want:
                     res["error"] = f"{res['rows']} rows written, expected {want}"
                     log(f"{c} rep {r}: {res['error']}")

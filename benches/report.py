@@ -410,7 +410,7 @@ def main() -> None:
 
     # ---------------------------------------------------------------- Delta
     delta = load_json(data / "delta.json")
-    w("## Live into Delta Lake (`benches/delta_sink.py`)")
+    w("## Live into Delta Lake and Iceberg (`benches/delta_sink.py`)")
     w("")
     if not delta or not delta.get("medians"):
         w("Not run.")
@@ -426,6 +426,11 @@ def main() -> None:
             ratio = f"{v['time_vs_pg_recvlogical']:.1f}" if "time_vs_pg_recvlogical" in v else "–"
             w(f"| {c} | {v['median_s']:.2f} | {v['changes_per_s']:,.0f} | {ratio} |")
         w("")
+        errs = [r for r in delta.get("results", []) if "error" in r]
+        for r in errs:
+            w(f"- {r['consumer']} rep {r['rep']} failed: `{r['error'].strip().splitlines()[-1]}`")
+        if errs:
+            w("")
 
     # ---------------------------------------------------------------- CLI
     w("## pgoutput-dump drained to /dev/null (`benches/cli_drain.py`)")

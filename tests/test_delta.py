@@ -24,7 +24,7 @@ import deltalake  # noqa: F401
 import polars  # noqa: F401
 
 import pgoutput_arrow
-from delta_workload import (check_change_log, check_replicas, drain, dump_delta, setup,
+from delta_workload import (check_change_log, check_replicas, drain, dump_lake, setup,
                             workload_round)
 from dump_workload import dump_command
 from pg_harness import PgServer
@@ -89,7 +89,7 @@ def test_live_into_delta_survives_kill_9(pg: PgServer, unique_name: str,
 
     def start() -> subprocess.Popen[str]:
         # Streaming before the workload goes on (a loaded machine starts Python slowly).
-        proc = subprocess.Popen(dump_delta(pg, p, slot, out), stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(dump_lake(pg, p, slot, out), stderr=subprocess.PIPE, text=True)
         wait_slot_active(pg, slot, proc)
         return proc
 

@@ -32,6 +32,9 @@ examples:
   pgoutput-dump capture.parquet --format delta --output lake/ --change-log
                      a Delta Lake replica per table, lake/public.orders, and its change
                      log, lake/_changes/public.orders (exactly once, live too)
+  pgoutput-dump capture.parquet --format iceberg --output lake/
+                     an Iceberg replica per table, public.orders in the embedded catalog
+                     lake/catalog.db (exactly once, live too)
   pgoutput-dump capture.parquet --stats                  counts per table and operation
   some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
   pgoutput-dump --dsn 'host=db user=repl dbname=shop' --slot shop --create-slot \\
@@ -56,10 +59,10 @@ exit status: 0 success, 1 unreadable input, decoding or connection error, or a m
 Python package (one line on stderr; --debug for the traceback), 2 usage error, 3 --slot-status
 found a slot invalidated or past --max-retained-wal."""
 
-_FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta")
+FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta", "iceberg")
 
-
-FORMATS = ("pretty", "jsonl", "parquet", "arrow", "delta")
+#: The formats written under --output.
+_DIRECTORY_FORMATS = ("parquet", "arrow", "delta", "iceberg")
 
 
 class UsageError(Exception):
@@ -105,11 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="pretty: aligned lines with BEGIN/COMMIT (the default when stdout is a terminal); "
         "jsonl: one JSON object per change (the default otherwise); parquet, arrow: files "
         "under --output, one directory per table; delta: a Delta Lake replica per table "
-        "under --output (docs/delta.md)",
+        "under --output (docs/delta.md); iceberg: an Apache Iceberg replica per table, in an "
+        "embedded catalog under --output or --iceberg-catalog's (docs/iceberg.md)",
     )
     out.add_argument(
         "-o", "--output", metavar="DIR", type=Path,
-        help="directory for --format parquet/arrow/delta: DIR/schema.table/FIRST-LAST.parquet, "
+        help="directory for --format parquet/arrow/delta/iceberg: DIR/schema.table/FIRST-LAST.parquet, "
         "named "
         "by the commit LSNs of the first and last rows (16 hex digits each, so names sort); "
         "truncates, messages and transactions go to DIR/_truncates, DIR/_messages, "
@@ -126,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print counts per table and operation instead of the changes (after writing "
         "the files with --format parquet/arrow)",
     )
-    _add_delta_arguments(p)
+    _add_lake_arguments(p)
     flt = p.add_argument_group("filters")
     flt.add_argument(
         "-t", "--table", metavar="GLOB", action="append", default=[],
@@ -272,11 +276,12 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop-after", metavar="S", type=float, help="stop after S seconds")
 
 
-def _add_delta_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of --format delta (docs/delta.md)."""
-    g = p.add_argument_group("delta (--format delta)")
+def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of --format delta and iceberg (docs/delta.md, docs/iceberg.md)."""
+    g = p.add_argument_group("lake tables (--format delta, --format iceberg)")
     g.add_argument("--change-log", action="store_true",
-                   help="also append every change, with its metadata, to DIR/_changes/schema.table")
+                   help="also append every change, with its metadata, to a change log per "
+                   "table: DIR/_changes/schema.table (Delta), schema__changes.table (Iceberg)")
     g.add_argument("--change-log-only", action="store_true",
                    help="only the change logs, no replicas")
     g.add_argument("--append-only", action="store_true",
@@ -286,8 +291,13 @@ def _add_delta_arguments(p: argparse.ArgumentParser) -> None:
                    help="drop a column dropped in PostgreSQL from the replica (default: it "
                    "stays, null in rows changed since)")
     g.add_argument("--app-id", metavar="NAME",
-                   help="the application id of the Delta commits' txn, per table "
-                   "NAME:schema.table (default: the slot's name, or 'capture')")
+                   help="the name the tables' positions are kept under: the Delta commits' txn "
+                   "NAME:schema.table, the Iceberg snapshots' pgoutput.commit-lsn.NAME "
+                   "(default: the slot's name, or 'capture')")
+    g.add_argument("--iceberg-catalog", metavar="KEY=VALUE", action="append",
+                   help="a pyiceberg catalog property, repeated (type=sql uri=postgresql+psycopg2:"
+                   "//..., or type=rest uri=http://...); default: an embedded SQL catalog, "
+                   "DIR/catalog.db, its warehouse DIR")
 
 
 def size_arg(text: str) -> int:
@@ -353,14 +363,16 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
         raise UsageError("give a CAPTURE or --dsn, not both")
     if args.dsn is None and args.input is None:
         raise UsageError("a CAPTURE file (or - for stdin), or --dsn and --slot, is required")
-    if fmt in ("parquet", "arrow", "delta") and args.output is None:
+    if fmt in _DIRECTORY_FORMATS and args.output is None:
         raise UsageError(f"--format {fmt} needs --output DIR")
-    if args.output is not None and fmt not in ("parquet", "arrow", "delta"):
-        raise UsageError("--output is for --format parquet, arrow or delta")
-    if fmt != "delta" and (args.change_log or args.change_log_only or args.append_only
+    if args.output is not None and fmt not in _DIRECTORY_FORMATS:
+        raise UsageError("--output is for --format parquet, arrow, delta or iceberg")
+    if args.iceberg_catalog and fmt != "iceberg":
+        raise UsageError("--iceberg-catalog is for --format iceberg")
+    if fmt not in ("delta", "iceberg") and (args.change_log or args.change_log_only or args.append_only
                            or args.drop_columns or args.app_id):
         raise UsageError("--change-log, --change-log-only, --append-only, --drop-columns and "
-                         "--app-id are for --format delta")
+                         "--app-id are for --format delta or iceberg")
     if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
         raise UsageError("--from-lsn is after --to-lsn: nothing can match")
     if args.dsn is None and (args.failover or args.metrics_port is not None

@@ -9,7 +9,7 @@ second one stops at once.
 Restarted with the same command (a supervisor's restart), ``--create-slot`` reuses the slot
 when it exists (a logical pgoutput slot of this database, checked before streaming), and
 ``--snapshot`` takes the snapshot only when the output (``--output``: Parquet, Arrow or
-Delta) does not hold a finished one; one cut short is discarded and taken again with a new
+Delta, Iceberg) does not hold a finished one; one cut short is discarded and taken again with a new
 slot. A slot this run created is dropped again when the run fails before its output holds
 anything that depends on it (the snapshot unfinished, or nothing written), so a failure
 leaves no slot holding WAL behind.
@@ -41,12 +41,12 @@ __all__ = ["LiveSource", "ResumableOutput"]
 
 class ResumableOutput(Protocol):
     """An output that says where a restart resumes (``--output`` of Parquet, Arrow or
-    Delta): what it holds, and the initial snapshot it holds or was taking."""
+    Delta, Iceberg): what it holds, and the initial snapshot it holds or was taking."""
 
     root: Path
     #: Nonzero when the output holds changes already.
     checkpoint: int
-    #: What :meth:`discard_snapshot` counts ("files", "Delta tables").
+    #: What :meth:`discard_snapshot` counts ("files", "Delta tables", "Iceberg tables").
     DISCARDS: str
 
     def snapshot_record(self) -> dict[str, object] | None: ...

@@ -1,8 +1,8 @@
 """The one loop of ``pgoutput-dump``: a source yields decoded batches in groups of whole
 committed transactions (a capture, or a live slot), the filters keep the tables, LSN range
 and number of changes asked for, and the sinks print (``pretty``, ``jsonl``), store
-(``parquet``, ``arrow``, ``delta``) or count (``--stats``) them. A live group is acknowledged
-to the server once every sink made it durable."""
+(``parquet``, ``arrow``, ``delta``, ``iceberg``) or count (``--stats``) them. A live group
+is acknowledged to the server once every sink made it durable."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import IO, Protocol
 
 from .arguments import output_format
 from .capture_source import CaptureSource
-from .delta_output import DeltaOutput
+from .lake_output import LakeOutput
 from .file_sinks import FileSink, LiveFileSink
 from .filters import Chunk, Filters, filter_chunk, limit_chunk
 from .live_source import LiveSource
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
     sinks: list[Sink] = []
     files: FileSink | LiveFileSink | None = None
-    resumable: LiveFileSink | DeltaOutput | None = None  # where a live restart resumes
+    resumable: LiveFileSink | LakeOutput | None = None  # where a live restart resumes
     source: CaptureSource | LiveSource
     try:
         if live:
@@ -55,8 +55,8 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             if fmt in ("parquet", "arrow"):
                 files = resumable = LiveFileSink(args.output, fmt)
                 sinks.append(files)
-            elif fmt == "delta":  # resumes after what each Delta table holds (its txn)
-                resumable = DeltaOutput(args, live=True)
+            elif fmt in ("delta", "iceberg"):  # resumes after what each lake table holds
+                resumable = LakeOutput(args, live=True)
                 sinks.append(resumable)
             source = LiveSource(args, files.checkpoint if isinstance(files, LiveFileSink) else None,
                                 linger=args.commit_interval if sinks else 0.0, files=resumable)
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             if fmt in ("parquet", "arrow"):
                 files = FileSink(args.output, fmt, args.rows_per_file)
                 sinks.append(files)
-            elif fmt == "delta":
-                sinks.append(DeltaOutput(args, live=False))
+            elif fmt in ("delta", "iceberg"):
+                sinks.append(LakeOutput(args, live=False))
         stats = StatsSink() if args.stats else None
         if stats is not None:
             sinks.append(stats)

@@ -1,11 +1,13 @@
-"""Decoded columns as Delta Lake stores them, and a Delta table's schema kept able to take a
-source table's changing definition (docs/delta.md, "Schema evolution").
+"""Decoded columns as the lake formats store them (Delta Lake, Iceberg), and a lake table's
+schema kept able to take a source table's changing definition (docs/delta.md, "Schema
+evolution"; docs/iceberg.md).
 
-Delta's types are Spark's, so columns take the types the Spark integration gives them
+The formats' types are Spark's, so columns take the types the Spark integration gives them
 (:mod:`pgoutput_arrow._lake_types`): uint8/16/32 the next wider signed integer, uint64
 decimal(20,0), ``uuid`` its canonical text, ``interval`` a struct of months, days and microseconds,
-view arrays plain strings and binaries; and ``time``, which Delta lacks, PostgreSQL's text
-(``'13:45:00'``).
+view arrays plain strings and binaries; ``time``, which Delta lacks, PostgreSQL's text
+(``'13:45:00'``) there and Iceberg's ``time`` in Iceberg, which lacks 8- and 16-bit integers
+(they widen to ``integer``).
 """
 
 from __future__ import annotations
@@ -19,43 +21,57 @@ from .._internal import pg_text
 from .._lake_types import cast_column as lake_cast, spark_arrow_type
 from .collapse import json_lines
 
-__all__ = ["delta_storable", "delta_type_name", "widened", "conformed", "cast_column"]
+__all__ = ["storable", "type_name", "widened", "conformed", "cast_column"]
 
 
-def _delta_type(t: pa.DataType) -> pa.DataType:
+def _lake_type(t: pa.DataType, iceberg: bool) -> pa.DataType:
     """Spark's type for ``t`` (:func:`~pgoutput_arrow._lake_types.spark_arrow_type`), with
-    text for ``time``, which Delta lacks."""
+    text for ``time`` in Delta and ``integer`` for small integers in Iceberg."""
     t = spark_arrow_type(t)
     if pa.types.is_time(t):
-        return pa.string()
+        return pa.time64("us") if iceberg else pa.string()
+    if iceberg and (pa.types.is_int8(t) or pa.types.is_int16(t)):
+        return pa.int32()
     if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_delta_type(t.value_type)))
+        return pa.list_(t.value_field.with_type(_lake_type(t.value_type, iceberg)))
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_delta_type(f.type)) for f in t])
+        return pa.struct([f.with_type(_lake_type(f.type, iceberg)) for f in t])
     if pa.types.is_map(t):
-        return pa.map_(_delta_type(t.key_type), _delta_type(t.item_type))
+        return pa.map_(_lake_type(t.key_type, iceberg), _lake_type(t.item_type, iceberg))
     return t
 
 
-def delta_storable(table: pa.Table) -> pa.Table:
-    """``table`` with every column of a type Delta stores (see the module's note)."""
+def storable(table: pa.Table, iceberg: bool = False) -> pa.Table:
+    """``table`` with every column of a type Delta (or Iceberg) stores (see the module's note)."""
     cols = []
     fields = []
     for f, col in zip(table.schema, table.columns):
-        t = _delta_type(f.type)
-        if pa.types.is_time(f.type):  # PostgreSQL's text of the time
+        t = _lake_type(f.type, iceberg)
+        if pa.types.is_time(f.type) and not pa.types.is_time(t):  # PostgreSQL's text of the time
             col = pa.table(pg_text(pa.table({f.name: col}))).column(0)
         cols.append(col if col.type == t else lake_cast(col, t))
         fields.append(pa.field(f.name, t, True))
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
-def delta_type_name(t: pa.DataType) -> str:
-    """The Delta type an Arrow type is stored as (``long``, ``decimal(10,2)``, ...)."""
-    import deltalake
-
-    field = deltalake.Schema.from_arrow(pa.schema([pa.field("c", t)])).fields[0]
-    return str(field.type)
+def type_name(t: pa.DataType) -> str:
+    """The lake type an Arrow type is stored as (``long``, ``decimal(10,2)``, ...; a nested
+    type: Arrow's name of it, which starts with none of the primitive names)."""
+    names = {pa.int8(): "byte", pa.int16(): "short", pa.int32(): "integer", pa.int64(): "long",
+             pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean", pa.date32(): "date"}
+    if t in names:
+        return names[t]
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz else "timestamp_ntz"
+    if pa.types.is_time(t):
+        return "time"
+    return f"nested {t}"
 
 
 _INT_RANK = {"byte": 1, "short": 2, "integer": 3, "long": 4}
@@ -63,8 +79,7 @@ _DECIMAL = re.compile(r'.*decimal\((\d+),\s*(\d+)\)')
 
 
 def _fits(narrow: str, wide: str) -> bool:
-    """Every value of Delta type ``narrow`` is one of ``wide`` (so it can be cast)."""
-    narrow, wide = _name(narrow), _name(wide)
+    """Every value of lake type ``narrow`` is one of ``wide`` (so it can be cast)."""
     if narrow == wide:
         return True
     if narrow in _INT_RANK and wide in _INT_RANK:
@@ -81,12 +96,6 @@ def _fits(narrow: str, wide: str) -> bool:
     return False
 
 
-def _name(delta_type: str) -> str:
-    """``PrimitiveType("long")`` -> ``long``."""
-    m = re.fullmatch(r'PrimitiveType\("(.*)"\)', delta_type)
-    return m.group(1) if m else delta_type
-
-
 def _castable(source: pa.DataType, target: pa.DataType) -> bool:
     try:
         pc.cast(pa.array([], source), target)
@@ -96,16 +105,16 @@ def _castable(source: pa.DataType, target: pa.DataType) -> bool:
 
 
 def widened(held: pa.DataType, incoming: pa.DataType) -> pa.DataType:
-    """The type a column of Delta type ``held`` takes when values of ``incoming`` arrive:
+    """The type a column of lake type ``held`` takes when values of ``incoming`` arrive:
     ``held`` if they fit it, ``incoming`` if it holds every value of ``held`` (the table is
     rewritten), else text (both sides as text: :func:`cast_column`). Nested types (arrays,
     structs) take ``incoming`` when Arrow casts the held values to it, else text."""
-    h, i = delta_type_name(held), delta_type_name(incoming)
+    h, i = type_name(held), type_name(incoming)
     if _fits(i, h):
         return held
     if _fits(h, i):
         return incoming
-    nested = not h.startswith("PrimitiveType") or not i.startswith("PrimitiveType")
+    nested = h.startswith("nested") or i.startswith("nested")
     if nested and _castable(held, incoming):
         return incoming
     return pa.string()

@@ -1,7 +1,8 @@
-"""``--format delta --output DIR``: the pipeline's sink around
-:class:`pgoutput_arrow.sinks.DeltaSink` (replicas and change logs in Delta Lake).
+"""``--format delta|iceberg --output DIR``: the pipeline's sink around
+:class:`pgoutput_arrow.sinks.DeltaSink` or :class:`~pgoutput_arrow.sinks.IcebergSink`
+(replicas and change logs in Delta Lake or Apache Iceberg).
 
-Live, each group (``--commit-interval`` seconds of whole transactions) is one Delta commit
+Live, each group (``--commit-interval`` seconds of whole transactions) is one lake commit
 per table, made when the pipeline syncs, before the group is acknowledged. From a capture, a
 commit is made once about ``--rows-per-file`` changes are held, and at the end.
 
@@ -10,8 +11,8 @@ location that cannot be written fails in one line before a slot is made or a row
 Live with ``--snapshot``, ``DIR/_snapshot.json`` records the initial snapshot (its slot, then
 its consistent point, then ``done`` once its last group is committed), so that the same
 command started again resumes: a finished snapshot is not taken again (the slot is streamed
-from where it was confirmed), and one cut short is discarded (its Delta tables deleted, its
-slot dropped) and taken again, as the Parquet output does (docs/delta.md).
+from where it was confirmed), and one cut short is discarded (its lake tables deleted, its
+slot dropped) and taken again, as the Parquet output does (docs/delta.md, docs/iceberg.md).
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from .._files import SNAPSHOT_RECORD, read_snapshot_record, fsync_dir, writable_directory
 from .._internal import lsn_to_int, lsn_to_str
+from ..sinks import DeltaSink, IcebergSink
+from ..sinks.iceberg import POSITION_PREFIX
+from .arguments import UsageError
 from .filters import Chunk
 
-__all__ = ["DeltaOutput", "SNAPSHOT_RECORD"]
+__all__ = ["LakeOutput", "SNAPSHOT_RECORD"]
 
 
 def _delta_tables(root: Path) -> list[Path]:
@@ -39,26 +44,63 @@ def _delta_tables(root: Path) -> list[Path]:
     return found
 
 
-class DeltaOutput:
-    #: What discard_snapshot() counts.
-    DISCARDS = "Delta tables"
+def _iceberg_tables(sink: IcebergSink) -> list[tuple[str, ...]]:
+    """The Iceberg tables of ``sink``'s catalog that this source wrote (a position of its
+    app id): a catalog may hold others, which are not ours to discard."""
+    catalog, key = sink.catalog, POSITION_PREFIX + sink.app_id
+    found = []
+    for namespace in catalog.list_namespaces():
+        for identifier in catalog.list_tables(namespace):
+            if key in catalog.load_table(identifier).properties:
+                found.append(tuple(identifier))
+    return found
+
+
+def _catalog_properties(pairs: list[str]) -> dict[str, str]:
+    """``--iceberg-catalog KEY=VALUE`` pairs as pyiceberg catalog properties."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--iceberg-catalog {pair!r}: expected KEY=VALUE (a pyiceberg "
+                             "catalog property, such as type=sql or uri=postgresql+psycopg2://...)")
+        out[key] = value
+    return out
+
+
+class LakeOutput:
+    """The pipeline's sink for ``--format delta`` and ``--format iceberg`` (see the module's
+    note)."""
 
     def __init__(self, args: argparse.Namespace, live: bool) -> None:
-        from ..sinks import DeltaSink
-
         self.live = live
         self.root = Path(args.output)
         self._lock = writable_directory(self.root)
-        self.sink = DeltaSink(
-            str(args.output), app_id=args.app_id or (args.slot if live else "capture"),
+        self.iceberg = args.format == "iceberg"
+        options: dict[str, Any] = dict(
+            app_id=args.app_id or (args.slot if live else "capture"),
             replica=not args.change_log_only, change_log=args.change_log or args.change_log_only,
             append_only=args.append_only, drop_columns=args.drop_columns,
             max_rows=args.rows_per_file, max_seconds=None)
-        #: Whether the lake holds Delta tables already (for --snapshot: an empty lake).
-        self.checkpoint = 1 if _delta_tables(self.root) else 0
+        self.sink: DeltaSink | IcebergSink
+        if self.iceberg:
+            self.sink = IcebergSink(str(args.output),
+                                    catalog=_catalog_properties(args.iceberg_catalog or []),
+                                    **options)
+        else:
+            self.sink = DeltaSink(str(args.output), **options)
+        #: What discard_snapshot() counts.
+        self.DISCARDS = "Iceberg tables" if self.iceberg else "Delta tables"
+        #: Whether the lake holds tables already (for --snapshot: an empty lake).
+        self.checkpoint = 1 if self._tables() else 0
         self._slot = ""
         self._snapshot_lsn: int | None = None
         self._end_lsn = 0
+
+    def _tables(self) -> list[Path] | list[tuple[str, ...]]:
+        if isinstance(self.sink, IcebergSink):
+            return _iceberg_tables(self.sink)
+        return _delta_tables(self.root)
 
     # -- the initial snapshot (LiveSource asks, as it asks the Parquet output)
 
@@ -89,12 +131,15 @@ class DeltaOutput:
         self._snapshot_lsn = lsn
 
     def discard_snapshot(self) -> int:
-        """Deletes the Delta tables and the record of a snapshot that never finished (the
+        """Deletes the lake tables and the record of a snapshot that never finished (the
         lake held nothing else: ``--snapshot`` starts in an empty lake). Returns how many
         tables were deleted."""
-        tables = _delta_tables(self.root)
-        for d in tables:
-            shutil.rmtree(d)
+        tables = self._tables()
+        for t in tables:
+            if isinstance(t, Path):
+                shutil.rmtree(t)
+            elif isinstance(self.sink, IcebergSink):
+                self.sink.catalog.purge_table(t)
         fsync_dir(self.root)
         (self.root / SNAPSHOT_RECORD).unlink(missing_ok=True)
         fsync_dir(self.root)

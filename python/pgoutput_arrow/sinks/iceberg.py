@@ -1,0 +1,369 @@
+"""Replicas of the source tables in Apache Iceberg, exactly once (docs/iceberg.md).
+
+One Iceberg table per source table, ``schema.table`` in a catalog (by default an embedded SQL
+catalog, SQLite at ``ROOT/catalog.db`` with its warehouse under ``ROOT``), kept equal to the
+source table; optionally a change log per table, ``schema__changes.table``, where every change
+is appended with its metadata. What the lake sinks share (holding whole transactions, the
+collapse per row, TRUNCATE, tables without a key, the change log's rows) is
+:class:`~.replica.ReplicaSink`; this module holds what Iceberg does its own way:
+
+* **Merging** is copy-on-write through pyiceberg: the rows of the table a commit's changes may
+  touch are read (a filter on the key columns' values), and one Iceberg transaction deletes
+  them and appends what they become together with the untouched ones the filter also caught.
+* **Exactly once**: every data snapshot the sink commits carries, in its summary, the commit
+  LSN of the last source transaction it includes (``pgoutput.commit-lsn.APP``), and the same
+  transaction sets the table property of that name (it outlives snapshot expiry and
+  compaction). When a table is first touched, that LSN says what it holds, and changes at or
+  before it are skipped.
+* **Schema evolution** by Iceberg's field ids: a renamed column (the decoder pairs the names)
+  is renamed, keeping its values; an added column is added; a widened one promoted where
+  Iceberg promotes (``int`` → ``long``, ``float`` → ``double``, a wider decimal), else the
+  column is replaced by one of the common type and the table rewritten; a dropped column stays
+  (null from then on) unless ``drop_columns``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..exceptions import PgoutputError
+from .collapse import DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, row_ids
+from .lake_schema import cast_column, conformed, type_name, widened
+from .replica import LakeSinkError, LakeTable, ReplicaSink
+
+__all__ = ["IcebergSink", "IcebergSinkError", "iceberg_catalog", "CHANGE_LOG_SUFFIX",
+           "POSITION_PREFIX"]
+
+#: The namespace of a change log: the source table's schema and this.
+CHANGE_LOG_SUFFIX = "__changes"
+
+#: The snapshot summary key and table property that record, per app id, the commit LSN of the
+#: last source transaction the table holds (a decimal integer).
+POSITION_PREFIX = "pgoutput.commit-lsn."
+
+#: The name pyiceberg knows the default embedded catalog by.
+_CATALOG_NAME = "pgoutput"
+
+
+class IcebergSinkError(LakeSinkError):
+    """A table the Iceberg sink cannot keep as asked (no replica identity key, ...)."""
+
+
+def iceberg_catalog(root: str | Path, properties: dict[str, str] | None = None) -> Any:
+    """The pyiceberg catalog of a sink at ``root``: without ``properties`` the embedded SQL
+    catalog (SQLite at ``root/catalog.db``, its warehouse ``root``, made if need be); else
+    pyiceberg's ``load_catalog`` of them (``type``: ``sql`` with a ``uri`` of a database such
+    as PostgreSQL, ``rest``, ``glue``, ...; ``name`` its name, default ``pgoutput``), the
+    warehouse ``root`` unless they give one."""
+    try:
+        from pyiceberg.catalog import load_catalog
+    except ImportError as e:
+        raise PgoutputError("the Iceberg sink needs pyiceberg: pip install "
+                            "'pgoutput-arrow[iceberg]'") from e
+    path = Path(root).absolute() if "://" not in str(root) else None
+    warehouse = path.as_uri() if path is not None else str(root)
+    if not properties:
+        if path is None:
+            raise PgoutputError(f"{root}: the embedded Iceberg catalog needs a local directory; "
+                                "give the catalog's properties for a remote warehouse")
+        path.mkdir(parents=True, exist_ok=True)
+        properties = {"type": "sql", "uri": f"sqlite:///{path / 'catalog.db'}"}
+    props = {"warehouse": warehouse, **properties}
+    return load_catalog(props.pop("name", _CATALOG_NAME), **props)
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with Arrow's large and view variants as the plain ones (pyiceberg reads large)."""
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(pa.field(t.value_field.name, _plain_type(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_plain_type(t.key_type), _plain_type(t.item_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain_type(f.type), f.nullable) for f in t])
+    return t
+
+
+def _plain(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, _plain_type(f.type), True) for f in schema])
+
+
+def _promotes(held: pa.DataType, wide: pa.DataType) -> bool:
+    """Whether Iceberg promotes a column of ``held`` to ``wide`` in place."""
+    h, w = type_name(held), type_name(wide)
+    if (h, w) in (("integer", "long"), ("float", "double")):
+        return True
+    return bool(pa.types.is_decimal(held) and pa.types.is_decimal(wide)
+                and held.scale == wide.scale and wide.precision >= held.precision)
+
+
+def _filterable(t: pa.DataType) -> bool:
+    """Whether a pyiceberg filter compares values of ``t`` exactly (other columns are left
+    out of the filter that narrows what a merge reads: it then reads more, never less)."""
+    return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_boolean(t))
+
+
+def _values_filter(rows: pa.Table, columns: list[str]) -> Any:
+    """A pyiceberg filter true for every row of the table equal to a row of ``rows`` on
+    ``columns`` (and for others): per filterable column, its values (or null)."""
+    from pyiceberg.expressions import AlwaysTrue, And, In, IsNull, Or, Reference
+
+    result: Any = AlwaysTrue()
+    for c in columns:
+        col = rows.column(c)
+        if not _filterable(col.type):
+            continue
+        values = pc.unique(col.drop_null()).to_pylist()
+        test: Any = In(term=Reference(c), values=values) if values else None
+        if col.null_count:
+            null = IsNull(term=Reference(c))
+            test = null if test is None else Or(test, null)
+        if test is not None:
+            result = And(result, test)
+    return result
+
+
+@dataclass
+class _IcebergTable:
+    """One Iceberg table the sink writes (a :class:`~.replica.LakeTable`)."""
+
+    catalog: Any
+    identifier: tuple[str, str]
+    key: str  # POSITION_PREFIX + the app id
+    table: Any = None  # pyiceberg's Table, once it exists
+    resume: int = 0  # the commit LSN of the last source transaction it holds (0: none)
+
+    @property
+    def uri(self) -> str:
+        return ".".join(self.identifier)
+
+    def open(self) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.table.snapshots import ancestors_of
+
+        try:
+            self.table = self.catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            return
+        held = [int(self.table.properties.get(self.key, 0))]
+        for snapshot in ancestors_of(self.table.current_snapshot(), self.table.metadata):
+            mark = snapshot.summary.additional_properties.get(self.key) if snapshot.summary else None
+            if mark is not None:
+                held.append(int(mark))
+                break
+        self.resume = max(held)
+
+    def exists(self) -> bool:
+        return self.table is not None
+
+    def schema(self) -> pa.Schema:
+        return _plain(self.table.schema().as_arrow())
+
+    def _held(self, row_filter: Any, schema: pa.Schema) -> pa.Table:
+        return conformed(self.table.scan(row_filter=row_filter).to_arrow(), schema)
+
+    def evolve(self, incoming: pa.Schema, drop: bool, renames: dict[str, str]) -> pa.Schema:
+        incoming = _plain(incoming)
+        if self.table is None:
+            self.catalog.create_namespace_if_not_exists(self.identifier[0])
+            self.table = self.catalog.create_table(self.identifier, schema=incoming)
+            return self.schema()
+        held = self.schema()
+        renames = {o: n for o, n in renames.items() if o in held.names and n not in held.names}
+        after = pa.schema([held.field(n).with_name(renames.get(n, n)) for n in held.names])
+        target: list[pa.Field] = []
+        replaced: dict[str, pa.DataType] = {}
+        for f in incoming:
+            t = f.type
+            if f.name in after.names:
+                h = after.field(f.name).type
+                t = h if type_name(h) == type_name(t) else widened(h, t)
+                if t != h and not _promotes(h, t):
+                    replaced[f.name] = t
+            target.append(pa.field(f.name, t, True))
+        kept = [f.name for f in after if f.name not in incoming.names and not drop]
+        gone = [f.name for f in after if f.name not in incoming.names and drop]
+        wanted = pa.schema(target + [after.field(n) for n in kept])
+        if not renames and not gone and all(
+                n in after.names and after.field(n).type == wanted.field(n).type for n in wanted.names):
+            return held
+        rows = None
+        if replaced:
+            # Iceberg cannot retype these in place: the column is replaced, the table rewritten
+            # with its values cast (read before the schema changes).
+            rows = self.table.scan().to_arrow()
+            rows = rows.rename_columns([renames.get(n, n) for n in rows.column_names])
+        with self.table.transaction() as tx:  # a schema change, no data change: no position
+            with tx.update_schema() as update:
+                for old, new in renames.items():
+                    update.rename_column(old, new)
+                for name in gone + list(replaced):
+                    update.delete_column(name)
+            with tx.update_schema() as update:
+                update.union_by_name(wanted)
+            if rows is not None:
+                new = _plain(tx.table_metadata.schema().as_arrow())
+                cols = {n: cast_column(rows.column(n), replaced[n]) if n in replaced else rows.column(n)
+                        for n in rows.column_names}
+                from pyiceberg.expressions import AlwaysTrue
+
+                tx.overwrite(conformed(pa.table(cols), new), overwrite_filter=AlwaysTrue())
+        return self.schema()
+
+    def _commit(self, version: int, delete: Any, rows: pa.Table | None) -> None:
+        """One Iceberg transaction: the rows ``delete`` matches deleted, ``rows`` appended, the
+        position set (snapshot summary and table property)."""
+        mark = {self.key: str(version)}
+        with self.table.transaction() as tx:
+            if delete is not None:
+                tx.delete(delete, snapshot_properties=mark)
+            if rows is not None and rows.num_rows:
+                tx.append(rows, snapshot_properties=mark)
+            tx.set_properties(mark)
+
+    def write(self, rows: pa.Table, schema: pa.Schema, replace: bool, version: int) -> None:
+        from pyiceberg.expressions import AlwaysTrue
+
+        self._commit(version, AlwaysTrue() if replace else None, conformed(rows, schema))
+
+    def merge_keyed(self, rows: pa.Table, keys: list[str], partial: list[str], schema: pa.Schema,
+                    version: int) -> None:
+        source = conformed(rows, schema)
+        match = pa.table({k: rows.column(MATCH_PREFIX + k) for k in keys})
+        matched = np.ones(rows.num_rows, dtype=bool)
+        for k in keys:
+            matched &= np.asarray(match.column(k).is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        alive = ~np.asarray(rows.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
+        if not matched.any():  # rows the table cannot hold yet: appended
+            self._commit(version, None, source.filter(pa.array(alive)))
+            return
+        keyed = pa.table({k: cast_column(match.column(k), schema.field(k).type) for k in keys})
+        delete = _values_filter(keyed.filter(pa.array(matched)), keys)
+        held = self._held(delete, schema)
+        ids = row_ids(pa.concat_tables([held.select(keys), keyed]))
+        held_ids, match_ids = ids[:held.num_rows], ids[held.num_rows:]
+        touched = np.isin(held_ids, match_ids[matched])
+        out = source
+        if partial:
+            out = _with_held_values(out, rows, held, held_ids, match_ids, matched, partial)
+        result = pa.concat_tables([held.filter(pa.array(~touched)), out.filter(pa.array(alive))])
+        self._commit(version, delete, result)
+
+    def merge_full(self, rows: pa.Table, columns: list[str], schema: pa.Schema, version: int) -> None:
+        source = conformed(rows, schema)
+        removed = np.asarray(rows.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
+        added = source.filter(pa.array(~removed))
+        if not removed.any():
+            self._commit(version, None, added)
+            return
+        removals = source.filter(pa.array(removed))
+        counts = rows.column(REMOVED).filter(pa.array(removed)).to_pylist()
+        delete = _values_filter(removals, columns)
+        held = self._held(delete, schema)
+        # PostgreSQL removes one of identical rows per change: of n equal rows of which the
+        # commit removes r, the first r go and the others are written back.
+        ids = row_ids(pa.concat_tables([removals.select(columns), held.select(columns)]))
+        to_remove = dict(zip(ids[:removals.num_rows].tolist(), counts))
+        keep = np.ones(held.num_rows, dtype=bool)
+        for i, rid in enumerate(ids[removals.num_rows:].tolist()):
+            left = to_remove.get(rid, 0)
+            if left:
+                keep[i] = False
+                to_remove[rid] = left - 1
+        self._commit(version, delete, pa.concat_tables([held.filter(pa.array(keep)), added]))
+
+
+def _with_held_values(out: pa.Table, rows: pa.Table, held: pa.Table, held_ids: np.ndarray,
+                      match_ids: np.ndarray, matched: np.ndarray, partial: list[str]) -> pa.Table:
+    """``out`` (the collapsed rows) with each column some change left unsent (unchanged
+    TOAST) taken from the held row of the same key where no change sent it, and ``_special``
+    completed from it for a row whose last change was partial, as Delta's MERGE does."""
+    n = out.num_rows
+    found = np.zeros(n, dtype=bool)
+    at = np.zeros(n, dtype=np.int64)
+    if held.num_rows:
+        order = np.argsort(held_ids, kind="stable")
+        pos = np.clip(np.searchsorted(held_ids[order], match_ids), 0, held.num_rows - 1)
+        found = matched & (held_ids[order][pos] == match_ids)
+        at = order[pos]
+
+    def pick(c: str, use_held: np.ndarray) -> pa.Array:
+        # Own value, or the held row's (null where there is none): one take of both.
+        both = pa.concat_arrays([out.column(c).combine_chunks(), held.column(c).combine_chunks()])
+        index = np.where(use_held, n + at, np.arange(n))
+        return both.take(pa.array(index, mask=use_held & ~found))
+
+    def flag(c: str) -> np.ndarray:
+        return np.asarray(rows.column(c).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+    for c in partial:
+        out = out.set_column(out.column_names.index(c), out.schema.field(c),
+                             pick(c, ~flag(SENT_PREFIX + c)))
+    if "_special" in out.column_names:
+        unset = np.asarray(out.column("_special").is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        out = out.set_column(out.column_names.index("_special"), out.schema.field("_special"),
+                             pick("_special", flag(PARTIAL) & unset))
+    return out
+
+
+class IcebergSink(ReplicaSink):
+    """Keeps an Iceberg table per source table (and with ``change_log`` a change log) in
+    ``catalog`` (a pyiceberg catalog, or the properties of one for :func:`iceberg_catalog`;
+    default the embedded SQL catalog under ``root``): namespace the source table's schema,
+    table its name; change logs in namespace ``schema__changes``.
+
+    ``app_id`` names the source in the tables' positions (the CLI uses the slot's name): two
+    sinks of different sources writing the same tables need different ones. A table without a
+    replica identity key is kept by appending its inserts (an update or delete of it is an
+    error unless ``append_only``). ``replica=False`` keeps only change logs. A column dropped
+    in PostgreSQL stays in the replica (null in rows changed since) unless ``drop_columns``.
+
+    ``write()`` takes the batches of whole transactions; ``due()`` says when ``max_rows``,
+    ``max_bytes`` or ``max_seconds`` is reached; ``commit()`` writes what is held, one Iceberg
+    transaction per table; only then may the slot be acknowledged up to where these batches
+    end::
+
+        with pgoutput_arrow.stream(dsn, slot="s", publication="pub") as changes, \\
+                IcebergSink("lake/", app_id="s", change_log=True) as sink:
+            for batches, ack_lsn in changes.groups(linger=1.0):
+                sink.write(batches)
+                if sink.due():
+                    sink.commit()
+                    changes.ack(ack_lsn)
+    """
+
+    FORMAT = "Iceberg"
+    ICEBERG_TYPES = True
+
+    def __init__(self, root: str | Path, *, catalog: Any = None, app_id: str = "pgoutput-arrow",
+                 replica: bool = True, change_log: bool = False, append_only: bool = False,
+                 drop_columns: bool = False, max_rows: int = 1_000_000,
+                 max_bytes: int = 256 << 20, max_seconds: float | None = 10.0) -> None:
+        super().__init__(app_id=app_id, replica=replica, change_log=change_log,
+                         append_only=append_only, drop_columns=drop_columns, max_rows=max_rows,
+                         max_bytes=max_bytes, max_seconds=max_seconds)
+        self.root = str(root)
+        self.catalog = catalog if catalog is not None and not isinstance(catalog, dict) \
+            else iceberg_catalog(root, catalog)
+
+    def _open(self, name: str, log: bool) -> LakeTable:
+        schema, _, table = name.partition(".")
+        namespace = schema + CHANGE_LOG_SUFFIX if log else schema
+        target = _IcebergTable(self.catalog, (namespace, table), POSITION_PREFIX + self.app_id)
+        target.open()
+        return target
+
+    def _error(self, message: str) -> PgoutputError:
+        return IcebergSinkError(message)
+
+    def __enter__(self) -> IcebergSink:
+        return self
