@@ -24,9 +24,10 @@ collapse per row, TRUNCATE, tables without a key, the change log's rows) is
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +47,13 @@ CHANGE_LOG_SUFFIX = "__changes"
 #: The snapshot summary key and table property that record, per app id, the commit LSN of the
 #: last source transaction the table holds (a decimal integer).
 POSITION_PREFIX = "pgoutput.commit-lsn."
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: How many times a table's commit is tried when other writers commit first.
+_COMMIT_ATTEMPTS = 5
 
 #: The name pyiceberg knows the default embedded catalog by.
 _CATALOG_NAME = "pgoutput"
@@ -171,7 +179,40 @@ class _IcebergTable:
     def _held(self, row_filter: Any, schema: pa.Schema) -> pa.Table:
         return conformed(self.table.scan(row_filter=row_filter).to_arrow(), schema)
 
+    def _retried(self, action: Callable[[], _T]) -> _T:
+        """``action()``, done again on the table as it is now when another writer (a
+        compaction, a snapshot expiry) committed between its read and its commit: pyiceberg's
+        commits are optimistic, and each action reads what it rewrites."""
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                return action()
+            except (CommitFailedException, ValidationException) as e:
+                # pyiceberg retries a commit itself, and refuses one whose reads another
+                # writer's files invalidate (ValidationException): then it is done again here.
+                if attempt == _COMMIT_ATTEMPTS - 1:
+                    raise IcebergSinkError(f"{self.uri}: {_COMMIT_ATTEMPTS} commits in a row met "
+                                           f"another writer's ({e}); the slot was not acknowledged "
+                                           "past them: run the same command again") from e
+                log.info("%s: another writer committed first (%s); reading the table again", self.uri, e)
+                self.table = self.catalog.load_table(self.identifier)
+        raise AssertionError("unreachable")
+
     def evolve(self, incoming: pa.Schema, drop: bool, renames: dict[str, str]) -> pa.Schema:
+        return self._retried(lambda: self._evolve(incoming, drop, renames))
+
+    def write(self, rows: pa.Table, schema: pa.Schema, replace: bool, version: int) -> None:
+        self._retried(lambda: self._write(rows, schema, replace, version))
+
+    def merge_keyed(self, rows: pa.Table, keys: list[str], partial: list[str], schema: pa.Schema,
+                    version: int) -> None:
+        self._retried(lambda: self._merge_keyed(rows, keys, partial, schema, version))
+
+    def merge_full(self, rows: pa.Table, columns: list[str], schema: pa.Schema, version: int) -> None:
+        self._retried(lambda: self._merge_full(rows, columns, schema, version))
+
+    def _evolve(self, incoming: pa.Schema, drop: bool, renames: dict[str, str]) -> pa.Schema:
         incoming = _plain(incoming)
         if self.table is None:
             self.catalog.create_namespace_if_not_exists(self.identifier[0])
@@ -230,13 +271,13 @@ class _IcebergTable:
                 tx.append(rows, snapshot_properties=mark)
             tx.set_properties(mark)
 
-    def write(self, rows: pa.Table, schema: pa.Schema, replace: bool, version: int) -> None:
+    def _write(self, rows: pa.Table, schema: pa.Schema, replace: bool, version: int) -> None:
         from pyiceberg.expressions import AlwaysTrue
 
         self._commit(version, AlwaysTrue() if replace else None, conformed(rows, schema))
 
-    def merge_keyed(self, rows: pa.Table, keys: list[str], partial: list[str], schema: pa.Schema,
-                    version: int) -> None:
+    def _merge_keyed(self, rows: pa.Table, keys: list[str], partial: list[str], schema: pa.Schema,
+                     version: int) -> None:
         source = conformed(rows, schema)
         match = pa.table({k: rows.column(MATCH_PREFIX + k) for k in keys})
         matched = np.ones(rows.num_rows, dtype=bool)
@@ -258,7 +299,7 @@ class _IcebergTable:
         result = pa.concat_tables([held.filter(pa.array(~touched)), out.filter(pa.array(alive))])
         self._commit(version, delete, result)
 
-    def merge_full(self, rows: pa.Table, columns: list[str], schema: pa.Schema, version: int) -> None:
+    def _merge_full(self, rows: pa.Table, columns: list[str], schema: pa.Schema, version: int) -> None:
         source = conformed(rows, schema)
         removed = np.asarray(rows.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
         added = source.filter(pa.array(~removed))
