@@ -191,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
         "every consumer reads it) or Arrow's time64[us]",
     )
     dec.add_argument(
-        "--memory-limit", metavar="BYTES", type=positive,
-        help="buffered changes of open transactions beyond BYTES spill to disk",
+        "--memory-limit", metavar="SIZE", type=positive_size,
+        help="buffered changes of open transactions beyond SIZE (bytes, or 256MB, 1GB, ...) "
+        "spill to disk (default 256MB)",
     )
     dec.add_argument("--spill-dir", metavar="DIR", help="where to spill (default: a temp dir)")
     dec.add_argument(
@@ -239,8 +240,9 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
                    "output holds no finished one")
     g.add_argument("--snapshot-connections", metavar="N", type=int, default=4,
                    help="connections that read the snapshot in parallel (default 4)")
-    g.add_argument("--snapshot-chunk-bytes", metavar="N", type=int, default=64 << 20,
-                   help="bytes of table each connection reads at a time (default 64 MiB)")
+    g.add_argument("--snapshot-chunk-bytes", metavar="SIZE", type=positive_size, default=64 << 20,
+                   help="bytes of table each connection reads at a time (bytes, or 64MB, ...; "
+                   "default 64MB)")
     g.add_argument("--two-phase", action="store_true",
                    help="decode prepared transactions (the slot is created with two_phase)")
     g.add_argument("--publication", metavar="NAME", action="append",
@@ -315,6 +317,14 @@ def size_arg(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}")
     return int(value)
+
+
+def positive_size(text: str) -> int:
+    """:func:`size_arg`, more than zero."""
+    value = size_arg(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive size: {text!r}")
+    return value
 
 
 def _add_operations_arguments(p: argparse.ArgumentParser) -> None:
