@@ -106,7 +106,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--snapshot", metavar="N", type=int, default=None,
                     help="--create-slot --snapshot, killed N times during the snapshot")
+    ap.add_argument("--keep", metavar="DIR", type=Path, default=None,
+                    help="write the lake to DIR/lake and keep it (a failure can be looked at)")
     args = ap.parse_args()
+    if args.keep and (args.keep / "lake").exists():
+        ap.error(f"--keep {args.keep}: {args.keep / 'lake'} exists (the sink would resume it)")
     rng = random.Random(args.seed)
     fmt = args.format
     # Delta sees a rename as a drop and an add (docs/delta.md): the renamed column's older
@@ -117,7 +121,7 @@ def main() -> int:
              ["--create-slot", "--snapshot", "--snapshot-connections", "2",
               "--snapshot-chunk-bytes", str(256 << 10)])
     with PgServer(version=args.pg) as pg, tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "lake"
+        out = (args.keep or Path(tmp)) / "lake"
         if args.snapshot is None:
             setup(pg, p, slot)
         else:

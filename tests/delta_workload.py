@@ -17,6 +17,7 @@ pyiceberg and polars for Iceberg (the tables of ``pgoutput_arrow.sinks.iceberg_c
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 from collections import Counter
@@ -182,6 +183,9 @@ def read_lake(out: Path, name: str, fmt: str, columns: list[str],
     ``columns`` only, as each reader of the format reads them: ``{reader: rows}``."""
     import polars as pl
 
+    # polars plans an Iceberg scan with pyiceberg without its optional planner plugin, and
+    # warns about it on every scan; this says that is the planner wanted.
+    os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
     if fmt == "delta":
         from deltalake import DeltaTable
 
@@ -211,13 +215,14 @@ def check_replicas(pg: PgServer, p: str, out: Path, fmt: str = "delta") -> dict[
                 extra = list((got - want).elements())[:3]
                 raise AssertionError(
                     f"{t} ({fmt}) read with {reader}: {sum(got.values())} rows, PostgreSQL has "
-                    f"{sum(want.values())}; columns {cols}; missing {_short(missing)}, "
-                    f"extra {_short(extra)}")
+                    f"{sum(want.values())}; columns {cols}; missing {short_rows(missing)}, "
+                    f"extra {short_rows(extra)}")
         counts[t] = sum(want.values())
     return counts
 
 
-def _short(rows: list[Any]) -> str:
+def short_rows(rows: list[Any]) -> str:
+    """Rows for a failure message, long strings cut."""
     return repr([tuple(v[:12] + "..." if isinstance(v, str) and len(v) > 15 else v for v in r)
                  for r in rows])
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
 # The Iceberg suite runs or fails: a missing pyiceberg (with its SQLite catalog) or polars
 # must not turn the suite into skips that pass.
 import polars  # noqa: F401
@@ -27,7 +28,7 @@ import pyiceberg  # noqa: F401
 
 import pgoutput_arrow
 from delta_workload import (check_change_log, check_replicas, drain, dump_lake, iceberg_table,
-                            read_lake, setup, workload_round, workload_tables)
+                            read_lake, setup, short_rows, workload_round, workload_tables)
 from dump_workload import dump_command
 from pg_harness import PgServer
 from pgoutput_arrow.sinks import IcebergSink, iceberg_catalog
@@ -38,7 +39,8 @@ ROUNDS = 9
 COMMIT_LSN = "pgoutput.commit-lsn."
 
 
-def _write_capture(rows: list[tuple[Any, Any, Any]], path: Path, max_chunksize: int | None = None) -> None:
+def _write_capture(rows: list[tuple[Any, Any, Any]], path: Path,
+                   max_chunksize: int | None = None) -> None:
     """Slot contents as an Arrow IPC capture, in batches of ``max_chunksize`` messages."""
     table = pa.table({"lsn": [r[0] for r in rows], "xid": [r[1] for r in rows],
                       "data": [bytes(r[2]) for r in rows]})
@@ -52,7 +54,8 @@ def _check_commit_lsns(out: Path, name: str, app_id: str, change_log: bool = Fal
     newest holds the newest row's commit. Returns the newest."""
     table = iceberg_table(out, name, change_log)
     summaries = [s.summary for s in table.snapshots()]
-    assert summaries and all(COMMIT_LSN + app_id in s for s in summaries), (name, change_log, summaries)
+    assert summaries and all(COMMIT_LSN + app_id in s for s in summaries), \
+        (name, change_log, summaries)
     lsns = [int(s[COMMIT_LSN + app_id]) for s in summaries]
     assert lsns == sorted(lsns), (name, change_log, lsns)
     rows = table.scan(selected_fields=("_commit_lsn",)).to_arrow().column("_commit_lsn")
@@ -209,7 +212,8 @@ def test_live_snapshot_then_changes_into_iceberg(pg: PgServer, unique_name: str,
         assert sorted(tuple(r.values()) for r in rows) == want, reader
     for reader, log in read_lake(out, f"public.{t}", "iceberg", ["id", "_op"],
                                  change_log=True).items():
-        assert sorted(r["id"] for r in log if r["_op"] == "snapshot") == list(range(1, 2001)), reader
+        snapshot_ids = sorted(r["id"] for r in log if r["_op"] == "snapshot")
+        assert snapshot_ids == list(range(1, 2001)), reader
 
 
 def test_a_table_without_a_key_is_appended(pg: PgServer, unique_name: str, tmp_path: Path) -> None:
@@ -302,7 +306,8 @@ def test_a_renamed_column_stays_a_renamed_column(pg18: PgServer, unique_name: st
 
     def check() -> None:
         for reader, rows in read_lake(out, name, "iceberg", cols).items():
-            assert sorted(tuple(r[c] for c in cols) for r in rows) == want, reader
+            got = sorted(tuple(r[c] for c in cols) for r in rows)
+            assert got == want, f"{reader}: {short_rows(got)}, PostgreSQL: {short_rows(want)}"
         replica = iceberg_table(out, name)
         # Renamed, not dropped and added: no column under an old name but the new v; the
         # field ids of the first schema's v and big are w's and body's now.
@@ -335,6 +340,38 @@ def test_a_renamed_column_stays_a_renamed_column(pg18: PgServer, unique_name: st
     assert [len(iceberg_table(out, name, c).snapshots()) for c in (False, True)] == snapshots
 
 
+def test_a_rename_between_a_stop_and_a_restart_stays_a_rename(pg18: PgServer, unique_name: str,
+                                                              tmp_path: Path) -> None:
+    """The live CLI stops with everything written before the rename confirmed; the columns
+    are renamed; the restarted CLI sees only the new definition (the slot sends a Relation
+    message of the table as of its first change after the restart). The renamed columns
+    still keep their older rows' values and their field ids, an unchanged TOAST value
+    included."""
+    pg, p = pg18, unique_name
+    t, name = f"{p}_r", f"public.{p}_r"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text, big text, n int)")
+    pg.execute(f"ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL")
+    pg.execute(f"CREATE PUBLICATION {p} FOR TABLE {t}")
+    pg.create_slot(p)
+    pg.execute(f"INSERT INTO {t} SELECT g, 'v' || g, repeat('x', 3000) || g, 0 "
+               "FROM generate_series(1, 4) g")
+    out = tmp_path / "lake"
+    drain(pg, p, p, out, fmt="iceberg")
+    pg.execute(f"ALTER TABLE {t} RENAME COLUMN v TO w; ALTER TABLE {t} RENAME COLUMN big TO body")
+    pg.execute(f"UPDATE {t} SET n = 1 WHERE id = 1")  # body unchanged: not sent
+    pg.execute(f"INSERT INTO {t} VALUES (5, 'w5', 'five', 5)")
+    drain(pg, p, p, out, fmt="iceberg")
+    cols = ["id", "w", "body", "n"]
+    want = sorted(pg.query(f"SELECT {', '.join(cols)} FROM {t}"))
+    for reader, rows in read_lake(out, name, "iceberg", cols).items():
+        got = sorted(tuple(r[c] for c in cols) for r in rows)
+        assert got == want, f"{reader}: {short_rows(got)}, PostgreSQL: {short_rows(want)}"
+    replica = iceberg_table(out, name)
+    ids = {f.name: f.field_id for f in replica.schemas()[min(replica.schemas())].fields}
+    now = {f.name: f.field_id for f in replica.schema().fields}
+    assert (now["w"], now["body"]) == (ids["v"], ids["big"]), (ids, now)
+
+
 def test_iceberg_catalog_properties_name_another_catalog(pg18: PgServer, unique_name: str,
                                                          tmp_path: Path) -> None:
     """--iceberg-catalog KEY=VALUE: the catalog and warehouse named there, read back by
@@ -351,12 +388,14 @@ def test_iceberg_catalog_properties_name_another_catalog(pg18: PgServer, unique_
     out, warehouse = tmp_path / "lake", tmp_path / "warehouse"
     warehouse.mkdir()
     props = {"uri": f"sqlite:///{tmp_path / 'elsewhere.db'}", "warehouse": f"file://{warehouse}"}
-    proc = subprocess.run([dump_command(), str(capture), "--format", "iceberg", "--output", str(out),
-                           *(a for k, v in props.items() for a in ("--iceberg-catalog", f"{k}={v}"))],
+    flags = [a for k, v in props.items() for a in ("--iceberg-catalog", f"{k}={v}")]
+    proc = subprocess.run([dump_command(), str(capture), "--format", "iceberg", "--output",
+                           str(out), *flags],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     table = iceberg_catalog(out, props).load_table(("public", t))
-    got = sorted(tuple(r.values()) for r in table.scan(selected_fields=("id", "v")).to_arrow().to_pylist())
+    rows = table.scan(selected_fields=("id", "v")).to_arrow().to_pylist()
+    got = sorted((r["id"], r["v"]) for r in rows)
     assert got == sorted(pg.query(f"SELECT id, v FROM {t}"))
     assert list(warehouse.rglob("*.parquet")), "no data file in the named warehouse"
 
@@ -369,3 +408,47 @@ def test_cli_iceberg_options_need_format_iceberg() -> None:
     proc = subprocess.run([dump_command(), "x.parquet", "--format", "iceberg"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--output" in proc.stderr, proc.stderr
+
+
+def test_a_commit_that_meets_another_writers_is_done_again(pg18: PgServer, unique_name: str,
+                                                           tmp_path: Path, monkeypatch: Any) -> None:
+    """Another writer (a compaction rewriting the replica's files in one snapshot, as an
+    engine's maintenance does) commits between the sink's read of the rows a merge touches
+    and its commit: pyiceberg refuses the sink's commit, and the sink reads the table again
+    and commits, so the replica still equals PostgreSQL's SELECT."""
+    from pgoutput_arrow.sinks import iceberg as iceberg_sink
+
+    pg, p, slot = pg18, unique_name, unique_name
+    setup(pg, p, slot)
+    rng = random.Random(11)
+    rounds = 4
+    for r in range(2):
+        workload_round(pg, p, r, rng, rounds)
+    out = tmp_path / "lake"
+
+    def stream_into_lake() -> None:
+        with pgoutput_arrow.stream(pg.dsn, slot=slot, publication=p, idle_timeout=3) as changes, \
+                IcebergSink(out, app_id=slot) as sink:
+            for batches, ack_lsn in changes.groups(linger=0.2):
+                sink.write(batches)
+                sink.commit()
+                changes.ack(ack_lsn)
+
+    stream_into_lake()
+    compacted: list[str] = []
+    read = iceberg_sink._IcebergTable._held
+
+    def read_then_compact(self: Any, row_filter: Any, schema: pa.Schema) -> pa.Table:
+        held = read(self, row_filter, schema)
+        if not compacted:  # once: the sink's table object is now behind the catalog's
+            other = iceberg_catalog(out).load_table(self.identifier)
+            other.overwrite(other.scan().to_arrow())
+            compacted.append(self.uri)
+        return held
+
+    monkeypatch.setattr(iceberg_sink._IcebergTable, "_held", read_then_compact)
+    for r in range(2, rounds):
+        workload_round(pg, p, r, rng, rounds)
+    stream_into_lake()
+    assert compacted, "no merge read the table"
+    check_replicas(pg, p, out, "iceberg")

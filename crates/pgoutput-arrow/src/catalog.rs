@@ -124,13 +124,22 @@ pub(crate) fn column_ids(previous: &[RelColumn], columns: &mut [RelColumn], mut 
 
 /// For each new column, the old column it continues (see [`column_ids`]).
 fn align(previous: &[RelColumn], columns: &[RelColumn]) -> Vec<Option<usize>> {
+    let key = |c: &RelColumn| (c.name.to_string(), u64::from(c.ty.oid));
+    let (previous, columns): (Vec<_>, Vec<_>) = (previous.iter().map(key).collect(), columns.iter().map(key).collect());
+    align_columns(&previous, &columns)
+}
+
+/// For each column of a table's new definition (name, type: any key equal for equal
+/// types), the column of its previous definition it continues, by [`column_ids`]'s rule
+/// (relative order kept, ADD COLUMN appends, the fewest DDL statements): the same rule
+/// for a sink that compares a table it keeps with a definition the stream sends after a
+/// restart, when the decoder saw no earlier one.
+pub fn align_columns<T: PartialEq>(previous: &[(String, T)], columns: &[(String, T)]) -> Vec<Option<usize>> {
     // Costs are (DDL statements, kept columns), compared in that order.
     type Cost = (u32, u32);
     const NONE: Cost = (u32::MAX, u32::MAX);
     let (m, l) = (columns.len(), previous.len());
-    let pair = |n: &RelColumn, o: &RelColumn| -> Cost {
-        (u32::from(n.name != o.name) + u32::from(n.ty.oid != o.ty.oid), 1)
-    };
+    let pair = |n: &(String, T), o: &(String, T)| -> Cost { (u32::from(n.0 != o.0) + u32::from(n.1 != o.1), 1) };
     let add = |a: Cost, b: Cost| -> Cost {
         if a == NONE || b == NONE {
             NONE

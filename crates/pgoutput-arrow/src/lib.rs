@@ -58,6 +58,7 @@ mod txn;
 pub mod types;
 mod unify;
 
+pub use catalog::align_columns;
 pub use copy::{CopyDecoder, SnapshotPosition};
 pub use decoder::Decoder;
 pub use error::DecodeError;

@@ -28,6 +28,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<copyout::PyCopyDecoder>()?;
     m.add_function(wrap_pyfunction!(schema::unify_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(schema::conform, m)?)?;
+    m.add_function(wrap_pyfunction!(schema::align_columns, m)?)?;
     m.add_function(wrap_pyfunction!(schema::pg_text, m)?)?;
     m.add_function(wrap_pyfunction!(render::rows_json, m)?)?;
     m.add_function(wrap_pyfunction!(lsn::lsn_to_int, m)?)?;

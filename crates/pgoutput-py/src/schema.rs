@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use arrow_schema::SchemaRef;
-use pgoutput_arrow::{conform as conform_batch, unify_schemas as unify};
+use pgoutput_arrow::{align_columns as align, conform as conform_batch, unify_schemas as unify};
 use pyo3::prelude::*;
 
 use crate::arrow_ffi;
@@ -20,6 +20,14 @@ pub fn unify_schemas(py: Python<'_>, schemas: Vec<Bound<'_, PyAny>>) -> PyResult
         schemas.iter().map(|s| arrow_ffi::import_schema(s).map(Arc::new)).collect::<PyResult<_>>()?;
     let schema = unify(&schemas).map_err(|e| decode_error(py, e))?;
     Ok(ArrowTable::new(schema, Vec::new()))
+}
+
+/// For each `(name, type)` of `columns` (a table's definition now), the index of the one of
+/// `previous` (an earlier definition) it continues, or None (added): the decoder's rule for
+/// a column renamed or dropped between two Relation messages (pgoutput_arrow::align_columns).
+#[pyfunction]
+pub fn align_columns(previous: Vec<(String, String)>, columns: Vec<(String, String)>) -> Vec<Option<usize>> {
+    align(&previous, &columns)
 }
 
 /// The batches of `data` (an object with `__arrow_c_stream__`) brought to `schema`.

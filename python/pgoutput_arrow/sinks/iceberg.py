@@ -25,6 +25,7 @@ collapse per row, TRUNCATE, tables without a key, the change log's rows) is
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -33,10 +34,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._internal import META_COLUMNS, align_columns
 from ..exceptions import PgoutputError
 from .collapse import DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, row_ids
 from .lake_schema import cast_column, conformed, type_name, widened
-from .replica import LakeSinkError, LakeTable, ReplicaSink
+from .replica import REPLICA_META, LakeSinkError, LakeTable, ReplicaSink
 
 __all__ = ["IcebergSink", "IcebergSinkError", "iceberg_catalog", "CHANGE_LOG_SUFFIX",
            "POSITION_PREFIX"]
@@ -54,6 +56,12 @@ _T = TypeVar("_T")
 
 #: How many times a table's commit is tried when other writers commit first.
 _COMMIT_ATTEMPTS = 5
+
+#: The table property listing the field ids of columns PostgreSQL dropped (kept, null since).
+DROPPED_PROPERTY = "pgoutput.dropped-field-ids"
+
+#: The columns of a lake table that are not the source table's.
+_NOT_COLUMNS = frozenset(META_COLUMNS) | frozenset(REPLICA_META)
 
 #: The name pyiceberg knows the default embedded catalog by.
 _CATALOG_NAME = "pgoutput"
@@ -105,6 +113,18 @@ def _plain(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, _plain_type(f.type), True) for f in schema])
 
 
+def _renames_since(held: pa.Schema, incoming: pa.Schema, dropped: set[str]) -> dict[str, str]:
+    """The renames between the table's columns (in its order, PostgreSQL's: ADD COLUMN
+    appends, a rename keeps its place; ``dropped`` left out) and a definition of the table,
+    by the decoder's rule (:func:`~pgoutput_arrow._internal.align_columns`)."""
+    own = [f for f in held if f.name not in _NOT_COLUMNS and f.name not in dropped]
+    new = [f for f in incoming if f.name not in _NOT_COLUMNS]
+    matched = align_columns([(f.name, type_name(f.type)) for f in own],
+                            [(f.name, type_name(f.type)) for f in new])
+    return {own[m].name: f.name for f, m in zip(new, matched)
+            if m is not None and own[m].name != f.name and f.name not in held.names}
+
+
 def _promotes(held: pa.DataType, wide: pa.DataType) -> bool:
     """Whether Iceberg promotes a column of ``held`` to ``wide`` in place."""
     h, w = type_name(held), type_name(wide)
@@ -149,6 +169,7 @@ class _IcebergTable:
     key: str  # POSITION_PREFIX + the app id
     table: Any = None  # pyiceberg's Table, once it exists
     resume: int = 0  # the commit LSN of the last source transaction it holds (0: none)
+    aligned: bool = False  # whether a definition of this run was matched to the held columns
 
     @property
     def uri(self) -> str:
@@ -219,8 +240,20 @@ class _IcebergTable:
             self.table = self.catalog.create_table(self.identifier, schema=incoming)
             return self.schema()
         held = self.schema()
+        ids = {f.name: f.field_id for f in self.table.schema().fields}
+        dropped = {n for n, i in ids.items() if i in self._dropped_ids()}
+        if not self.aligned:
+            # The first definition this run sees: a column renamed while no sink watched
+            # (between a stop and the table's next change) is found by the decoder's rule.
+            renames = {**_renames_since(held, incoming, dropped), **renames}
+        self.aligned = True
         renames = {o: n for o, n in renames.items() if o in held.names and n not in held.names}
         after = pa.schema([held.field(n).with_name(renames.get(n, n)) for n in held.names])
+        # Columns the definition lacks are dropped in PostgreSQL: recorded, so that a later
+        # column is never taken for one of them after a restart.
+        now_dropped = {ids[o] for o in held.names
+                       if renames.get(o, o) not in incoming.names and o not in _NOT_COLUMNS}
+        now_dropped |= {ids[n] for n in dropped if n not in incoming.names}
         target: list[pa.Field] = []
         replaced: dict[str, pa.DataType] = {}
         for f in incoming:
@@ -234,7 +267,7 @@ class _IcebergTable:
         kept = [f.name for f in after if f.name not in incoming.names and not drop]
         gone = [f.name for f in after if f.name not in incoming.names and drop]
         wanted = pa.schema(target + [after.field(n) for n in kept])
-        if not renames and not gone and all(
+        if not renames and not gone and now_dropped == self._dropped_ids() and all(
                 n in after.names and after.field(n).type == wanted.field(n).type for n in wanted.names):
             return held
         rows = None
@@ -251,6 +284,7 @@ class _IcebergTable:
                     update.delete_column(name)
             with tx.update_schema() as update:
                 update.union_by_name(wanted)
+            tx.set_properties({DROPPED_PROPERTY: ",".join(map(str, sorted(now_dropped)))})
             if rows is not None:
                 new = _plain(tx.table_metadata.schema().as_arrow())
                 cols = {n: cast_column(rows.column(n), replaced[n]) if n in replaced else rows.column(n)
@@ -260,13 +294,19 @@ class _IcebergTable:
                 tx.overwrite(conformed(pa.table(cols), new), overwrite_filter=AlwaysTrue())
         return self.schema()
 
+    def _dropped_ids(self) -> set[int]:
+        return {int(i) for i in self.table.properties.get(DROPPED_PROPERTY, "").split(",") if i}
+
     def _commit(self, version: int, delete: Any, rows: pa.Table | None) -> None:
         """One Iceberg transaction: the rows ``delete`` matches deleted, ``rows`` appended, the
         position set (snapshot summary and table property)."""
         mark = {self.key: str(version)}
         with self.table.transaction() as tx:
             if delete is not None:
-                tx.delete(delete, snapshot_properties=mark)
+                with warnings.catch_warnings():
+                    # A delete that matches nothing (rows the table never held) is no news.
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    tx.delete(delete, snapshot_properties=mark)
             if rows is not None and rows.num_rows:
                 tx.append(rows, snapshot_properties=mark)
             tx.set_properties(mark)

@@ -42,9 +42,16 @@ class LakeSinkError(PgoutputError):
 
 
 class _Batch(Protocol):
-    kind: str
-    table: str | None
-    batch: pa.RecordBatch
+    """A decoded batch as the decoder and the live stream give it (read-only here)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def table(self) -> str | None: ...
+
+    @property
+    def batch(self) -> pa.RecordBatch: ...
 
 
 class LakeTable(Protocol):

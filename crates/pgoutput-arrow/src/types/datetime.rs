@@ -18,7 +18,7 @@ use std::fmt::Write;
 
 use arrow_buffer::IntervalMonthDayNano;
 
-use super::num::{err, fixed, Shown};
+use super::num::{err, fixed, push_digits, Shown};
 use super::value::{DatetimeRange, Result, Special, SpecialValues, ValueError};
 
 /// DateStyle's field order (the `MDY` of `DateStyle = 'SQL, MDY'`): how the SQL and Postgres
@@ -354,7 +354,11 @@ fn out_of_range(what: &str, text: &str, range: DatetimeRange) -> Special {
 fn push_date(out: &mut String, unix_days: i64) -> bool {
     let (y, m, d) = civil_from_days(unix_days);
     let bc = y <= 0;
-    let _ = write!(out, "{:04}-{m:02}-{d:02}", if bc { 1 - y } else { y });
+    push_digits(out, (if bc { 1 - y } else { y }) as u64, 4);
+    out.push('-');
+    push_digits(out, m as u64, 2);
+    out.push('-');
+    push_digits(out, d as u64, 2);
     bc
 }
 
@@ -421,15 +425,16 @@ pub(crate) fn time_to_arrow(v: i64) -> std::result::Result<i64, Special> {
 
 /// "SS" then ".ffffff" without trailing zeros (AppendSeconds with fillzeros).
 fn push_seconds(out: &mut String, sec: i64, fsec: i64) {
-    let _ = write!(out, "{:02}", sec.abs());
+    push_digits(out, sec.unsigned_abs(), 2);
     if fsec != 0 {
-        let mut f = fsec.abs();
+        let mut f = fsec.unsigned_abs();
         let mut width = 6;
-        while f % 10 == 0 {
+        while f.is_multiple_of(10) {
             f /= 10;
             width -= 1;
         }
-        let _ = write!(out, ".{f:0width$}");
+        out.push('.');
+        push_digits(out, f, width);
     }
 }
 
@@ -437,7 +442,16 @@ fn push_seconds(out: &mut String, sec: i64, fsec: i64) {
 pub(crate) fn time_to_text(v: i64, out: &mut String) {
     let (h, rest) = (v / USECS_PER_HOUR, v % USECS_PER_HOUR);
     let (m, rest) = (rest / USECS_PER_MINUTE, rest % USECS_PER_MINUTE);
-    let _ = write!(out, "{h:02}:{m:02}:");
+    if v < 0 {
+        // Never from a server (time is 00:00 to 24:00); printed as fmt would.
+        let _ = write!(out, "{h:02}:{m:02}:");
+        push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
+        return;
+    }
+    push_digits(out, h as u64, 2);
+    out.push(':');
+    push_digits(out, m as u64, 2);
+    out.push(':');
     push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
 }
 
@@ -446,12 +460,14 @@ fn push_offset(out: &mut String, east: i64) {
     out.push(if east >= 0 { '+' } else { '-' });
     let a = east.abs();
     let (h, m, s) = (a / 3600, a / 60 % 60, a % 60);
-    let _ = write!(out, "{h:02}");
+    push_digits(out, h as u64, 2);
     if m != 0 || s != 0 {
-        let _ = write!(out, ":{m:02}");
+        out.push(':');
+        push_digits(out, m as u64, 2);
     }
     if s != 0 {
-        let _ = write!(out, ":{s:02}");
+        out.push(':');
+        push_digits(out, s as u64, 2);
     }
 }
 

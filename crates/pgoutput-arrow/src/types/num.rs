@@ -3,7 +3,6 @@
 //! Binary formats are those of the types' send functions (bool.c, int.c, int8.c,
 //! float.c, numeric.c, uuid.c, varlena.c in PostgreSQL's src/backend/utils/adt).
 
-use std::fmt::Write;
 
 use super::value::{Result, Special, ValueError};
 
@@ -138,6 +137,40 @@ pub(crate) fn uuid_bin(bytes: &[u8]) -> Result<[u8; 16]> {
     fixed::<16>("uuid", bytes)
 }
 
+/// `v` in decimal, zero-padded to at least `width` digits (as `{v:0width$}`), without
+/// `fmt`'s machinery: numeric, date and time text is rendered once per value.
+pub(crate) fn push_digits(out: &mut String, mut v: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let start = i.min(buf.len() - width.min(buf.len()));
+    out.push_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"));
+}
+
+/// Each byte's value as a hex digit, or `INVALID_HEX` (its high bits set).
+const HEX_VALUES: [u8; 256] = {
+    let mut t = [INVALID_HEX; 256];
+    let mut c = 0;
+    while c < 256 {
+        t[c] = match c as u8 {
+            b'0'..=b'9' => c as u8 - b'0',
+            b'a'..=b'f' => c as u8 - b'a' + 10,
+            b'A'..=b'F' => c as u8 - b'A' + 10,
+            _ => INVALID_HEX,
+        };
+        c += 1;
+    }
+    t
+};
+const INVALID_HEX: u8 = 0xF0;
+
 fn hex_digit(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
@@ -179,12 +212,16 @@ pub(crate) fn bytea_text<'a>(bytes: &[u8], out: &'a mut Vec<u8>) -> Result<&'a [
         if hex.len() % 2 != 0 {
             return err("bytea hex", bytes);
         }
-        out.reserve(hex.len() / 2);
-        for pair in hex.chunks_exact(2) {
-            match (hex_digit(pair[0]), hex_digit(pair[1])) {
-                (Some(h), Some(l)) => out.push((h << 4) | l),
-                _ => return err("bytea hex", bytes),
-            }
+        // Branch-free over the pairs (a lookup each), one check at the end.
+        out.resize(hex.len() / 2, 0);
+        let mut invalid = 0u8;
+        for (o, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+            let (h, l) = (HEX_VALUES[pair[0] as usize], HEX_VALUES[pair[1] as usize]);
+            invalid |= h | l;
+            *o = (h << 4) | (l & 0x0F);
+        }
+        if invalid & INVALID_HEX != 0 {
+            return err("bytea hex", bytes);
         }
     } else {
         let mut i = 0;
@@ -438,12 +475,7 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
         out.push('0');
     } else {
         for i in 0..=weight {
-            let d = n.digit(i as usize);
-            if i == 0 {
-                let _ = write!(out, "{d}");
-            } else {
-                push_4(out, d);
-            }
+            push_digits(out, n.digit(i as usize) as u64, if i == 0 { 1 } else { 4 });
         }
     }
     let dscale = n.dscale as i32;
@@ -453,15 +485,12 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
         let mut i = weight + 1;
         while left > 0 {
             let d = if i < 0 { 0 } else { n.digit(i as usize) };
-            let mut buf = [0u8; 4];
-            let mut x = d;
-            for k in (0..4).rev() {
-                buf[k] = b'0' + (x % 10) as u8;
-                x /= 10;
-            }
             let take = left.min(4) as usize;
-            for &c in &buf[..take] {
-                out.push(c as char);
+            if take == 4 {
+                push_digits(out, d as u64, 4);
+            } else {
+                // The first `take` of the group's four digits.
+                push_digits(out, d as u64 / 10u64.pow(4 - take as u32), take);
             }
             left -= take as i32;
             i += 1;
@@ -470,6 +499,4 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
     Ok(())
 }
 
-fn push_4(out: &mut String, d: u16) {
-    let _ = write!(out, "{d:04}");
-}
+
