@@ -1,7 +1,12 @@
 """The Delta Lake sink (``--format delta``, ``pgoutput_arrow.sinks.DeltaSink``) on real
 PostgreSQL 18 and 15: replicas equal PostgreSQL's SELECT value by value (read with deltalake
 and polars), change logs hold every change once, and kill -9 (also between a Delta commit and
-the slot's acknowledgement) neither loses nor repeats a change."""
+the slot's acknowledgement) neither loses nor repeats a change.
+
+The tests of the rules both lake sinks share (``sinks/replica.py``: keyless tables, identical
+rows of ``REPLICA IDENTITY FULL``, dropped and retyped columns, a TRUNCATE alone, keys swapped
+with unchanged TOAST values) run for Delta and Iceberg (``fmt``); tests/test_iceberg.py has
+Iceberg's own."""
 
 from __future__ import annotations
 
@@ -24,11 +29,11 @@ import deltalake  # noqa: F401
 import polars  # noqa: F401
 
 import pgoutput_arrow
-from delta_workload import (check_change_log, check_replicas, drain, dump_lake, setup,
-                            workload_round)
+from delta_workload import (FORMATS, check_change_log, check_replicas, drain, dump_lake,
+                            iceberg_table, setup, workload_round)
 from dump_workload import dump_command
 from pg_harness import PgServer
-from pgoutput_arrow.sinks import DeltaSink, DeltaSinkError
+from pgoutput_arrow.sinks import DeltaSink, IcebergSink, LakeSinkError
 
 ROUNDS = 9
 
@@ -61,10 +66,25 @@ def test_capture_into_delta_equals_select_and_a_rerun_applies_nothing_twice(
         check_change_log(pg, p, slot, out)
 
 
-def _sink_parts(out: Path, parts: list[list[tuple[int, int, bytes]]], **options: object) -> None:
-    """Decodes ``parts`` (slot contents) in order into a DeltaSink, one commit each."""
+def _sink(fmt: str, out: Path, **options: Any) -> DeltaSink | IcebergSink:
+    """The lake sink of format ``fmt`` at ``out``."""
+    return DeltaSink(out, **options) if fmt == "delta" else IcebergSink(out, **options)
+
+
+def _read(out: Path, name: str, fmt: str, change_log: bool = False) -> pa.Table:
+    """The replica (or change log) of ``name`` in the lake ``out`` of format ``fmt``."""
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(out / ("_changes" if change_log else "") / name)).to_pyarrow_table()
+    return iceberg_table(out, name, change_log).scan().to_arrow()
+
+
+def _sink_parts(out: Path, parts: list[list[tuple[int, int, bytes]]], fmt: str = "delta",
+                **options: Any) -> None:
+    """Decodes ``parts`` (slot contents) in order into a lake sink, one commit each."""
     decoder = pgoutput_arrow.Decoder()
-    with DeltaSink(out, **options) as sink:  # type: ignore[arg-type]
+    with _sink(fmt, out, **options) as sink:
         for part in parts:
             for lsn, _, data in part:
                 decoder.feed(bytes(data), lsn)
@@ -201,8 +221,9 @@ def test_a_table_without_a_key_is_appended_by_default(pg: PgServer, unique_name:
     assert got.select(["id", "msg"]).to_pylist() == [{"id": 1, "msg": "x"}]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_an_update_of_a_table_that_lost_its_key_is_an_error_not_a_silent_drop(
-        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+        pg18: PgServer, unique_name: str, tmp_path: Path, fmt: str) -> None:
     """The one way an update of a keyless table arrives: made while it had an identity, in
     the same commit as a change to NOTHING. The sink names it, unless append_only."""
     pg, t = pg18, f"{unique_name}_k"
@@ -216,27 +237,25 @@ def test_an_update_of_a_table_that_lost_its_key_is_an_error_not_a_silent_drop(
                                                "publication_names": unique_name})
     outputs = pgoutput_arrow.decode([(lsn, bytes(d)) for lsn, _, d in rows])
     batches = outputs.tables[f"public.{t}"].to_batches()
-    sink = DeltaSink(tmp_path / "refused")
+    sink = _sink(fmt, tmp_path / "refused")
     for b in batches:
         sink.add("table", f"public.{t}", b)
-    with pytest.raises(DeltaSinkError, match=f"public.{t} has no replica identity key .* 1 updates"):
+    with pytest.raises(LakeSinkError, match=f"public.{t} has no replica identity key .* 1 updates"):
         sink.commit()
-    sink = DeltaSink(tmp_path / "appended", append_only=True)
+    sink = _sink(fmt, tmp_path / "appended", append_only=True)
     for b in batches:
         sink.add("table", f"public.{t}", b)
     sink.commit()
-    from deltalake import DeltaTable
-    got = DeltaTable(str(tmp_path / "appended" / f"public.{t}")).to_pyarrow_table()
+    got = _read(tmp_path / "appended", f"public.{t}", fmt)
     assert sorted(got.column("v").to_pylist()) == ["a", "c"]
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_full_identity_duplicates_lose_one_row_per_change(pg: PgServer, unique_name: str,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, fmt: str) -> None:
     """REPLICA IDENTITY FULL, identical rows: PostgreSQL deletes or updates one of them per
     change, and so does the replica, within a commit and across commits (a TOAST value, sent
     whole in the old row, among the columns)."""
-    from deltalake import DeltaTable
-
     t = f"{unique_name}_f"
     pg.execute(f"CREATE TABLE {t} (a int, b text, big text, f float8); "
                f"ALTER TABLE {t} REPLICA IDENTITY FULL; "
@@ -259,7 +278,7 @@ def test_full_identity_duplicates_lose_one_row_per_change(pg: PgServer, unique_n
     ]
     out = tmp_path / "lake"
     decoder = pgoutput_arrow.Decoder()
-    with DeltaSink(out) as sink:
+    with _sink(fmt, out) as sink:
         for step in steps:
             for sql, params in step:
                 pg.execute(sql, params or None)
@@ -268,7 +287,7 @@ def test_full_identity_duplicates_lose_one_row_per_change(pg: PgServer, unique_n
             decoder.flush()
             sink.write(decoder.take())
             sink.commit()
-            got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table(columns=["a", "b", "big", "f"])
+            got = _read(out, f"public.{t}", fmt).select(["a", "b", "big", "f"])
             want = sorted(pg.query(f"SELECT a, b, big, f FROM {t}"), key=repr)
             assert sorted((tuple(r.values()) for r in got.to_pylist()), key=repr) == want
 
@@ -282,10 +301,9 @@ def test_cli_delta_options_need_format_delta(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--output" in proc.stderr
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
-        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
-    from deltalake import DeltaTable
-
+        pg18: PgServer, unique_name: str, tmp_path: Path, fmt: str) -> None:
     pg, t = pg18, f"{unique_name}_d"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, a int, b text)")
     pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
@@ -299,8 +317,8 @@ def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
     second = pg.get_binary_changes(unique_name, options)
     for drop in (False, True):
         out = tmp_path / f"drop_{drop}"
-        _sink_parts(out, [first, second], drop_columns=drop)  # two Delta commits
-        got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+        _sink_parts(out, [first, second], fmt, drop_columns=drop)  # two lake commits
+        got = _read(out, f"public.{t}", fmt)
         rows = {r["id"]: r for r in got.to_pylist()}
         assert {k: r["a"] for k, r in rows.items()} == {1: 11, 2: 20, 3: 30}
         if drop:
@@ -309,10 +327,9 @@ def test_a_dropped_column_stays_null_from_the_drop_on_or_is_dropped(
             assert {k: r["b"] for k, r in rows.items()} == {1: None, 2: "y", 3: None}
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_commit_of_only_a_truncate_empties_the_replica(pg18: PgServer, unique_name: str,
-                                                         tmp_path: Path) -> None:
-    from deltalake import DeltaTable
-
+                                                         tmp_path: Path, fmt: str) -> None:
     pg, t = pg18, f"{unique_name}_t"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
     pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
@@ -323,21 +340,25 @@ def test_a_commit_of_only_a_truncate_empties_the_replica(pg18: PgServer, unique_
     pg.execute(f"TRUNCATE {t}")
     second = pg.get_binary_changes(unique_name, options)
     out = tmp_path / "lake"
-    _sink_parts(out, [first, second], app_id="a", change_log=True)
-    replica = DeltaTable(str(out / f"public.{t}"))
-    assert replica.to_pyarrow_table().num_rows == 0
-    log = DeltaTable(str(out / "_changes" / f"public.{t}")).to_pyarrow_table().sort_by("_commit_lsn")
+    _sink_parts(out, [first, second], fmt, app_id="a", change_log=True)
+    assert _read(out, f"public.{t}", fmt).num_rows == 0
+    log = _read(out, f"public.{t}", fmt, change_log=True).sort_by("_commit_lsn")
     assert log.column("_op").to_pylist() == ["insert", "insert", "truncate"]
-    # The replica's txn: the commit LSN of the TRUNCATE's transaction.
-    assert replica.transaction_version(f"a:public.{t}") == log.column("_commit_lsn")[2].as_py()
+    # The replica's position: the commit LSN of the TRUNCATE's transaction.
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        held = DeltaTable(str(out / f"public.{t}")).transaction_version(f"a:public.{t}")
+    else:
+        held = int(iceberg_table(out, f"public.{t}").properties["pgoutput.commit-lsn.a"])
+    assert held == log.column("_commit_lsn")[2].as_py()
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_retype_without_a_lossless_common_type_makes_the_column_text(
-        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+        pg18: PgServer, unique_name: str, tmp_path: Path, fmt: str) -> None:
     """text -> int cannot widen either way: the Delta column stays a string column and the
     new values arrive as their text; int -> bigint widens the Delta column."""
-    from deltalake import DeltaTable
-
     pg, t = pg18, f"{unique_name}_r"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, w text, n int)")
     pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
@@ -350,21 +371,20 @@ def test_a_retype_without_a_lossless_common_type_makes_the_column_text(
     pg.execute(f"UPDATE {t} SET w = 11, n = 5000000000 WHERE id = 1")
     second = pg.get_binary_changes(unique_name, options)
     out = tmp_path / "lake"
-    _sink_parts(out, [first, second])
-    got = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+    _sink_parts(out, [first, second], fmt)
+    got = _read(out, f"public.{t}", fmt)
     assert got.schema.field("w").type == pa.string()
     assert got.schema.field("n").type == pa.int64()
     assert {r["id"]: (r["w"], r["n"]) for r in got.to_pylist()} == {
         1: ("11", 5000000000), 2: ("20", 2)}
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_keys_swapped_and_reused_in_one_commit_keep_their_toast_values(
-        pg18: PgServer, unique_name: str, tmp_path: Path) -> None:
+        pg18: PgServer, unique_name: str, tmp_path: Path, fmt: str) -> None:
     """Rows 1 and 2 swap keys through 3 (unchanged TOAST values follow their rows), row 5
     moves to 6 and a new row takes key 5, row 7 is deleted and inserted again: one commit,
     against rows an earlier commit wrote."""
-    from deltalake import DeltaTable
-
     pg, t = pg18, f"{unique_name}_k"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, big text, n int)")
     pg.execute(f"ALTER TABLE {t} ALTER COLUMN big SET STORAGE EXTERNAL")
@@ -388,9 +408,8 @@ def test_keys_swapped_and_reused_in_one_commit_keep_their_toast_values(
         cur.execute("COMMIT")
     second = pg.get_binary_changes(unique_name, options)
     out = tmp_path / "lake"
-    _sink_parts(out, [first, second])
-    got = {r["id"]: (r["big"], r["n"]) for r in
-           DeltaTable(str(out / f"public.{t}")).to_pyarrow_table().to_pylist()}
+    _sink_parts(out, [first, second], fmt)
+    got = {r["id"]: (r["big"], r["n"]) for r in _read(out, f"public.{t}", fmt).to_pylist()}
     assert got == {r[0]: (r[1], r[2]) for r in pg.query(f"SELECT id, big, n FROM {t}")}
     assert got[2] == (big[1], 1) and got[1] == (big[2], 2) and got[6] == (big[5], 0)
 
