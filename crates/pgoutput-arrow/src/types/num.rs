@@ -137,21 +137,35 @@ pub(crate) fn uuid_bin(bytes: &[u8]) -> Result<[u8; 16]> {
     fixed::<16>("uuid", bytes)
 }
 
+/// "00" to "99": two digits per lookup.
+const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// `v` in decimal, zero-padded to at least `width` digits (as `{v:0width$}`), without
-/// `fmt`'s machinery: numeric, date and time text is rendered once per value.
+/// `fmt`'s machinery: numeric, date and time text is rendered once per value. `width` is at
+/// most 20 (a u64's digits).
 pub(crate) fn push_digits(out: &mut String, mut v: u64, width: usize) {
     let mut buf = [b'0'; 20];
     let mut i = buf.len();
-    loop {
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[v as usize * 2..v as usize * 2 + 2]);
+    } else {
         i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+        buf[i] = b'0' + v as u8;
     }
     let start = i.min(buf.len() - width.min(buf.len()));
-    out.push_str(std::str::from_utf8(&buf[start..]).expect("ASCII digits"));
+    // ASCII digits: each byte is its char, so no validation is needed.
+    out.extend(buf[start..].iter().map(|&b| char::from(b)));
 }
 
 /// Each byte's value as a hex digit, or `INVALID_HEX` (its high bits set).
@@ -500,3 +514,19 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
 }
 
 
+#[cfg(test)]
+mod tests {
+    use super::push_digits;
+
+    #[test]
+    fn push_digits_is_fmts_zero_padded_decimal() {
+        let values = (0..2_000u64).chain([9_999, 10_000, 99_999, 123_456, 1_000_000, u64::MAX / 3, u64::MAX]);
+        for v in values {
+            for width in [0, 1, 2, 4, 6, 19, 20] {
+                let mut out = String::from("x");
+                push_digits(&mut out, v, width);
+                assert_eq!(out, format!("x{v:0width$}"), "{v} width {width}");
+            }
+        }
+    }
+}
