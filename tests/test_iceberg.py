@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 # The Iceberg suite runs or fails: a missing pyiceberg (with its SQLite catalog) or polars
 # must not turn the suite into skips that pass.
@@ -372,10 +373,12 @@ def test_a_rename_between_a_stop_and_a_restart_stays_a_rename(pg18: PgServer, un
     assert (now["w"], now["body"]) == (ids["v"], ids["big"]), (ids, now)
 
 
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
 def test_iceberg_catalog_properties_name_another_catalog(pg18: PgServer, unique_name: str,
-                                                         tmp_path: Path) -> None:
-    """--iceberg-catalog KEY=VALUE: the catalog and warehouse named there, read back by
-    ``iceberg_catalog(DIR, properties)``."""
+                                                         tmp_path: Path, catalog: str) -> None:
+    """--iceberg-catalog KEY=VALUE: the catalog and warehouse named there (another SQLite
+    file, or a SQL catalog in a PostgreSQL database, as a shared deployment keeps it), read
+    back by ``iceberg_catalog(DIR, properties)``."""
     pg, t = pg18, f"{unique_name}_c"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
     pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
@@ -387,7 +390,12 @@ def test_iceberg_catalog_properties_name_another_catalog(pg18: PgServer, unique_
                                                        "publication_names": unique_name}), capture)
     out, warehouse = tmp_path / "lake", tmp_path / "warehouse"
     warehouse.mkdir()
-    props = {"uri": f"sqlite:///{tmp_path / 'elsewhere.db'}", "warehouse": f"file://{warehouse}"}
+    uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    if catalog == "postgresql":
+        db = f"{unique_name}_catalog"[:63]
+        pg.execute(f'CREATE DATABASE "{db}"')
+        uri = f"postgresql+psycopg2://{pg.user}:{pg.password}@127.0.0.1:{pg.port}/{db}"
+    props = {"type": "sql", "uri": uri, "warehouse": f"file://{warehouse}"}
     flags = [a for k, v in props.items() for a in ("--iceberg-catalog", f"{k}={v}")]
     proc = subprocess.run([dump_command(), str(capture), "--format", "iceberg", "--output",
                            str(out), *flags],
