@@ -22,14 +22,15 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._files import SNAPSHOT_RECORD, read_snapshot_record, fsync_dir, writable_directory
 from .._internal import lsn_to_int, lsn_to_str
-from ..sinks import DeltaSink, IcebergSink
-from ..sinks.iceberg import POSITION_PREFIX
 from .arguments import UsageError
 from .filters import Chunk
+
+if TYPE_CHECKING:  # the sinks need numpy and a lake package: imported when a lake is written
+    from ..sinks import DeltaSink, IcebergSink
 
 __all__ = ["LakeOutput", "SNAPSHOT_RECORD"]
 
@@ -47,6 +48,8 @@ def _delta_tables(root: Path) -> list[Path]:
 def _iceberg_tables(sink: IcebergSink) -> list[tuple[str, ...]]:
     """The Iceberg tables of ``sink``'s catalog that this source wrote (a position of its
     app id): a catalog may hold others, which are not ours to discard."""
+    from ..sinks.iceberg import POSITION_PREFIX
+
     catalog, key = sink.catalog, POSITION_PREFIX + sink.app_id
     found = []
     for namespace in catalog.list_namespaces():
@@ -73,6 +76,8 @@ class LakeOutput:
     note)."""
 
     def __init__(self, args: argparse.Namespace, live: bool) -> None:
+        from ..sinks import DeltaSink, IcebergSink
+
         self.live = live
         self.root = Path(args.output)
         self._lock = writable_directory(self.root)
@@ -98,6 +103,8 @@ class LakeOutput:
         self._end_lsn = 0
 
     def _tables(self) -> list[Path] | list[tuple[str, ...]]:
+        from ..sinks import IcebergSink
+
         if isinstance(self.sink, IcebergSink):
             return _iceberg_tables(self.sink)
         return _delta_tables(self.root)
@@ -134,6 +141,8 @@ class LakeOutput:
         """Deletes the lake tables and the record of a snapshot that never finished (the
         lake held nothing else: ``--snapshot`` starts in an empty lake). Returns how many
         tables were deleted."""
+        from ..sinks import IcebergSink
+
         tables = self._tables()
         for t in tables:
             if isinstance(t, Path):
