@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 from .._internal import rows_json
 
 __all__ = ["MATCH_PREFIX", "SENT_PREFIX", "DELETED", "PARTIAL", "REMOVED", "Collapsed",
-           "collapse_keyed", "row_ids",
-                      "collapse_full", "in_commit_order", "json_lines"]
+           "collapse_keyed", "row_ids", "removed_duplicates", "collapse_full", "in_commit_order",
+           "json_lines"]
 
 #: Column name prefixes and columns of the collapsed rows that are not the table's.
 MATCH_PREFIX = "_pgo_match_"
@@ -242,6 +242,26 @@ def row_ids(table: pa.Table) -> np.ndarray:
     """One integer per row, equal for rows of equal values (compared as their JSON, so any
     column type, lists and maps included, compares)."""
     return _codes([json_lines(table)]) if table.num_rows else np.zeros(0, dtype=np.int64)
+
+
+def removed_duplicates(removed: pa.Table, counts: list[int], held: pa.Table
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``held`` (a target's rows): whether it equals one of the ``removed``
+    rows of :func:`collapse_full`, and whether it goes, ``counts`` (their ``REMOVED``) of
+    each: of ``n`` equal rows the first ``r`` go (PostgreSQL removes one of identical rows
+    per change), the others stay. Rows are compared on ``removed``'s columns."""
+    ids = row_ids(pa.concat_tables([removed, held.select(removed.column_names)]))
+    left = dict(zip(ids[:removed.num_rows].tolist(), counts))
+    equal = np.zeros(held.num_rows, dtype=bool)
+    gone = np.zeros(held.num_rows, dtype=bool)
+    for i, rid in enumerate(ids[removed.num_rows:].tolist()):
+        r = left.get(rid)
+        if r is not None:
+            equal[i] = True
+            if r:
+                gone[i] = True
+                left[rid] = r - 1
+    return equal, gone
 
 
 def collapse_full(table: pa.Table, columns: list[str]) -> pa.Table:

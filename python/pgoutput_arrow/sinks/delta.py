@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from .._internal import lsn_to_str
 from ..exceptions import PgoutputError
-from .collapse import DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, row_ids
+from .collapse import DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, removed_duplicates
 from .lake_schema import cast_column, conformed, type_name, widened
 from .replica import LakeSinkError, LakeTable, ReplicaSink
 
@@ -211,19 +211,8 @@ class _DeltaTable:
             held = held.filter(keep_rows)
         if not held.num_rows:
             return schema.empty_table()
-        ids = row_ids(pa.concat_tables([removed.select(columns), held.select(columns)]))
-        removed_ids, held_ids = ids[:removed.num_rows], ids[removed.num_rows:]
-        to_remove = dict(zip(removed_ids.tolist(), counts.to_pylist()))
-        seen: dict[int, int] = {}
-        keep = []
-        for i, rid in enumerate(held_ids.tolist()):
-            r = to_remove.get(rid)
-            if r is None:
-                continue
-            seen[rid] = seen.get(rid, 0) + 1
-            if seen[rid] > r:  # the first r equal rows go, the others stay
-                keep.append(i)
-        return held.take(pa.array(keep, pa.int64()))
+        equal, gone = removed_duplicates(removed.select(columns), counts.to_pylist(), held)
+        return held.filter(pa.array(equal & ~gone))
 
 
 class DeltaSink(ReplicaSink):

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from .._internal import META_COLUMNS, align_columns
 from ..exceptions import PgoutputError
-from .collapse import DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, row_ids
+from .collapse import DELETED, MATCH_PREFIX, PARTIAL, REMOVED, SENT_PREFIX, removed_duplicates, row_ids
 from .lake_schema import cast_column, conformed, type_name, widened
 from .replica import REPLICA_META, LakeSinkError, LakeTable, ReplicaSink
 
@@ -350,16 +350,8 @@ class _IcebergTable:
         counts = rows.column(REMOVED).filter(pa.array(removed)).to_pylist()
         delete = _values_filter(removals, columns)
         held = self._held(delete, schema)
-        # PostgreSQL removes one of identical rows per change: of n equal rows of which the
-        # commit removes r, the first r go and the others are written back.
-        ids = row_ids(pa.concat_tables([removals.select(columns), held.select(columns)]))
-        to_remove = dict(zip(ids[:removals.num_rows].tolist(), counts))
-        keep = np.ones(held.num_rows, dtype=bool)
-        for i, rid in enumerate(ids[removals.num_rows:].tolist()):
-            left = to_remove.get(rid, 0)
-            if left:
-                keep[i] = False
-                to_remove[rid] = left - 1
+        _, gone = removed_duplicates(removals.select(columns), counts, held)
+        keep = ~gone
         self._commit(version, delete, pa.concat_tables([held.filter(pa.array(keep)), added]))
 
 
