@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import pgoutput_arrow
-from delta_workload import check_change_log, check_replicas, setup, workload_round
+from delta_workload import FORMATS, check_change_log, check_replicas, setup, workload_round
 from pg_harness import PgServer
 from replay import compare_state, replay, server_rows
 from test_live import DUMP, slot_state, wait_until
@@ -390,6 +390,49 @@ def test_an_output_that_cannot_be_written_fails_in_one_line_before_a_slot(
     with _read_only(read_only):
         run(read_only)
         run(read_only / "new")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_lake_that_turns_read_only_is_the_sinks_error_naming_the_table(
+        pg18: PgServer, unique_name: str, tmp_path: Path, fmt: str) -> None:
+    """A lake directory that cannot be written at a run's first commit (its change log's
+    table to be made, the replica's new files): the sink raises its own error (a
+    LakeSinkError, which pgoutput-dump prints in one line) naming the source table, not the
+    format library's exception; the replica keeps what it held."""
+    from pgoutput_arrow.sinks import DeltaSink, IcebergSink, LakeSinkError, iceberg_catalog
+
+    pg, t = pg18, f"{unique_name}_ro"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    options = {"proto_version": "1", "publication_names": unique_name}
+    decoder = pgoutput_arrow.Decoder()
+
+    def changes() -> list[Any]:
+        for lsn, _, data in pg.get_binary_changes(unique_name, options):
+            decoder.feed(bytes(data), lsn)
+        decoder.flush()
+        return decoder.take()
+
+    out = tmp_path / "lake"
+    sink_type = DeltaSink if fmt == "delta" else IcebergSink
+    pg.execute(f"INSERT INTO {t} VALUES (1, 'a')")
+    first = sink_type(out)
+    first.write(changes())
+    first.commit()
+    pg.execute(f"INSERT INTO {t} VALUES (2, 'b'); UPDATE {t} SET v = 'c' WHERE id = 1")
+    second = sink_type(out, change_log=True)  # a new run, which also keeps a change log
+    second.write(changes())
+    with _read_only(out), pytest.raises(LakeSinkError, match=f"public.{t}") as raised:
+        second.commit()
+    assert type(raised.value).__name__ == f"{sink_type.FORMAT}SinkError", raised.value
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        held = DeltaTable(str(out / f"public.{t}")).to_pyarrow_table()
+    else:
+        held = iceberg_catalog(out).load_table(("public", t)).scan().to_arrow()
+    assert held.select(["id", "v"]).to_pylist() == [{"id": 1, "v": "a"}]
 
 
 def test_a_slot_created_by_a_run_that_fails_is_dropped(pg18: PgServer, unique_name: str,

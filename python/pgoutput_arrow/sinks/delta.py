@@ -265,5 +265,9 @@ class DeltaSink(ReplicaSink):
     def _error(self, message: str) -> PgoutputError:
         return DeltaSinkError(message)
 
+    def _failures(self) -> tuple[type[BaseException], ...]:
+        from deltalake.exceptions import DeltaError
+        return (DeltaError,)
+
     def __enter__(self) -> DeltaSink:
         return self

@@ -438,5 +438,17 @@ class IcebergSink(ReplicaSink):
     def _error(self, message: str) -> PgoutputError:
         return IcebergSinkError(message)
 
+    def _failures(self) -> tuple[type[BaseException], ...]:
+        import pyiceberg.exceptions as errors
+        found: tuple[type[BaseException], ...] = (
+            errors.CommitFailedException, errors.CommitStateUnknownException,
+            errors.ValidationException, errors.RESTError, errors.NoSuchNamespaceError,
+            errors.SignError)
+        try:
+            from sqlalchemy.exc import SQLAlchemyError  # the SQL catalog's database
+        except ImportError:  # a catalog other than SQL
+            return found
+        return (*found, SQLAlchemyError)
+
     def __enter__(self) -> IcebergSink:
         return self

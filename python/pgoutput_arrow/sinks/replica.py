@@ -147,6 +147,12 @@ class ReplicaSink:
         """The lake table of source table ``name`` (its change log if ``log``)."""
         raise NotImplementedError
 
+    def _failures(self) -> tuple[type[BaseException], ...]:
+        """The exceptions the format's library raises when it cannot read or write a table
+        (storage not writable, a catalog unreachable, ...): they (and ``OSError``) become the
+        sink's error, naming the table."""
+        return ()
+
     # -- input
 
     def write(self, batches: Iterable[_Batch]) -> None:
@@ -217,11 +223,23 @@ class ReplicaSink:
     def _table(self, name: str, log: bool) -> LakeTable:
         table = self._tables.get((name, log))
         if table is None:
-            table = self._tables[(name, log)] = self._open(name, log)
+            try:
+                table = self._open(name, log)
+            except (OSError, *self._failures()) as e:
+                raise self._error(f"{self.FORMAT} table of {name}"
+                                  f"{' (change log)' if log else ''}: {e}") from e
+            self._tables[(name, log)] = table
         return table
 
     def _commit_table(self, name: str, batches: list[pa.RecordBatch],
                       truncates: list[tuple[int, int, int]]) -> None:
+        try:
+            self._commit_targets(name, batches, truncates)
+        except (OSError, *self._failures()) as e:
+            raise self._error(f"{name}: cannot write its {self.FORMAT} table: {e}") from e
+
+    def _commit_targets(self, name: str, batches: list[pa.RecordBatch],
+                        truncates: list[tuple[int, int, int]]) -> None:
         changes = self._changes_of(batches) if batches else None
         newest = batches[-1].schema if batches else None
         renames = self._renames(name, batches)
