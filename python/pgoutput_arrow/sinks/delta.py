@@ -265,9 +265,9 @@ class DeltaSink(ReplicaSink):
     def _error(self, message: str) -> PgoutputError:
         return DeltaSinkError(message)
 
-    def _failures(self) -> tuple[type[BaseException], ...]:
+    def _failures(self) -> tuple[type[Exception], ...]:
         from deltalake.exceptions import DeltaError
-        return (DeltaError,)
+        return (*super()._failures(), DeltaError)
 
     def __enter__(self) -> DeltaSink:
         return self

@@ -438,12 +438,12 @@ class IcebergSink(ReplicaSink):
     def _error(self, message: str) -> PgoutputError:
         return IcebergSinkError(message)
 
-    def _failures(self) -> tuple[type[BaseException], ...]:
+    def _failures(self) -> tuple[type[Exception], ...]:
         import pyiceberg.exceptions as errors
-        found: tuple[type[BaseException], ...] = (
-            errors.CommitFailedException, errors.CommitStateUnknownException,
-            errors.ValidationException, errors.RESTError, errors.NoSuchNamespaceError,
-            errors.SignError)
+        found: tuple[type[Exception], ...] = (
+            *super()._failures(), errors.CommitFailedException,
+            errors.CommitStateUnknownException, errors.ValidationException, errors.RESTError,
+            errors.NoSuchNamespaceError, errors.SignError)
         try:
             from sqlalchemy.exc import SQLAlchemyError  # the SQL catalog's database
         except ImportError:  # a catalog other than SQL

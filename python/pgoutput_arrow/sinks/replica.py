@@ -147,11 +147,11 @@ class ReplicaSink:
         """The lake table of source table ``name`` (its change log if ``log``)."""
         raise NotImplementedError
 
-    def _failures(self) -> tuple[type[BaseException], ...]:
+    def _failures(self) -> tuple[type[Exception], ...]:
         """The exceptions the format's library raises when it cannot read or write a table
-        (storage not writable, a catalog unreachable, ...): they (and ``OSError``) become the
-        sink's error, naming the table."""
-        return ()
+        (storage not writable, a catalog unreachable, ...): they become the sink's error, naming
+        the table (the base: ``OSError``)."""
+        return (OSError,)
 
     # -- input
 
@@ -225,7 +225,7 @@ class ReplicaSink:
         if table is None:
             try:
                 table = self._open(name, log)
-            except (OSError, *self._failures()) as e:
+            except self._failures() as e:
                 raise self._error(f"{self.FORMAT} table of {name}"
                                   f"{' (change log)' if log else ''}: {e}") from e
             self._tables[(name, log)] = table
@@ -235,7 +235,7 @@ class ReplicaSink:
                       truncates: list[tuple[int, int, int]]) -> None:
         try:
             self._commit_targets(name, batches, truncates)
-        except (OSError, *self._failures()) as e:
+        except self._failures() as e:
             raise self._error(f"{name}: cannot write its {self.FORMAT} table: {e}") from e
 
     def _commit_targets(self, name: str, batches: list[pa.RecordBatch],
