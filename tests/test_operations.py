@@ -113,6 +113,35 @@ def test_slot_status_drop_slot_and_an_invalidated_slot_is_never_streamed(version
         server.drop_slot("healthy")
 
 
+@pytest.mark.timeout(120)
+def test_an_unfinished_snapshots_slot_is_dropped_only_if_nothing_consumed_from_it(
+        pg18: PgServer, unique_name: str) -> None:
+    """drop_unfinished_slot (a restart after a snapshot cut short): a slot still at the
+    consistent point it was created at is dropped; one confirmed past it (something consumed
+    from it) or of another plugin is refused, and stays; an absent one is no error."""
+    from pgoutput_arrow.live.slot_guard import drop_unfinished_slot
+
+    pg, slot = pg18, unique_name
+    pg.execute(f"CREATE TABLE {slot} (id int)")
+    pg.execute(f"CREATE PUBLICATION {slot} FOR TABLE {slot}")
+    created = lsn_to_int(pg.scalar(
+        "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)))
+    pg.execute(f"INSERT INTO {slot} VALUES (1)")
+    pg.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (slot,))
+    with pytest.raises(exc.SlotInUse, match="something consumed from it"):
+        drop_unfinished_slot(pg.dsn, slot, created)
+    assert slot_state(pg, slot) != (None, None)
+    moved = lsn_to_int(pg.scalar("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                 "WHERE slot_name = %s", (slot,)))
+    assert drop_unfinished_slot(pg.dsn, slot, moved) is True
+    assert slot_state(pg, slot) == (None, None)
+    assert drop_unfinished_slot(pg.dsn, slot, moved) is False
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot,))
+    with pytest.raises(exc.ReplicationError, match="test_decoding"):
+        drop_unfinished_slot(pg.dsn, slot, None)
+    pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
 def test_drop_slot_refuses_an_active_slot_and_usage_errors(pg18: PgServer, unique_name: str) -> None:
     pg18.execute(f"CREATE TABLE {unique_name} (id int)")
     with pgoutput_arrow.stream(pg18.dsn, slot=unique_name, create_slot=True,

@@ -30,8 +30,7 @@ from ..decoding import Output, OutputKind
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
 from ..exceptions import SlotInUse, SlotInvalidated, SlotNotFound
-from ..live.slot_guard import drop_slot, invalidation_message, slot_status
-from ..live.snapshot import drop_unfinished_slot
+from ..live.slot_guard import drop_slot, drop_unfinished_slot, invalidation_message, slot_status
 from .arguments import publications
 from .capture_source import decoder_options
 from .progress import Progress, nbytes, si

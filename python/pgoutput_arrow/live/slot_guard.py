@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._internal import lsn_to_int
-from .._pg import classify_connect_error, quote_literal
+from .._internal import lsn_to_int, lsn_to_str
+from .._pg import check_slot, classify_connect_error, quote_literal
 from ..exceptions import SlotInUse, SlotNotFound
 from .connection import connect
 from .options import DEFAULT_CONNECT_TIMEOUT_S
 
-__all__ = ["SlotStatus", "slot_status", "query_slot_status", "drop_slot", "invalidation_message"]
+__all__ = ["SlotStatus", "slot_status", "query_slot_status", "drop_slot", "drop_unfinished_slot",
+           "drop_unused_slot", "invalidation_message"]
 
 # The server's WAL position (a standby's replay position, where pg_current_wal_lsn fails),
 # then every logical slot as JSON: the columns differ between versions.
@@ -73,8 +74,6 @@ class SlotStatus:
 
     def as_dict(self) -> dict[str, Any]:
         """The fields and the derived sizes, LSNs as ``X/Y`` text (for JSON output)."""
-        from .._internal import lsn_to_str
-
         d = dataclasses.asdict(self)
         for key in ("restart_lsn", "confirmed_flush_lsn", "server_lsn"):
             d[key] = lsn_to_str(d[key]) if d[key] is not None else None
@@ -123,31 +122,65 @@ def slot_status(dsn: str, slot: str | None = None,
 def drop_slot(dsn: str, slot: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
     """Drops the logical slot ``slot`` (the WAL it holds is released). Refuses a slot that
     a consumer is streaming from (:class:`SlotInUse`) or that does not exist."""
-    import psycopg2
-
     conn = connect(dsn, connect_timeout, replication=False)
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-            row = cur.fetchone()
-            if row is None:
-                raise SlotNotFound(f'replication slot "{slot}" does not exist')
-            if row[0] is not None:
-                raise SlotInUse(f'replication slot "{slot}" is active for PID {row[0]} '
-                                f"(stop its consumer first)")
-            try:
-                cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            except psycopg2.Error as e:
-                raise classify_connect_error(e, f'cannot drop replication slot "{slot}"') from None
+        drop_unused_slot(conn.cursor(), slot)
     finally:
         conn.close()
+
+
+def drop_unfinished_slot(dsn: str, slot: str, lsn: int | None,
+                         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> bool:
+    """Drops ``slot`` left by a snapshot that never finished, so that it can start over (see
+    :func:`drop_unused_slot`; ``lsn`` None: the slot's creation was under way, so its
+    consistent point was never heard of). Returns whether a slot was dropped (False: there
+    is none)."""
+    conn = connect(dsn, connect_timeout, replication=False)
+    try:
+        drop_unused_slot(conn.cursor(), slot, created_at=lsn, ours=True)
+        return True
+    except SlotNotFound:
+        return False
+    finally:
+        conn.close()
+
+
+def drop_unused_slot(cur: Any, slot: str, created_at: int | None = None,
+                     ours: bool = False) -> None:
+    """Drops ``slot`` through ``cur`` (an ordinary connection) unless it is used: the one
+    place slots are dropped (``pgoutput-dump --drop-slot``, a failed run's new slot, an
+    unfinished snapshot's slot, the Spark source's). :class:`SlotNotFound` if it does not
+    exist; :class:`SlotInUse` if a consumer streams it, or (``created_at``: its consistent
+    point) it was confirmed past where it was created, so something consumed from it; with
+    ``ours`` a :class:`ReplicationError` if it is not a logical pgoutput slot of this
+    database."""
+    import psycopg2
+
+    cur.execute("SELECT plugin, slot_type, database, current_database(), active_pid, "
+                "confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (slot,))
+    row = cur.fetchone()
+    if row is None:
+        raise SlotNotFound(f'replication slot "{slot}" does not exist')
+    plugin, slot_type, database, dbname, active_pid, confirmed = row
+    if ours:
+        check_slot(slot, plugin, slot_type, database, dbname)
+    if active_pid is not None:
+        raise SlotInUse(f'replication slot "{slot}" is active for PID {active_pid} '
+                        f"(stop its consumer first)")
+    if created_at is not None and confirmed is not None and lsn_to_int(confirmed) != created_at:
+        raise SlotInUse(f'replication slot "{slot}" was confirmed up to {confirmed}, past '
+                        f"{lsn_to_str(created_at)} where it was created: something consumed "
+                        "from it; not dropping it")
+    try:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    except psycopg2.Error as e:
+        raise classify_connect_error(e, f'cannot drop replication slot "{slot}"') from None
 
 
 def invalidation_message(slot: str, reason: str | None, resume: int | None) -> str:
     """The one line said when a slot to be streamed is invalidated or gone: changes were
     lost, and how to start again."""
-    from .._internal import lsn_to_str
-
     since = f" since {lsn_to_str(resume)}" if resume else ""
     return (f'replication slot "{slot}" {reason}: the changes{since} are lost and cannot be '
             f"streamed; drop it (pgoutput-dump --drop-slot), then take a new snapshot into "

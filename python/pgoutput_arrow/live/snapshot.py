@@ -56,7 +56,7 @@ from .slot import preflight
 
 __all__ = ["ExportedSnapshot", "SnapshotChunk", "SnapshotPlan", "SnapshotReader", "SnapshotGone",
            "export_snapshot", "plan_snapshot", "open_snapshot_connection", "read_chunk",
-           "snapshot_table", "drop_unfinished_slot", "SEQ_BASE", "SEQ_PER_CHUNK", "DEFAULT_CHUNK_BYTES"]
+           "snapshot_table", "SEQ_BASE", "SEQ_PER_CHUNK", "DEFAULT_CHUNK_BYTES"]
 
 #: ``_seq`` of the first row of chunk ``i`` is ``SEQ_BASE + i * SEQ_PER_CHUNK``: negative,
 #: below every change's (a decoder numbers its messages from 0), unique per row.
@@ -341,33 +341,6 @@ class SnapshotReader:
     def close(self) -> None:
         """Stops the connections after the chunk each is reading."""
         self._stop.set()
-
-
-def drop_unfinished_slot(dsn: str, slot: str, lsn: int | None,
-                         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> bool:
-    """Drops ``slot`` left by a snapshot that never finished, so that it can start over: only
-    if it is a logical pgoutput slot that nobody streams and that never advanced past its
-    consistent point ``lsn`` (None: the slot's creation was under way, so its consistent
-    point was never heard of). Returns whether a slot was dropped; an error if the slot is
-    there but is not one to drop."""
-    conn = connect(dsn, connect_timeout, replication=False)
-    try:
-        cur = conn.cursor()
-        cur.execute("SELECT plugin, slot_type, active_pid, confirmed_flush_lsn::text FROM pg_replication_slots "
-                    "WHERE slot_name = %s AND database = current_database()", (slot,))
-        row = cur.fetchone()
-        if row is None:
-            return False
-        plugin, slot_type, active_pid, confirmed = row
-        if plugin != "pgoutput" or slot_type != "logical" or active_pid is not None or (
-                lsn is not None and confirmed is not None and lsn_to_int(confirmed) != lsn):
-            raise ReplicationError(
-                f'replication slot "{slot}" is not the one the unfinished snapshot created '
-                f"(active: {active_pid is not None}, confirmed {confirmed}): not dropping it")
-        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-        return True
-    finally:
-        conn.close()
 
 
 def snapshot_table(dsn: str, table: str, *, publication: str | Sequence[str], connections: int = 2,

@@ -56,6 +56,7 @@ from .._internal import lsn_to_str
 from .._catalog import relation_definition
 from .._pg import check_slot, classify_connect_error, quote_ident, with_output_settings
 from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
+from ..live.slot_guard import drop_unused_slot
 from ..live.snapshot import SnapshotChunk, SnapshotGone
 from ._common import from_executor, is_table_column, rank_within_commit, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
@@ -413,15 +414,13 @@ def _after(commits: list[tuple[int, int, int]], begin: int
     return pending, before
 
 
-def _drop_unused_slot(cur: Any, slot: str, lsn: int) -> bool:
-    """Drop ``slot`` if nobody streams it and it never moved past ``lsn`` (where it was
-    created): a slot of an unfinished snapshot that no checkpoint can use."""
-    cur.execute("SELECT active_pid IS NULL AND confirmed_flush_lsn = %s::pg_lsn "
-                "FROM pg_replication_slots WHERE slot_name = %s", (lsn_to_str(lsn), slot))
-    row = cur.fetchone()
-    if not row or not row[0]:
+def _dropped_if_unused(cur: Any, slot: str, lsn: int) -> bool:
+    """Whether ``slot`` was dropped: only if nobody streams it and it never moved past ``lsn``
+    (where it was created), a slot of an unfinished snapshot that no checkpoint can use."""
+    try:
+        drop_unused_slot(cur, slot, created_at=lsn)
+    except (SlotNotFound, SlotInUse):
         return False
-    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
     return True
 
 
@@ -715,7 +714,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if snap is None or snap.lsn != lsn:
             # A restarted query re-runs the uncommitted snapshot batch: its exported snapshot
             # ended with the driver that created the slot, so the same rows cannot be read.
-            dropped = self._on_server(lambda cur: _drop_unused_slot(cur, self.source.slot, lsn))
+            dropped = self._on_server(lambda cur: _dropped_if_unused(cur, self.source.slot, lsn))
             raise SnapshotGone(
                 f"pgoutput stream: the checkpoint's first micro-batch (the snapshot at "
                 f"{lsn_to_str(lsn)}) was not committed, and its exported snapshot ended with the "
