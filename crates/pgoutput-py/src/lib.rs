@@ -11,6 +11,7 @@ mod errors;
 mod lsn;
 mod render;
 mod schema;
+mod session;
 mod tables;
 mod walreceiver;
 
@@ -25,6 +26,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<render::PyRenderer>()?;
     m.add_class::<walreceiver::WalReceiver>()?;
     m.add_class::<walreceiver::TxnTracker>()?;
+    m.add_class::<session::PySessionPositions>()?;
     m.add_class::<copyout::PyCopyDecoder>()?;
     m.add_function(wrap_pyfunction!(schema::unify_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(schema::conform, m)?)?;

@@ -77,30 +77,23 @@ class CopyBothEnded(Exception):
         self.sqlstate = sqlstate
 
 
-def _loaded_libpq_path() -> str | None:
-    """The libpq already mapped into this process (psycopg2's), from /proc/self/maps."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                if "/libpq" in path and ".so" in path:
-                    return path
-    except OSError:
-        return None
-    return None
-
-
 def load_libpq() -> Any:
-    """The libpq that psycopg2 is linked to (the same library, so the same ``PGconn``)."""
+    """The libpq that psycopg2 is linked to (the same library, so the same ``PGconn``): its
+    functions looked up through psycopg2's own extension module, whose dependencies the
+    dynamic linker searches (dlsym on a handle), so no path is guessed; a system libpq only
+    where that module does not export them."""
     global _lib
     if _lib is not None:
         return _lib
-    import psycopg2._psycopg  # noqa: F401  (maps psycopg2's libpq into the process)
+    import psycopg2._psycopg as psycopg
 
-    path = _loaded_libpq_path() or ctypes.util.find_library("pq")
-    if path is None:
-        raise OSError("cannot find the libpq that psycopg2 uses (no libpq in /proc/self/maps)")
-    lib = ctypes.CDLL(path)
+    lib = ctypes.CDLL(psycopg.__file__)
+    if not hasattr(lib, "PQgetCopyData"):
+        path = ctypes.util.find_library("pq")
+        if path is None:
+            raise OSError(f"cannot find the libpq that psycopg2 uses ({psycopg.__file__} does not "
+                          "export its functions, and no libpq is installed)")
+        lib = ctypes.CDLL(path)
     vp, i, cp = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
     for name, restype, argtypes in [
         ("PQgetCopyData", i, [vp, ctypes.POINTER(vp), i]),

@@ -42,7 +42,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from .. import _internal
-from .._internal import TxnTracker, lsn_to_str
+from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder
 from .._pg import SqlError, classify_connect_error, one_line
 from ..exceptions import (
@@ -153,7 +153,6 @@ class LiveStream:
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
-        self._start_lsn = o.start_lsn
         self._conn: Any = None
         self._copy: Any = None
         # A plain connection for pg_attribute (see _tell_attnums), opened on first use.
@@ -171,23 +170,15 @@ class LiveStream:
         self._stop = False
         self._started = False
 
-        # Positions (ints). emitted: everything at or below was handed out; acked: what the
-        # caller confirmed (plus idle keepalive positions); sent: flushed position last sent.
-        self._floor = self._start_lsn  # transactions committing below were already handled
+        # Where the session stands (received, handed out, acknowledged, confirmed to the
+        # server; where to resume): pgoutput-proto's SessionPositions. The start LSN says
+        # everything before it is handled already (for the CLI: the checkpoint of its output).
+        self._positions = SessionPositions(o.start_lsn)
         # Per table: each version's schema seen so far (in the order last in force) and
         # their unified schema, which every batch of the table is brought to.
         self._versions: dict[str, dict[bytes, pa.Schema]] = {}
         self._unified: dict[str, pa.Schema] = {}
-        self._emitted = self._start_lsn
-        # A start LSN says everything before it is handled already (for the CLI: it is the
-        # checkpoint of the output directory), so it counts as acknowledged.
-        self._acked = self._start_lsn
-        self._sent_flush = 0
-        self._received = 0
-        self._wal_end = 0
-        self._last_yield_ack = self._start_lsn
         self._last_status = 0.0
-        self._status_dirty = False
 
         self._messages = 0
         self._bytes = 0
@@ -241,15 +232,16 @@ class LiveStream:
     def __next__(self) -> LiveBatch:
         if not self._started:
             self.open()
-        if self.options.auto_ack and self._last_yield_ack > self._acked:
-            self.ack(self._last_yield_ack)
+        positions = self._positions
+        if self.options.auto_ack and positions.last_yielded > positions.acked:
+            positions.ack()
         while not self._current:
             group = self._next_group(wait=True)
             if group is None:
                 raise StopIteration
             self._current.extend(group[0])
         item = self._current.popleft()
-        self._last_yield_ack = item.ack_lsn
+        positions.yielded(item.ack_lsn)
         self._batches += 1
         self._rows += item.num_rows
         return item
@@ -275,7 +267,7 @@ class LiveStream:
                     continue
                 batches += more[0]
                 ack = more[1]
-            self._last_yield_ack = ack
+            self._positions.yielded(ack)
             self._batches += len(batches)
             self._rows += sum(b.num_rows for b in batches)
             yield batches, ack
@@ -328,14 +320,7 @@ class LiveStream:
         """Confirm that everything up to ``lsn`` (an ``ack_lsn`` of a yielded batch; default:
         the last one yielded) is durably handled. Positions only move forward; an LSN beyond
         what was handed out is refused."""
-        value = self._last_yield_ack if lsn is None else parse_lsn(lsn)
-        if value > max(self._emitted, self._acked):
-            raise ValueError(
-                f"cannot acknowledge {lsn_to_str(value)}: only up to "
-                f"{lsn_to_str(self._emitted)} has been handed out")
-        if value > self._acked:
-            self._acked = value
-            self._status_dirty = True
+        self._positions.ack(None if lsn is None else parse_lsn(lsn))
 
     def stop(self) -> None:
         """Ask the iteration to end after the batches already decoded (safe from a signal
@@ -371,24 +356,24 @@ class LiveStream:
     @property
     def confirmed_lsn(self) -> int:
         """The flushed position last sent to the server."""
-        return self._sent_flush
+        return self._positions.confirmed
 
     @property
     def acked_lsn(self) -> int:
-        return self._acked
+        return self._positions.acked
 
     @property
     def emitted_lsn(self) -> int:
-        return self._emitted
+        return self._positions.emitted
 
     @property
     def server_wal_end(self) -> int:
-        return self._wal_end
+        return self._positions.wal_end
 
     @property
     def lag_bytes(self) -> int:
         """Server WAL end minus the confirmed position."""
-        return max(0, self._wal_end - self._sent_flush)
+        return max(0, self._positions.wal_end - self._positions.confirmed)
 
     @property
     def messages_per_s(self) -> float:
@@ -400,6 +385,7 @@ class LiveStream:
 
     def stats(self) -> StreamStats:
         now = time.monotonic()
+        at = self._positions
         window = self._rate_window
         mps = bps = 0.0
         if window:
@@ -410,13 +396,13 @@ class LiveStream:
         in_flight, buffered, spilled = self._in_flight
         lag_seconds = None
         if (in_flight == 0 and not self._pending and not self._current
-                and self._sent_flush >= self._wal_end):
+                and at.confirmed >= at.wal_end):
             lag_seconds = 0.0  # caught up: nothing received is waiting
         elif self._last_commit_ts is not None:
             lag_seconds = max(0.0, time.time() - self._last_commit_ts)
         return StreamStats(
-            server_wal_end=self._wal_end, received_lsn=self._received,
-            emitted_lsn=self._emitted, acked_lsn=self._acked, confirmed_lsn=self._sent_flush,
+            server_wal_end=at.wal_end, received_lsn=at.received,
+            emitted_lsn=at.emitted, acked_lsn=at.acked, confirmed_lsn=at.confirmed,
             messages=self._messages, bytes=self._bytes, batches=self._batches, rows=self._rows,
             elapsed_s=now - self._t0, messages_per_s=mps, bytes_per_s=bps,
             reconnects=self._reconnects, in_flight_transactions=in_flight,
@@ -457,11 +443,11 @@ class LiveStream:
         for b in batches:
             if b.num_rows:
                 group.append(LiveBatch("table", chunk.table, None, self._unify(chunk.table, b),
-                                       self._emitted, snapshot=True))
+                                       self._positions.emitted, snapshot=True))
         if not group:
             return
         if self._held is not None:
-            self._pending.append((self._held, self._emitted))
+            self._pending.append((self._held, self._positions.emitted))
         self._held = group
 
     def _end_snapshot(self, exported: ExportedSnapshot) -> None:
@@ -475,11 +461,7 @@ class LiveStream:
             self._pending.append((held, lsn))
         else:
             self._pending.append(([], lsn))
-            if self._acked >= self._emitted and self._last_yield_ack <= self._acked:
-                self._acked = self._last_yield_ack = lsn
-        self._emitted = max(self._emitted, lsn)
-        self._start_lsn = max(self._start_lsn, lsn)
-        self._floor = max(self._floor, lsn)
+        self._positions.snapshot_done(lsn, not held)
         conn, self._exported = exported.conn, None
         exported.conn = None
         self._connect_and_start(first=True, conn=conn)
@@ -514,10 +496,11 @@ class LiveStream:
         """The next batch of the first table snapshot that :meth:`snapshot_table` queued, as a
         group; None once that snapshot is exhausted (it is then dropped from the queue)."""
         table, batches = self._late[0]
+        emitted = self._positions.emitted
         for batch in batches:
             if batch.num_rows:
-                return [LiveBatch("table", table, None, self._unify(table, batch), self._emitted,
-                                  snapshot=True)], self._emitted
+                return [LiveBatch("table", table, None, self._unify(table, batch), emitted,
+                                  snapshot=True)], emitted
         self._late.popleft()
         return None
 
@@ -534,7 +517,7 @@ class LiveStream:
         try:
             if not checked:
                 # What the server holds as confirmed already counts as sent (for lag_bytes).
-                self._sent_flush = max(self._sent_flush, preflight(conn, self.options, first))
+                self._positions.server_confirmed(preflight(conn, self.options, first))
             self.server_version = int(conn.server_version)
             start = self._resume_lsn()
             command, self.proto_version = start_command(self.options, self.server_version, start)
@@ -560,11 +543,7 @@ class LiveStream:
     def _resume_lsn(self) -> int:
         """Where to ask the server to start: after everything handed out, but not past an
         unresolved prepared transaction (the server would not send its changes again)."""
-        start = max(self._emitted, self._acked, self._start_lsn)
-        floor = self._txns.prepared_floor()
-        if floor is not None:
-            start = min(start, floor)
-        return start
+        return self._positions.resume_lsn(self._txns.prepared_floor())
 
     def _new_decoder(self) -> None:
         # The stream's mode is known here: no need to detect it from the first change.
@@ -662,7 +641,7 @@ class LiveStream:
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, self.options.reconnect_max_delay)
             try:
-                self._floor = max(self._floor, self._emitted)
+                self._positions.reconnecting()
                 self._connect_and_start(first=False)
                 self._reconnects += 1
                 return
@@ -699,7 +678,7 @@ class LiveStream:
             self._reconnect(e)
 
     def _read_available(self) -> None:
-        copy, receiver, txns = self._copy, self._receiver, self._txns
+        copy, receiver, txns, positions = self._copy, self._receiver, self._txns, self._positions
         feed_batch = self._decoder.feed_batch
         deadline = time.monotonic() + self.options.flush_interval
         n = 0
@@ -714,10 +693,8 @@ class LiveStream:
                 self._bytes += nbytes
                 self._fed_since_flush += count
                 n += count
-            if end > self._wal_end:
-                self._wal_end = end
-            if end > self._received:
-                self._received = end
+            if end:
+                positions.server_end(end)
             if reply:
                 self._send_status(force=True)
             if status == -1:
@@ -753,7 +730,7 @@ class LiveStream:
             return
         self._idle_advance()
         self._heartbeat(now)
-        if self._status_dirty or now - self._last_status >= self.options.status_interval:
+        if self._positions.dirty or now - self._last_status >= self.options.status_interval:
             self._send_status(force=True)
         if self._should_stop(now):
             self._stop = True
@@ -767,7 +744,7 @@ class LiveStream:
             return True
         if self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout:
             return True
-        if (self.stop_at_lsn is not None and self._wal_end >= self.stop_at_lsn
+        if (self.stop_at_lsn is not None and self._positions.wal_end >= self.stop_at_lsn
                 and self._txns.idle and not self._pending):
             return True
         return False
@@ -785,29 +762,21 @@ class LiveStream:
         items = dec.take()
         safe = int(dec.safe_lsn or 0)
         self._in_flight = dec.pending
-        floor = self._txns.prepared_floor()
-        if floor is not None:
-            safe = min(safe, floor)
         self._fed_since_flush = 0
         self._last_flush = time.monotonic()
         batches = [b for b in (self._to_live(item) for item in items) if b is not None]
         for kind, table, _, batch in batches:
             if kind == "table" and table is not None:
                 self._count(table, batch)
-        group_ack = max(safe, self._emitted)
-        previous = self._emitted
+        # Nothing to store (e.g. transactions that touched no published table): the position
+        # is handled as soon as everything handed out before it is.
+        previous, group_ack = self._positions.handed_out(safe, self._txns.prepared_floor(),
+                                                         not batches)
         group = [LiveBatch(kind, table, version, batch,
                            group_ack if i == len(batches) - 1 else previous)
                  for i, (kind, table, version, batch) in enumerate(batches)]
         if group:
             self._pending.append((group, group_ack))
-        if not batches and self._acked >= previous and self._last_yield_ack <= self._acked:
-            # Nothing to store (e.g. transactions that touched no published table): the
-            # position is handled as soon as everything before it is.
-            self._acked = max(self._acked, group_ack)
-            self._last_yield_ack = self._acked
-            self._status_dirty = True
-        self._emitted = group_ack
 
     def _count(self, table: str, batch: pa.RecordBatch) -> None:
         """The metrics of a table's batch: its changes, bytes, and latest commit time."""
@@ -861,7 +830,7 @@ class LiveStream:
     def _drop_already_handled(self, batch: pa.RecordBatch, floor: int | None = None) -> pa.RecordBatch:
         """Second guard against duplicates after a resume: rows of transactions that
         committed before the resume point (or ``floor``) were handled already."""
-        floor = self._floor if floor is None else floor
+        floor = self._positions.floor if floor is None else floor
         if floor <= 0:
             return batch
         col = _commit_column(batch)
@@ -882,28 +851,15 @@ class LiveStream:
     def _idle_advance(self) -> None:
         """Nothing pending and everything handed out acknowledged: confirm the server's WAL
         end, so an idle publication does not hold WAL."""
-        if (self._txns.idle and not self._pending and not self._current
-                and self._acked >= self._emitted
-                and self._last_yield_ack <= self._acked and self._wal_end > self._acked):
-            self._acked = self._wal_end
-            self._emitted = max(self._emitted, self._wal_end)
-            self._last_yield_ack = self._acked
-            self._status_dirty = True
+        self._positions.idle_advance(self._txns.idle and not self._pending and not self._current)
 
     def _send_status(self, force: bool = False) -> None:
         copy = self._copy
         if copy is None:
             return
-        flush = self._acked
-        floor = self._txns.prepared_floor()
-        if floor is not None:
-            flush = min(flush, floor)
-        flush = max(flush, self._sent_flush)
-        written = max(self._received, flush)
+        written, flush = self._positions.status(self._txns.prepared_floor())
         copy.send_status(written, flush, flush)
-        self._sent_flush = flush
         self._last_status = time.monotonic()
-        self._status_dirty = False
 
     def _finish_stream(self) -> None:
         """At the end of the iteration: hand out whatever complete batches remain, then
