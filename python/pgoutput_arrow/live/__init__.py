@@ -4,8 +4,10 @@ handled (see :mod:`pgoutput_arrow.live.livestream` for how nothing is lost or em
 One job per module: :mod:`.options` (the options, checked once), :mod:`.connection`
 (psycopg2's connection and its CopyBoth stream, read and answered in Rust), :mod:`.slot`
 (checks and creations before streaming, the replication commands), :mod:`.livestream` (the
-stream, its batches and acknowledgements), :mod:`.slot_guard` (the server's slots: status,
-drop), :mod:`.metrics` (the Prometheus endpoint; needs the ``metrics`` extra), :mod:`.snapshot`
+stream, its batches and acknowledgements; its positions are pgoutput-proto's
+``SessionPositions``), :mod:`.sidecar` (the ordinary connection beside the replication one:
+attnums, heartbeats), :mod:`.stats` (counters and :class:`StreamStats`), :mod:`.slot_guard`
+(the server's slots: status, drop), :mod:`.metrics` (the Prometheus endpoint; needs the ``metrics`` extra), :mod:`.snapshot`
 (the initial snapshot handed over to the stream).
 """
 

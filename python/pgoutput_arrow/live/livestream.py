@@ -28,6 +28,10 @@ How nothing is lost or emitted twice:
   filtered out as a second guard.
 * Across process restarts the consumer's durable output is the reference: pass the highest
   end LSN it holds as ``start_lsn`` (what ``pgoutput-dump --output DIR`` does).
+
+Each of these rules has its one home in pgoutput-proto's ``SessionPositions``
+(``crates/pgoutput-proto/src/session.rs``), which this stream holds; a flush with nothing for
+the consumer is acknowledged as soon as everything handed out before it is.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import collections
 import dataclasses
 import select
 import time
-import warnings
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -58,15 +61,12 @@ from ..exceptions import (
 )
 from .connection import CopyBoth, CopyBothEnded, connect
 from .options import StreamOptions, parse_lsn
+from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
 from .snapshot import ExportedSnapshot, SnapshotReader, export_snapshot, plan_snapshot, snapshot_table
-from .stats import StreamStats
+from .stats import StreamCounters, StreamStats
 
 __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "HEARTBEAT_PREFIX"]
-
-#: The prefix of the heartbeat messages (``heartbeat_interval``); with ``messages=True``
-#: they are among the stream's messages.
-HEARTBEAT_PREFIX = "pgoutput_arrow.heartbeat"
 
 #: StreamOptions' fields, readable as attributes of a LiveStream.
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(StreamOptions))
@@ -155,9 +155,8 @@ class LiveStream:
         self.server_version: int | None = None
         self._conn: Any = None
         self._copy: Any = None
-        # A plain connection for pg_attribute (see _tell_attnums), opened on first use.
-        self._catalog: Any = None
-        self._catalog_warned = False
+        # The ordinary connection: pg_attribute reads (see _tell_attnums) and heartbeats.
+        self._sidecar = Sidecar(dsn, o.connect_timeout, o.heartbeat_interval)
         # Reads frames natively, many messages per call, as one Arrow batch for the decoder.
         self._receiver: Any = None
         self._decoder: Any = None
@@ -180,13 +179,8 @@ class LiveStream:
         self._unified: dict[str, pa.Schema] = {}
         self._last_status = 0.0
 
-        self._messages = 0
-        self._bytes = 0
-        self._batches = 0
-        self._rows = 0
-        self._reconnects = 0
-        self._t0 = time.monotonic()
-        self._last_data = self._t0
+        self._counters = StreamCounters()
+        self._last_data = self._counters.t0
         # The initial snapshot while it is read (see _start_snapshot), its exporting
         # connection, and the last chunk's batches, held until the next one shows whether
         # it is the last (its last batch then carries the consistent point as ack_lsn).
@@ -198,18 +192,9 @@ class LiveStream:
         self._table_floors: dict[str, int] = {}
         #: Snapshots of tables added later (snapshot_table), handed out before anything else.
         self._late: collections.deque[tuple[str, Iterator[pa.RecordBatch]]] = collections.deque()
-        self._rate_window: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=12)
         self._fed_since_flush = 0
-        self._last_flush = self._t0
-        # For metrics: per table, changes and Arrow bytes handed out; the commit time (epoch
-        # seconds) of the last transaction decoded; what the decoder holds in flight.
-        self._table_changes: dict[str, int] = {}
-        self._table_bytes: dict[str, int] = {}
-        self._last_commit_ts: float | None = None
-        self._in_flight = (0, 0, 0)
+        self._last_flush = self._counters.t0
         self._metrics: Any = None
-        self._last_heartbeat = 0.0
-        self._heartbeat_warned = False
 
     @property
     def metrics_port(self) -> int | None:
@@ -242,8 +227,7 @@ class LiveStream:
             self._current.extend(group[0])
         item = self._current.popleft()
         positions.yielded(item.ack_lsn)
-        self._batches += 1
-        self._rows += item.num_rows
+        self._counters.given(1, item.num_rows)
         return item
 
     def groups(self, linger: float = 0.0) -> Iterator[tuple[list[LiveBatch], int]]:
@@ -268,8 +252,7 @@ class LiveStream:
                 batches += more[0]
                 ack = more[1]
             self._positions.yielded(ack)
-            self._batches += len(batches)
-            self._rows += sum(b.num_rows for b in batches)
+            self._counters.given(len(batches), sum(b.num_rows for b in batches))
             yield batches, ack
 
     def _next_group(self, wait: bool) -> tuple[list[LiveBatch], int] | None:
@@ -384,30 +367,7 @@ class LiveStream:
         return self.stats().bytes_per_s
 
     def stats(self) -> StreamStats:
-        now = time.monotonic()
-        at = self._positions
-        window = self._rate_window
-        mps = bps = 0.0
-        if window:
-            t, m, b = window[0]
-            if now - t > 1e-3:
-                mps = (self._messages - m) / (now - t)
-                bps = (self._bytes - b) / (now - t)
-        in_flight, buffered, spilled = self._in_flight
-        lag_seconds = None
-        if (in_flight == 0 and not self._pending and not self._current
-                and at.confirmed >= at.wal_end):
-            lag_seconds = 0.0  # caught up: nothing received is waiting
-        elif self._last_commit_ts is not None:
-            lag_seconds = max(0.0, time.time() - self._last_commit_ts)
-        return StreamStats(
-            server_wal_end=at.wal_end, received_lsn=at.received,
-            emitted_lsn=at.emitted, acked_lsn=at.acked, confirmed_lsn=at.confirmed,
-            messages=self._messages, bytes=self._bytes, batches=self._batches, rows=self._rows,
-            elapsed_s=now - self._t0, messages_per_s=mps, bytes_per_s=bps,
-            reconnects=self._reconnects, in_flight_transactions=in_flight,
-            buffered_bytes=buffered, spilled_bytes=spilled, lag_seconds=lag_seconds,
-            table_changes=dict(self._table_changes), table_bytes=dict(self._table_bytes))
+        return self._counters.stats(self._positions, bool(self._pending or self._current))
 
     # ------------------------------------------------------------------ the snapshot
 
@@ -559,71 +519,22 @@ class LiveStream:
 
     def _disconnect(self) -> None:
         conn, self._conn, self._copy, self._receiver = self._conn, None, None, None
-        for c in (conn, self._catalog):
-            if c is not None:
-                try:
-                    c.close()
-                except Exception:
-                    pass
-        self._catalog = None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self._sidecar.close()
 
     def _tell_attnums(self, relation_ids: list[int]) -> None:
         """Tells the decoder which attnum each column of these relations has, before it
         reads their Relation messages, so that a renamed column is told from a dropped and
         an added one by the catalog rather than by the columns' order. The catalog is read
         now, after the messages were sent: a column renamed or dropped since then is not
-        found by its old name, and that definition falls back to the order rule. Best
-        effort: when pg_attribute cannot be read, the order rule applies (said once)."""
-        try:
-            with self._plain_connection().cursor() as cur:
-                cur.execute("SELECT attrelid::int8, attname, attnum FROM pg_attribute WHERE attrelid = "
-                            "ANY(%s::oid[]) AND attnum > 0 AND NOT attisdropped", (relation_ids,))
-                rows = cur.fetchall()
-        except Exception as e:  # noqa: BLE001  (a hint: the stream goes on without it)
-            self._close_plain_connection()
-            if not self._catalog_warned:
-                self._catalog_warned = True
-                warnings.warn(f"pgoutput live stream: cannot read pg_attribute ({one_line(str(e))}): "
-                              "renamed columns are told from dropped and added ones by their order only",
-                              RuntimeWarning, stacklevel=2)
-            return
-        columns: dict[int, dict[str, int]] = {relid: {} for relid in relation_ids}
-        for relid, name, attnum in rows:
-            columns[int(relid)][name] = int(attnum)
-        for relid, by_name in columns.items():
+        found by its old name, and that definition falls back to the order rule (as does
+        every one when pg_attribute cannot be read)."""
+        for relid, by_name in self._sidecar.attnums(relation_ids).items():
             self._decoder.column_attnums(relid, by_name)
-
-    def _plain_connection(self) -> Any:
-        """The stream's ordinary connection (catalog reads, heartbeats), opened on first use."""
-        if self._catalog is None:
-            self._catalog = connect(self.dsn, self.options.connect_timeout, replication=False)
-        return self._catalog
-
-    def _close_plain_connection(self) -> None:
-        catalog, self._catalog = self._catalog, None
-        if catalog is not None:
-            try:
-                catalog.close()
-            except Exception:
-                pass
-
-    def _heartbeat(self, now: float) -> None:
-        """Every ``heartbeat_interval`` seconds, a transactional logical decoding message on
-        the ordinary connection: its commit is WAL of this database that the walsender
-        decodes, so the slot advances while the published tables are idle (Debezium's
-        heartbeat action). Best effort: a failure is said once and retried next time."""
-        if self.options.heartbeat_interval is None or now - self._last_heartbeat < self.options.heartbeat_interval:
-            return
-        self._last_heartbeat = now
-        try:
-            with self._plain_connection().cursor() as cur:
-                cur.execute("SELECT pg_logical_emit_message(true, %s, '')", (HEARTBEAT_PREFIX,))
-        except Exception as e:  # noqa: BLE001  (the stream goes on; its own errors matter)
-            self._close_plain_connection()
-            if not self._heartbeat_warned:
-                self._heartbeat_warned = True
-                warnings.warn(f"pgoutput live stream: heartbeat failed ({one_line(str(e))}); "
-                              "retrying every interval", RuntimeWarning, stacklevel=2)
 
     def _reconnect(self, cause: BaseException) -> None:
         """Reconnect with exponential backoff, resuming after what was handed out."""
@@ -643,7 +554,7 @@ class LiveStream:
             try:
                 self._positions.reconnecting()
                 self._connect_and_start(first=False)
-                self._reconnects += 1
+                self._counters.reconnects += 1
                 return
             except (AuthenticationFailed, SlotNotFound, SlotInvalidated, PublicationNotFound,
                     WalLevelNotLogical):
@@ -689,8 +600,7 @@ class LiveStream:
                 if relations:
                     self._tell_attnums(relations)
                 feed_batch(batch)
-                self._messages += count
-                self._bytes += nbytes
+                self._counters.received(count, nbytes)
                 self._fed_since_flush += count
                 n += count
             if end:
@@ -703,7 +613,7 @@ class LiveStream:
                 raise CopyBothEnded(error or copy.connection_error())
             if count:
                 now = time.monotonic()
-                self._tick(now)
+                self._counters.tick(now)
                 if now - self._last_status >= self.options.status_interval:
                     self._send_status(force=True)
                 if self._fed_since_flush >= self.options.flush_messages or now >= deadline:
@@ -725,11 +635,11 @@ class LiveStream:
         # Caught up with the server: hand out what is complete.
         if self._fed_since_flush:
             self._flush_decoder()
-        self._tick(now)
+        self._counters.tick(now)
         if self._pending:
             return
         self._idle_advance()
-        self._heartbeat(now)
+        self._sidecar.heartbeat(now)
         if self._positions.dirty or now - self._last_status >= self.options.status_interval:
             self._send_status(force=True)
         if self._should_stop(now):
@@ -740,7 +650,7 @@ class LiveStream:
             select.select([copy], [], [], wait)
 
     def _should_stop(self, now: float) -> bool:
-        if self.options.stop_after is not None and now - self._t0 >= self.options.stop_after:
+        if self.options.stop_after is not None and now - self._counters.t0 >= self.options.stop_after:
             return True
         if self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout:
             return True
@@ -749,11 +659,6 @@ class LiveStream:
             return True
         return False
 
-    def _tick(self, now: float) -> None:
-        window = self._rate_window
-        if not window or now - window[-1][0] >= 0.5:
-            window.append((now, self._messages, self._bytes))
-
     def _flush_decoder(self) -> None:
         dec = self._decoder
         if dec is None:
@@ -761,13 +666,13 @@ class LiveStream:
         dec.flush()
         items = dec.take()
         safe = int(dec.safe_lsn or 0)
-        self._in_flight = dec.pending
+        self._counters.in_flight = dec.pending
         self._fed_since_flush = 0
         self._last_flush = time.monotonic()
         batches = [b for b in (self._to_live(item) for item in items) if b is not None]
         for kind, table, _, batch in batches:
             if kind == "table" and table is not None:
-                self._count(table, batch)
+                self._counters.decoded(table, batch)
         # Nothing to store (e.g. transactions that touched no published table): the position
         # is handled as soon as everything handed out before it is.
         previous, group_ack = self._positions.handed_out(safe, self._txns.prepared_floor(),
@@ -777,19 +682,6 @@ class LiveStream:
                  for i, (kind, table, version, batch) in enumerate(batches)]
         if group:
             self._pending.append((group, group_ack))
-
-    def _count(self, table: str, batch: pa.RecordBatch) -> None:
-        """The metrics of a table's batch: its changes, bytes, and latest commit time."""
-        self._table_changes[table] = self._table_changes.get(table, 0) + batch.num_rows
-        self._table_bytes[table] = self._table_bytes.get(table, 0) + batch.nbytes
-        if "_commit_ts" in batch.schema.names:
-            import pyarrow.compute as pc
-
-            latest = pc.max(batch.column("_commit_ts")).as_py()
-            if latest is not None:
-                ts = latest.timestamp() if hasattr(latest, "timestamp") else None
-                if ts is not None and (self._last_commit_ts is None or ts > self._last_commit_ts):
-                    self._last_commit_ts = ts
 
     def _to_live(self, item: Any) -> tuple[str, str | None, int | None, pa.RecordBatch] | None:
         if isinstance(item, tuple):
