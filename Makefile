@@ -104,10 +104,10 @@ test: setup develop ## Lints, Rust tests, the benchmarks built, then pytest agai
 	$(MAKE) --no-print-directory lint
 	$(CARGO_TEST)
 	cargo bench --workspace --no-run
-	$(VENV)/bin/pytest tests -q -rs --timeout=900 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -q -rs --durations=40 --timeout=900 $(PYTEST_ARGS)
 
-demo: setup develop ## Run the demo (python -m pgoutput_arrow.demo), ending with examples/spark_pipeline.py on its capture, on a standalone cluster (tools/spark_cluster.py) with the wheel shipped
-	$(PY) -m pgoutput_arrow.demo --spark-pipeline examples/spark_pipeline.py --spark-cluster tools/spark_cluster.py
+demo: setup develop ## Run the demo (examples/demo.py), ending with examples/spark_pipeline.py on its capture, on a standalone cluster (tools/spark_cluster.py) with the wheel shipped
+	$(PY) examples/demo.py --spark-pipeline examples/spark_pipeline.py --spark-cluster tools/spark_cluster.py
 
 torture: setup develop ## Randomized differential tester against PostgreSQL 18 and 15: SEED=n (one), COUNT=n seeds, DURATION=seconds
 	$(PY) tests/torture/run.py $(if $(SEED),--seed $(SEED),--count $(COUNT) --duration $(DURATION))
@@ -143,4 +143,4 @@ bench: setup develop ## Run the benchmarks (benches/run.sh)
 lint: setup ## cargo clippy (warnings are errors), mypy --strict on python/ and the test harness (stubs: tests/test_python_api.py runs stubtest)
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/mypy --strict python
-	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py tests/consumers.py tests/type_table.py tools/spark_cluster.py
+	$(VENV)/bin/mypy --strict --ignore-missing-imports tests/pg_harness.py tests/golden/capture.py tests/golden/kinds_coverage.py tests/consumers.py tests/type_table.py tools/spark_cluster.py examples/demo.py examples/throwaway_postgres.py

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(1500)
 def test_demo_runs_and_its_replicas_equal_postgresql() -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run([sys.executable, "-m", "pgoutput_arrow.demo", "--spark-pipeline",
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--spark-pipeline",
                            str(ROOT / "examples" / "spark_pipeline.py"), "--spark-cluster",
                            str(ROOT / "tools" / "spark_cluster.py")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1450)

@@ -14,6 +14,7 @@ attnums, heartbeats), :mod:`.stats` (counters and :class:`StreamStats`), :mod:`.
 from __future__ import annotations
 
 from .._internal import lsn_to_str
+from .._pg import with_output_settings
 from .options import StreamOptions, default_proto_version, parse_lsn
 from .livestream import HEARTBEAT_PREFIX, LiveBatch, LiveStream, stream
 from .stats import StreamStats
@@ -25,4 +26,4 @@ __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "StreamOptions", 
            "parse_lsn", "default_proto_version", "HEARTBEAT_PREFIX", "SlotStatus", "slot_status",
            "drop_slot", "ExportedSnapshot", "SnapshotChunk", "SnapshotGone", "SnapshotPlan",
            "SnapshotReader", "export_snapshot", "open_snapshot_connection", "plan_snapshot",
-           "read_chunk", "snapshot_table"]
+           "read_chunk", "snapshot_table", "with_output_settings"]

@@ -4,6 +4,7 @@ replication commands themselves."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._internal import lsn_to_int, lsn_to_str
@@ -19,7 +20,50 @@ from ..exceptions import (
 from .options import StreamOptions, default_proto_version
 from .slot_guard import invalidation_message
 
-__all__ = ["preflight", "create_slot_command", "start_command"]
+__all__ = ["preflight", "create_slot_command", "start_command", "slot_row", "check_usable",
+           "check_publications"]
+
+
+def slot_row(cur: Any, slot: str) -> dict[str, Any] | None:
+    """The row of ``slot`` in pg_replication_slots with every column the server has
+    (``two_phase`` from 14, ``invalidation_reason`` and ``failover`` from 17: absent before),
+    or None if there is no such slot."""
+    cur.execute("SELECT to_jsonb(s) FROM pg_replication_slots s WHERE slot_name = %s", (slot,))
+    row = cur.fetchone()
+    return dict(row[0]) if row is not None else None
+
+
+def check_usable(row: dict[str, Any], dbname: str, resume: int | None = None,
+                 where: str = "") -> None:
+    """Refuses a slot (:func:`slot_row`) that is not a logical pgoutput slot of ``dbname``,
+    that was invalidated (:class:`SlotInvalidated`: its changes since ``resume`` are lost), or
+    that another process streams (:class:`SlotInUse`); ``where`` prefixes the message."""
+    slot = str(row["slot_name"])
+    check_slot(slot, row.get("plugin") or "", row.get("slot_type") or "", row.get("database") or "",
+               dbname, where)
+    if (row.get("wal_status") == "lost" or row.get("invalidation_reason") is not None
+            or row.get("confirmed_flush_lsn") is None):
+        cause = row.get("invalidation_reason") or (
+            "wal_status lost" if row.get("wal_status") == "lost" else "no confirmed_flush_lsn")
+        reason = f"was invalidated ({cause})"
+        raise SlotInvalidated(where + invalidation_message(slot, reason, resume))
+    if row.get("active_pid") is not None:
+        raise SlotInUse(
+            f'{where}replication slot "{slot}" is active for PID {row["active_pid"]} (another '
+            f"process is streaming it; a slot has one consumer)")
+
+
+def check_publications(cur: Any, publications: Sequence[str], dbname: str, required: bool = True,
+                       hint: str = "", where: str = "") -> list[str]:
+    """The ``publications`` that do not exist; if ``required`` none may be missing:
+    :class:`PublicationNotFound` names them (and ``hint``, how to create them)."""
+    cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)", (list(publications),))
+    existing = {r[0] for r in cur.fetchall()}
+    missing = [p for p in publications if p not in existing]
+    if missing and required:
+        raise PublicationNotFound(f"{where}publication {', '.join(missing)} does not exist in "
+                                  f"database {dbname}{hint}")
+    return missing
 
 
 def preflight(conn: Any, opts: StreamOptions, first: bool = True, export: bool = False,
@@ -49,12 +93,7 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True, export: bool =
             f"failover slots need PostgreSQL 17 or later; the server runs "
             f"{server_version // 10000} (without failover, a slot is lost when the primary "
             f"fails over)")
-    # wal_status and the columns of newer versions (invalidation_reason, failover: 17+).
-    cur.execute(
-        "SELECT plugin, slot_type, database, active_pid, wal_status, confirmed_flush_lsn::text, "
-        "to_jsonb(s)->>'invalidation_reason', (to_jsonb(s)->>'failover')::bool "
-        "FROM pg_replication_slots s WHERE slot_name = %s", (opts.slot,))
-    row = cur.fetchone()
+    row = slot_row(cur, opts.slot)
     if row is None:
         if not first and not opts.temporary_slot:
             # Created again now, it would start at the current WAL position, and the
@@ -88,39 +127,26 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True, export: bool =
         raise ReplicationError(
             f'replication slot "{opts.slot}" already exists: a snapshot is taken as its slot is '
             "created (drop the slot to start over, or stream without a snapshot to resume from it)")
-    plugin, slot_type, database, active_pid, wal_status, confirmed, invalidation, failover = row
-    check_slot(opts.slot, plugin, slot_type, database, dbname)
-    if wal_status == "lost" or invalidation is not None:
-        reason = f"was invalidated ({invalidation or 'wal_status lost'})"
-        raise SlotInvalidated(invalidation_message(opts.slot, reason, opts.start_lsn or None))
-    if active_pid is not None:
-        raise SlotInUse(
-            f'replication slot "{opts.slot}" is active for PID {active_pid} '
-            f"(another process is streaming this slot)")
-    if opts.failover and not failover:
+    check_usable(row, dbname, opts.start_lsn or None)
+    if opts.failover and not row.get("failover"):
         try:
             cur.execute(f"ALTER_REPLICATION_SLOT {quote_ident(opts.slot)} (FAILOVER true)")
         except psycopg2.Error as e:
             raise classify_connect_error(
                 e, f'cannot make replication slot "{opts.slot}" a failover slot') from None
-    return lsn_to_int(confirmed) if confirmed else 0
+    return lsn_to_int(row["confirmed_flush_lsn"])
 
 
 def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
     """The publications exist, or are created when ``create_publication`` says so."""
     import psycopg2
 
-    cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
-                (list(opts.publications),))
-    existing = {r[0] for r in cur.fetchall()}
-    missing = [p for p in opts.publications if p not in existing]
-    if not missing:
-        return
-    if opts.create_publication is None:
-        raise PublicationNotFound(
-            f'publication {", ".join(missing)} does not exist in database {dbname} '
-            f"(create it with CREATE PUBLICATION, or --create-publication)")
+    missing = check_publications(
+        cur, opts.publications, dbname, required=opts.create_publication is None,
+        hint=" (create it with CREATE PUBLICATION, or --create-publication)")
     target = opts.create_publication
+    if not missing or target is None:
+        return
     if isinstance(target, str) and target.upper() == "ALL":
         what = "FOR ALL TABLES"
     else:

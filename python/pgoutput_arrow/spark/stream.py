@@ -54,8 +54,9 @@ from .. import _internal
 from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
 from .._catalog import relation_definition
-from .._pg import check_slot, classify_connect_error, quote_ident, with_output_settings
-from ..exceptions import PublicationNotFound, ReplicationError, SlotInUse, SlotNotFound
+from .._pg import classify_connect_error, quote_ident, with_output_settings
+from ..exceptions import ReplicationError, SlotInUse, SlotNotFound
+from ..live.slot import check_publications, check_usable, slot_row
 from ..live.slot_guard import drop_unused_slot
 from ..live.snapshot import SnapshotChunk, SnapshotGone
 from ._common import from_executor, is_table_column, rank_within_commit, spark_schema
@@ -164,13 +165,9 @@ class StreamSource:
         this database without two_phase, no walsender streams it, the publications exist and
         publish ``table``. Returns the slot's ``confirmed_flush_lsn``; with ``snapshot``, None
         if the slot does not exist yet (the query creates it)."""
-        cur.execute("SELECT current_database(), current_setting('server_version_num')::int")
-        dbname, version = cur.fetchone()
-        two_phase = "two_phase" if version >= 140000 else "false"
-        cur.execute(f"SELECT plugin, slot_type, database, {two_phase}, active_pid, "
-                    "confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                    (self.slot,))
-        row = cur.fetchone()
+        cur.execute("SELECT current_database()")
+        dbname = cur.fetchone()[0]
+        row = slot_row(cur, self.slot)
         if row is None and self.snapshot:
             self._check_publications(cur, dbname)
             return None
@@ -179,33 +176,17 @@ class StreamSource:
                 f'pgoutput stream: replication slot "{self.slot}" does not exist in database '
                 f"{dbname} (create it with SELECT pg_create_logical_replication_slot("
                 f"'{self.slot}', 'pgoutput'))")
-        plugin, slot_type, database, is_two_phase, active_pid, confirmed = row
-        check_slot(self.slot, plugin, slot_type, database, dbname, "pgoutput stream: ")
-        if is_two_phase:
+        check_usable(row, dbname, where="pgoutput stream: ")
+        if row.get("two_phase"):
             raise ReplicationError(
                 f'pgoutput stream: replication slot "{self.slot}" was created with two_phase: '
                 "its prepared transactions would be decoded at PREPARE, and a slot advanced "
                 "past a PREPARE never sends those changes again; use a slot without two_phase")
-        if active_pid is not None:
-            raise SlotInUse(
-                f'pgoutput stream: replication slot "{self.slot}" is active for PID '
-                f"{active_pid} (a walsender streams it; a slot has one consumer)")
-        if confirmed is None:
-            raise ReplicationError(
-                f'pgoutput stream: replication slot "{self.slot}" has no confirmed_flush_lsn '
-                "(it was invalidated: its WAL is gone); drop and re-create it")
         self._check_publications(cur, dbname)
-        return parse_lsn(confirmed)
+        return parse_lsn(row["confirmed_flush_lsn"])
 
     def _check_publications(self, cur: Any, dbname: str) -> None:
-        cur.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
-                    (list(self.publications),))
-        found = {r[0] for r in cur.fetchall()}
-        absent = [p for p in self.publications if p not in found]
-        if absent:
-            raise PublicationNotFound(
-                f"pgoutput stream: publication {', '.join(absent)} does not exist in database "
-                f"{dbname}")
+        check_publications(cur, self.publications, dbname, where="pgoutput stream: ")
         if self.table is not None:
             cur.execute("SELECT DISTINCT schemaname || '.' || tablename FROM pg_publication_tables"
                         " WHERE pubname = ANY(%s) ORDER BY 1", (list(self.publications),))

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._pg import output_options
+from pgoutput_arrow.live import with_output_settings
 
 __all__ = ["EmbeddedPostgres"]
 
@@ -179,8 +179,8 @@ class EmbeddedPostgres:
 
         if self._conn is None:
             # The demo's captures are printed by this session: under the package's settings.
-            self._conn = psycopg2.connect(host=str(self.sock), port=self.port, user="postgres",
-                                          dbname="postgres", options=output_options())
+            self._conn = psycopg2.connect(with_output_settings(
+                f"host={self.sock} port={self.port} user=postgres dbname=postgres"))
             self._conn.autocommit = True
         with self._conn.cursor() as cur:
             cur.execute(sql, params)

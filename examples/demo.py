@@ -19,7 +19,8 @@
    of the wheel (``spark.archives``), submitted with ``spark-submit``; without it, on
    ``local[*]`` in this interpreter.
 
-Run: ``python -m pgoutput_arrow.demo [--keep DIR] [--spark-pipeline PATH [--spark-cluster PATH]]``.
+Run: ``python examples/demo.py [--keep DIR] [--spark-pipeline PATH [--spark-cluster PATH]]``
+(not part of the wheel; ``throwaway_postgres.py`` beside it starts the server).
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._embedded import EmbeddedPostgres
-from ._internal import META_COLUMNS
-from .live import lsn_to_str, parse_lsn
+from pgoutput_arrow.live import lsn_to_str, parse_lsn
+from throwaway_postgres import EmbeddedPostgres
 
 TABLES = ("public.customers", "public.orders")
 CAPTURE_SLOT = "demo_capture"
@@ -129,7 +129,7 @@ def _section(title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pgoutput_arrow.demo", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="write the Parquet output here and keep it (default: a temp dir)")
@@ -317,7 +317,7 @@ def _spark_pipeline(pg: EmbeddedPostgres, pipeline: Path, out: Path,
         n_changes = sum(pq.ParquetFile(f).metadata.num_rows
                         for f in sorted((spark_out / "changes" / table).glob("*.parquet")))
         # The table's own columns: a replica also keeps the metadata column _special.
-        cols = [c for c in replica.column_names if c not in META_COLUMNS]
+        cols = [c for c in replica.column_names if not c.startswith("_")]
         want = {r[0]: dict(zip(cols, r)) for r in
                 pg.execute(f"SELECT {', '.join(cols)} FROM {table.split('.', 1)[1]}")}
         got = {r["id"]: r for r in replica.select(cols).to_pylist()}
