@@ -5,6 +5,7 @@ to the package's exception hierarchy."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .exceptions import (
     AuthenticationFailed,
@@ -18,7 +19,7 @@ from .exceptions import (
 )
 
 __all__ = ["quote_ident", "quote_literal", "one_line", "classify_connect_error", "SqlError", "check_slot",
-           "OUTPUT_SETTINGS", "output_options", "with_output_settings"]
+           "OUTPUT_SETTINGS", "output_options", "with_output_settings", "close_quietly"]
 
 #: The settings under which PostgreSQL's output functions print every value the way the
 #: decoder reads it exactly, and as binary values are rendered to text. A walsender (live) and
@@ -65,6 +66,16 @@ def with_output_settings(dsn: str) -> str:
     if base is None:
         base = os.environ.get("PGOPTIONS")
     return str(psycopg2.extensions.make_dsn(dsn, options=output_options(base)))
+
+
+def close_quietly(conn: Any) -> None:
+    """Closes a connection (None: nothing) whose errors no longer matter: one being given up
+    after a failure, or at the end."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001  (already broken: nothing to say)
+            pass
 
 
 def quote_ident(name: str) -> str:

@@ -47,7 +47,7 @@ import pyarrow as pa
 from .. import _internal
 from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder
-from .._pg import SqlError, classify_connect_error, one_line
+from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import (
     AuthenticationFailed,
     ConnectionFailed,
@@ -489,10 +489,7 @@ class LiveStream:
                     e, f'cannot stream replication slot "{self.options.slot}"') from None
             copy = CopyBoth(conn)
         except BaseException:
-            try:
-                conn.close()
-            except Exception:
-                pass
+            close_quietly(conn)
             raise
         self._conn, self._copy = conn, copy
         self._new_decoder()
@@ -519,11 +516,7 @@ class LiveStream:
 
     def _disconnect(self) -> None:
         conn, self._conn, self._copy, self._receiver = self._conn, None, None, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        close_quietly(conn)
         self._sidecar.close()
 
     def _tell_attnums(self, relation_ids: list[int]) -> None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._pg import one_line
+from .._pg import close_quietly, one_line
 from .connection import connect
 from .slot_guard import SlotStatus, query_slot_status
 from .stats import StreamStats
@@ -62,11 +62,7 @@ class _SlotPoller:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        close_quietly(conn)
 
 
 class _Collector:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .._pg import one_line
+from .._pg import close_quietly, one_line
 from .connection import connect
 
 __all__ = ["Sidecar", "HEARTBEAT_PREFIX"]
@@ -77,8 +77,4 @@ class Sidecar:
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        close_quietly(conn)

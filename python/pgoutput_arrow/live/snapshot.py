@@ -48,7 +48,7 @@ import pyarrow as pa
 from .. import _internal
 from .._catalog import RelationDefinition, relation_definition, server_version
 from .._internal import lsn_to_int
-from .._pg import classify_connect_error, one_line, quote_ident
+from .._pg import classify_connect_error, close_quietly, one_line, quote_ident
 from ..exceptions import ReplicationError
 from .connection import connect, copy_out_functions
 from .options import DEFAULT_CONNECT_TIMEOUT_S, StreamOptions
@@ -88,12 +88,8 @@ class ExportedSnapshot:
 
     def close(self) -> None:
         """Ends the snapshot (and a temporary slot with it)."""
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except Exception:
-                pass
-            self.conn = None
+        conn, self.conn = self.conn, None
+        close_quietly(conn)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,11 +299,7 @@ class SnapshotReader:
         except BaseException as e:  # noqa: BLE001  (handed to the consumer)
             self._put(e)
         finally:
-            if conn is not None:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+            close_quietly(conn)
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():

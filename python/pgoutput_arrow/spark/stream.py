@@ -54,7 +54,7 @@ from .. import _internal
 from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
 from .._catalog import relation_definition
-from .._pg import classify_connect_error, quote_ident, with_output_settings
+from .._pg import classify_connect_error, close_quietly, quote_ident, with_output_settings
 from ..exceptions import ReplicationError, SlotInUse, SlotNotFound
 from ..live.slot import check_publications, check_usable, slot_row
 from ..live.slot_guard import drop_unused_slot
@@ -709,12 +709,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._snapshot is not None:
             self._snapshot.close()
             self._snapshot = None
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
-            self._conn = None
+        conn, self._conn = self._conn, None
+        close_quietly(conn)
 
 
 # --------------------------------------------------------------------------- reading a batch
