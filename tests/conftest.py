@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Iterator
 
@@ -21,6 +23,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg_harness import PgServer  # noqa: E402
 
 _counter = itertools.count()
+
+#: A run writes some GB under the temp dir (servers, lakes, Spark's executors); below this
+#: free space it fails with "No space left on device" somewhere far from the cause.
+LOW_DISK_GB = 10
+
+
+def pytest_report_header() -> str:
+    free = shutil.disk_usage(tempfile.gettempdir()).free / 2**30
+    low = f" (low: a full run needs about {LOW_DISK_GB} GB)" if free < LOW_DISK_GB else ""
+    return f"free disk under {tempfile.gettempdir()}: {free:.1f} GB{low}"
 
 
 #: The session's servers, in start order, for the slot clean-up below.

@@ -24,7 +24,10 @@ the package shipped, and stops the cluster (``make demo`` ends with it)::
 
 Every daemon runs in a process group of its own, logs to a file under ``log_dir`` (a temp dir
 unless given), and is stopped (the whole group) when its block ends. A daemon that does not
-come up in time fails with the tail of its log.
+come up in time fails with the tail of its log. Nothing large outlives a cluster: the
+executors' unpacked copies of the shipped environment go when it stops, a temp log dir too
+when its block ends without an error, and an older shipped environment when a newer is built
+(each is some hundreds of MB; a disk filled by them failed a CI run).
 """
 
 from __future__ import annotations
@@ -158,6 +161,18 @@ def _log_dir(given: Path | None, prefix: str) -> Path:
     return path
 
 
+def _remove_executor_copies(work_dir: Path) -> None:
+    """Each executor's working directory under a worker's ``work_dir`` (``app-*/N/``) without
+    what it fetched (the unpacked environment, archives, jars): its stdout and stderr stay."""
+    for executor in work_dir.glob("app-*/*"):
+        for item in executor.iterdir() if executor.is_dir() else ():
+            if item.name not in ("stdout", "stderr"):
+                if item.is_dir() and not item.is_symlink():
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    item.unlink(missing_ok=True)
+
+
 class StandaloneCluster:
     """A Spark standalone master and ``workers`` workers (``cores`` cores, ``memory`` each),
     separate processes from ``spark-class``. ``master_url`` is ``spark://127.0.0.1:PORT``."""
@@ -166,6 +181,8 @@ class StandaloneCluster:
                  log_dir: Path | None = None) -> None:
         self.n_workers, self.cores, self.memory = workers, cores, memory
         self.log_dir = _log_dir(log_dir, "spark-cluster-")
+        #: Remove ``log_dir`` when the block ends without an error (only a temp dir of its own).
+        self.remove_log_dir = log_dir is None
         self.port, self.ui_port = free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self.ui_url = f"http://127.0.0.1:{self.ui_port}"
@@ -217,10 +234,14 @@ class StandaloneCluster:
         for daemon in reversed(self.daemons):
             daemon.stop()
         self.daemons.clear()
+        for i in range(self.n_workers):
+            _remove_executor_copies(self.log_dir / f"worker-{i}")
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+        if self.remove_log_dir and exc_type is None:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 class ConnectServer:
@@ -326,6 +347,9 @@ class ShippedEnv:
         its archive and the driver's unpacked copy under ``build_dir``."""
         root = build_dir / f"shipped-{source_hash()}"
         done = root / ".done"
+        for older in build_dir.glob("shipped-*"):
+            if older != root:
+                shutil.rmtree(older, ignore_errors=True)
         if not done.exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
@@ -388,6 +412,8 @@ def submit(app: list[str], *, workers: int = 2, build_dir: Path = ROOT / "build"
               file=stderr or sys.stderr, flush=True)
         proc = subprocess.run([*command, *app], cwd=shipped.driver_dir, stdout=stdout,
                               stderr=stderr, env=clean_env(shipped.driver_env()))
+        if proc.returncode != 0:
+            cluster.remove_log_dir = False  # the executors' stderr tells why
         return proc.returncode
 
 
