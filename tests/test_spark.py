@@ -578,7 +578,11 @@ def _seq_runs(t: pa.Table) -> list[tuple[int, int, list[tuple]]]:
     return [(c, l, sorted(rs)) for c, l, rs in runs]
 
 
-def test_decode_partition_independent_equals_single_process(spark: Any, capture: Any) -> None:
+def test_decode_partition_independent_equals_single_process(spark: Any, capture: Any, caplog: Any) -> None:
+    """One partition, shuffled partitions (decoded again, shuffled by transaction: a log line
+    says so) and a random range partitioning all give the single-process rows."""
+    import logging
+
     import pgoutput_arrow
 
     rows, tables, options = capture
@@ -590,7 +594,9 @@ def test_decode_partition_independent_equals_single_process(spark: Any, capture:
     one = sp.decode(df.coalesce(1), num_partitions=1)
     from pyspark.sql import functions as F
 
-    many = sp.decode(df.repartition(7).sortWithinPartitions(F.rand(3)), num_partitions=5)
+    with caplog.at_level(logging.INFO, logger="pgoutput_arrow.spark.batch"):
+        many = sp.decode(df.repartition(7).sortWithinPartitions(F.rand(3)), num_partitions=5)
+    assert "shuffled by transaction" in caplog.text
     # lsn as a long, range-partitioned in random order.
     third = sp.decode(_capture_df(spark, rows, lsn_text=False).orderBy(F.rand(5)), num_partitions=3)
     for name in tables:
@@ -613,14 +619,18 @@ def test_decode_partition_independent_equals_single_process(spark: Any, capture:
         assert len(set(pairs)) == len(pairs) and min(s for _, s in pairs) == 0
 
 
-def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: Any, capture: Any) -> None:
+def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: Any, capture: Any,
+                                                                       caplog: Any) -> None:
     """A capture in its order, cut into contiguous partitions (as Spark splits files): every
     partition is decoded where it is, the transactions it holds only a part of (the streamed
     one with its rolled-back savepoint, the prepared ones whose COMMIT PREPARED comes later)
-    rebuilt from the capture index. The rows equal a single-process decode, and ``_seq`` is
-    the dense rank within each transaction, as with whole transactions."""
+    rebuilt with the framing of the catalog scan, never decoded again shuffled. The rows equal
+    a single-process decode, and ``_seq`` is the dense rank within each transaction, as with
+    whole transactions."""
+    import logging
+
     import pgoutput_arrow
-    from pgoutput_arrow.spark.batch import capture_index, normalized
+    from pgoutput_arrow.spark.batch import capture_catalog, normalized
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
     rows, tables, _ = capture
@@ -638,12 +648,13 @@ def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: A
     # the driver (found by the randomized tester, seed 9100); its partitions are the decode's.
     frames.append(spark.createDataFrame(pd.DataFrame(data, columns=["lsn", "xid", "data"]), schema))
     for parts, df in enumerate(frames):
-        index = capture_index(normalized(df, None))
         # A transaction spans partitions wherever there are several (a local relation has
         # one per core: one on local[1]).
-        assert index.ordered and (bool(index.pieces) or len(index.rows) == 1), parts
-        assert sum(index.rows.values()) == len(rows)
-        decoded = sp.decode(df, with_truncates=True)
+        assert capture_catalog(normalized(df, None)).split or df.rdd.getNumPartitions() == 1, parts
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="pgoutput_arrow.spark.batch"):
+            decoded = sp.decode(df, with_truncates=True)
+        assert "shuffled by transaction" not in caplog.text, parts
         pairs: list[tuple[int, int]] = []
         for name in tables:
             got = decoded[name].toArrow()

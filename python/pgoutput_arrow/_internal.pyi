@@ -7,7 +7,7 @@ from typing import Any, final
 __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "SessionPositions", "CopyDecoder", "unify_schemas", "align_columns",
     "conform", "pg_text", "rows_json",
-    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "relation_schemas",
+    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "partition_summary", "relation_schemas",
     "relation_schema", "describe_messages", "CATALOG_KINDS", "FRAMING_KINDS", "CHANGE_KINDS", "END_KINDS",
 ]
 
@@ -192,6 +192,7 @@ META_COLUMNS: list[str]
 ARRIVED_COLUMNS: list[str]
 
 def canonical_stream(rows: Any, catalog: Any, history: bool = False, pieces: list[int] = ...) -> ArrowBatch: ...
+def partition_summary(rows: Any, split: list[int]) -> tuple[list[tuple[int, int, int, int, int, int]], list[int]]: ...
 
 def relation_schemas(
     catalog: Any,

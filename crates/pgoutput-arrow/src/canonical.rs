@@ -428,6 +428,93 @@ pub fn canonical_pieces(
     canonical_stream(&combined, catalog, history)
 }
 
+/// The changes of one transaction in a part of a capture (see [`partition_summary`]): how
+/// many, and the lowest and highest (LSN, tie-breaker) among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceSpan {
+    pub xid: u64,
+    pub changes: u64,
+    pub first: (u64, i64),
+    pub last: (u64, i64),
+}
+
+/// What a part of a capture (a Spark partition, decoded where it is) tells of its place among
+/// the others, before it is decoded: for each transaction of `split` (those whose framing the
+/// capture holds in more than one part) that it holds rows of, the span of its changes (one
+/// without changes, only framing, is not listed); and the transactions it holds a part of
+/// that are *not* in `split` and not whole: a Begin (or Stream Start) without an end, or
+/// changes or an end without their Begin. A capture in its order, cut as `split` says, never
+/// gives those (but one whose last transaction is still open): its parts were cut otherwise,
+/// and decoding them where they are would lose rows.
+pub struct PartitionSummary {
+    pub pieces: Vec<PieceSpan>,
+    pub incomplete: Vec<u64>,
+}
+
+pub fn partition_summary(rows: &[CaptureRow<'_>], split: &HashSet<u64>) -> Result<PartitionSummary, DecodeError> {
+    // Per transaction, in order of first appearance: its span if it is in `split`, else
+    // (has a start, has a body or an end).
+    enum Seen {
+        Piece(PieceSpan),
+        /// Has a start, a body, an end.
+        Whole(bool, bool, bool),
+    }
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut at: HashMap<u64, usize> = HashMap::new();
+    // A transaction's rows mostly come one after another: one lookup per run of them.
+    let mut last: Option<(u64, usize)> = None;
+    for (i, r) in rows.iter().enumerate() {
+        let xid = transaction_of(i, r)?;
+        if xid == 0 {
+            continue;
+        }
+        let k = match last {
+            Some((x, k)) if x == xid => k,
+            _ => *at.entry(xid).or_insert_with(|| {
+                seen.push(if split.contains(&xid) {
+                    Seen::Piece(PieceSpan { xid, changes: 0, first: (u64::MAX, i64::MAX), last: (0, i64::MIN) })
+                } else {
+                    Seen::Whole(false, false, false)
+                });
+                seen.len() - 1
+            }),
+        };
+        last = Some((xid, k));
+        let kind = r.data[0];
+        match &mut seen[k] {
+            Seen::Piece(span) => {
+                if CHANGE_KINDS.contains(&kind) {
+                    span.changes += 1;
+                    span.first = span.first.min((r.lsn, r.tiebreak));
+                    span.last = span.last.max((r.lsn, r.tiebreak));
+                }
+            }
+            Seen::Whole(start, body, end) => match kind {
+                b'B' | b'b' | b'S' => *start = true,
+                // The second phase of a prepared transaction, a stream block's end, or a
+                // subtransaction's Stream Abort: framing that stands alone.
+                b'K' | b'r' | b'O' | b'E' => {}
+                b'A' if !is_framing(r.data) => {}
+                b'A' => *end = true,
+                k if END_KINDS.contains(&k) => *end = true,
+                _ => *body = true,
+            },
+        }
+    }
+    let mut pieces: Vec<PieceSpan> = Vec::new();
+    let mut incomplete: Vec<u64> = Vec::new();
+    for (xid, k) in at {
+        match seen[k] {
+            Seen::Piece(span) if span.changes > 0 => pieces.push(span),
+            Seen::Whole(start, body, end) if (start || body || end) && !(start && end) => incomplete.push(xid),
+            _ => {}
+        }
+    }
+    pieces.sort_by_key(|s| s.xid);
+    incomplete.sort_unstable();
+    Ok(PartitionSummary { pieces, incomplete })
+}
+
 /// Rebuilds the whole transactions of `rows` (any order) into one self-contained pgoutput
 /// stream (see the module documentation), transactions in commit order. With `history`,
 /// the stream starts with the catalog's [`history`](RelationCatalog::history) at LSN 0,
@@ -730,5 +817,38 @@ mod tests {
             &messages[8].2, &messages[9].2, &messages[10].2,
         ];
         assert_eq!(got, want);
+    }
+
+    /// A part of a capture tells the spans of its pieces of split transactions, and the
+    /// transactions it holds a part of that the split does not name (cut otherwise).
+    #[test]
+    fn a_partition_summary_spans_its_pieces_and_names_transactions_cut_elsewhere() {
+        let v1 = relation(&["id"]);
+        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
+            (10, 1, begin(1, 40)),
+            (11, 1, v1.clone()),
+            (11, 1, insert(&["1"])),
+            (12, 1, insert(&["2"])),
+            (40, 1, commit(40)),
+            (50, 2, begin(2, 60)),
+            (51, 2, insert(&["3"])),
+            (60, 2, commit(60)),
+        ];
+        let rows: Vec<CaptureRow<'_>> =
+            messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak: 7 }).collect();
+        let split: HashSet<u64> = [1].into_iter().collect();
+        let first = partition_summary(&rows[..3], &split).unwrap();
+        assert_eq!(first.pieces, [PieceSpan { xid: 1, changes: 1, first: (11, 7), last: (11, 7) }]);
+        assert!(first.incomplete.is_empty());
+        let second = partition_summary(&rows[3..], &split).unwrap();
+        assert_eq!(second.pieces, [PieceSpan { xid: 1, changes: 1, first: (12, 7), last: (12, 7) }]);
+        assert!(second.incomplete.is_empty());
+        assert!(partition_summary(&rows[5..], &split).unwrap().incomplete.is_empty());
+        // Transaction 2 cut in two though the split does not name it: its first part has no
+        // end, its second a change and the Commit but no Begin.
+        assert_eq!(partition_summary(&rows[5..7], &split).unwrap().incomplete, [2]);
+        assert_eq!(partition_summary(&rows[6..], &split).unwrap().incomplete, [2]);
+        // A Commit alone too (its changes went with the Begin).
+        assert_eq!(partition_summary(&rows[7..], &split).unwrap().incomplete, [2]);
     }
 }

@@ -72,6 +72,30 @@ pub fn canonical_stream(
     Ok(ArrowBatch::new(batch))
 }
 
+/// A part of a capture before it is decoded where it is
+/// (pgoutput_arrow::canonical::partition_summary): `(pieces, incomplete)`, `pieces` the
+/// transactions of `split` it holds changes of, as `(xid, changes, first lsn, first
+/// tie-breaker, last lsn, last tie-breaker)`; `incomplete` those not in `split` it holds
+/// changes or an end of without their start (the capture's parts were cut otherwise).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn partition_summary(
+    py: Python<'_>,
+    rows: &Bound<'_, PyAny>,
+    split: Vec<u64>,
+) -> PyResult<(Vec<(u64, u64, u64, i64, u64, i64)>, Vec<u64>)> {
+    let parts = captures(py, rows)?;
+    let split: std::collections::HashSet<u64> = split.into_iter().collect();
+    let summary = py
+        .detach(|| {
+            let rows: Vec<CaptureRow<'_>> = parts.iter().flat_map(|c| c.rows()).collect();
+            canonical::partition_summary(&rows, &split)
+        })
+        .map_err(|e| decode_error(py, e))?;
+    let pieces = summary.pieces.iter().map(|p| (p.xid, p.changes, p.first.0, p.first.1, p.last.0, p.last.1)).collect();
+    Ok((pieces, summary.incomplete))
+}
+
 /// Each table's schema as a decoder of the whole capture makes it, from the catalog's
 /// Relation and Type messages alone: `{"schema.table": ArrowTable}` (empty tables).
 #[pyfunction]

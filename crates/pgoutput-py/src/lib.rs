@@ -36,6 +36,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lsn::lsn_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(lsn::lsn_to_str, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::canonical_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical::partition_summary, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::relation_schemas, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::relation_schema, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::describe_messages, m)?)?;

@@ -2,16 +2,20 @@
 (:func:`decode_table_locally`, for the UDTF and the batch data source).
 
 How it is distributed (docs/spark.md, "How decoding is distributed"): each partition of the
-capture is decoded where it is. One scan first (:func:`capture_index`, grouped in the JVM)
-finds the transactions split across partitions and collects a small catalog: the Relation and
-Type messages, and the framing of the split transactions. There each partition's rows are
-rebuilt by the crates (``_internal.canonical_stream``) into a self-contained stream, a part of
-a split transaction framed by its real Begin and end, and decoded; ``_seq`` continues across
-the parts. A capture whose split transactions' parts overlap is shuffled by xid first.
+capture is decoded where it is. One filtering scan first (:func:`capture_catalog`) collects a
+small catalog: the Relation and Type messages, and the framing of the transactions whose
+framing lies in more than one partition (*split*). Each partition's rows are rebuilt by the
+crates (``_internal.canonical_stream``) into a self-contained stream, a part of a split
+transaction framed by its real Begin and end, and decoded, its rows numbered from 0; the
+partitions' summaries tell the driver where each part falls (:func:`placement`), and each
+table's rows get their ``_seq`` moved past the parts before as they are unpacked. A capture
+not in the server's order (parts that overlap, a part of a transaction not found split) is
+decoded again, shuffled by xid.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -24,7 +28,9 @@ from ._common import is_binary_capture, narrow_catalog, ranked_seq, spark_schema
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["decode", "table_schemas", "decode_table_locally", "decode_rows_locally", "canonical_stream",
-           "collect_catalog", "normalized", "TRUNCATES"]
+           "collect_catalog", "capture_catalog", "placement", "normalized", "TRUNCATES"]
+
+_log = logging.getLogger(__name__)
 
 TRUNCATES = "_truncates"
 """The key of :func:`decode`'s TRUNCATEs (``with_truncates=True``); no table name lacks a schema."""
@@ -120,89 +126,80 @@ def table_schemas(catalog: pa.Table, options: dict[str, Any]) -> dict[str, pa.Sc
 
 
 @dataclass(frozen=True)
-class CaptureIndex:
-    """What the driver learns of a capture in one scan before decoding it (:func:`capture_index`).
+class CaptureCatalog:
+    """What the driver learns of a capture in one filtering scan before decoding it
+    (:func:`capture_catalog`).
 
     ``catalog``: the rows every partition's rebuild needs (``lsn``, ``xid``, ``data``): the
     Relation, Type and stream-edge messages, the ends of the transactions that sent a
-    definition, and every framing message of the transactions split across partitions.
-    ``rows``: the number of rows of each partition (a check that the partitions did not change
-    between this scan and the decode). ``pieces``: for each partition, the transactions it holds
-    only a part of, each with the changes before its part (its rows' first ``_seq``) and the
-    changes in it. ``ordered``: whether every split transaction's parts follow one another
-    (a capture in its order, however Spark split its files); else :func:`decode` shuffles.
+    definition, and every framing message of the ``split`` transactions. ``split``: the
+    transactions whose framing messages (Begin, the ends, the stream blocks' edges, …) are in
+    more than one partition: in a capture in its order, exactly those a partition holds only
+    a part of (a bulk load cut by the ends of Spark's file splits, a streamed transaction).
     """
 
     catalog: pa.Table
-    rows: dict[int, int]
-    pieces: dict[int, dict[int, tuple[int, int]]]
+    split: list[int]
+
+
+def capture_catalog(ndf: Any) -> CaptureCatalog:
+    """One Spark job over a :func:`normalized` capture: a filter of the messages of the kinds
+    :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS``, collected to the
+    driver with their partition (a few per transaction; no aggregation, no shuffle)."""
+    from pyspark.sql import functions as F
+
+    # The partition is taken before the filter: spark_partition_id() is not deterministic, so
+    # the optimizer cannot push the filter below a repartition in ``ndf`` (a round-robin one
+    # would then deal out the kept rows alone, not every row as the decoding pass sees them).
+    kept = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "data")
+            .where(_kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)))
+    table = _on_partitions(kept)
+    p = table.column("p").to_numpy().astype(np.int64)
+    xid = table.column("xid").to_numpy().astype(np.int64)
+    pairs = np.unique(np.stack([xid, p]), axis=1) if len(xid) else np.empty((2, 0), np.int64)
+    xs, counts = np.unique(pairs[0], return_counts=True)
+    split = sorted(int(x) for x in xs[(counts > 1) & (xs != 0)])
+    return CaptureCatalog(narrow_catalog(table.select(["lsn", "xid", "data"]), split), split)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the parts of the split transactions fall, from the decoding pass's summaries
+    (:func:`placement`). ``offsets``: per partition, each split transaction's rows decoded in
+    the parts before the partition's (its rows' first ``_seq``). ``ordered``: every split
+    transaction's parts follow one another, and no partition holds a part of a transaction
+    the catalog scan did not find split; else the capture is decoded again, shuffled by xid."""
+
+    offsets: dict[int, dict[int, int]]
     ordered: bool
 
 
-def capture_index(ndf: Any) -> CaptureIndex:
-    """One Spark job over a :func:`normalized` capture, two kinds of rows collected to the
-    driver: per partition and transaction, fixed-width aggregates grouped in the JVM (a hash
-    aggregation: rows, changes (Insert, Update, Delete, Truncate), the lowest and highest
-    ``lsn`` and ``_tb`` of the changes); and every message of the kinds
-    :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS`` with its partition."""
-    from pyspark.sql import functions as F
-
-    change = F.col("change")
-    per = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "_tb",
-                      _kind_is(_internal.CHANGE_KINDS).alias("change"))
-           .groupBy("p", "xid")
-           .agg(F.count(F.lit(1)).alias("rows"), F.sum(change.cast("long")).alias("changes"),
-                F.min(F.when(change, F.col("lsn"))).alias("first_lsn"),
-                F.max(F.when(change, F.col("lsn"))).alias("last_lsn"),
-                F.min(F.when(change, F.col("_tb"))).alias("low_tb"),
-                F.max(F.when(change, F.col("_tb"))).alias("high_tb")))
-    kept = (ndf.where(_kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS))
-            .select(F.spark_partition_id().alias("p"), "xid", "lsn", "data"))
-    both = _on_partitions(per.unionByName(kept, allowMissingColumns=True))
-    is_message = both.column("data").is_valid()
-    all_messages = both.filter(is_message).select(["lsn", "xid", "data"])
-    table = both.filter(pc.invert(is_message))
-    xid = table.column("xid").to_numpy().astype(np.int64)
-    rows: dict[int, int] = {}
-    for k, n in zip(table.column("p").to_pylist(), table.column("rows").to_pylist()):
-        rows[k] = rows.get(k, 0) + n
-    # Transactions in more than one partition (xid 0: messages outside any transaction).
-    pairs = np.stack([table.column("p").to_numpy().astype(np.int64), xid])
-    xs, counts = np.unique(pairs[1], return_counts=True)
-    split = set(xs[(counts > 1) & (xs != 0)].tolist())
-    catalog = narrow_catalog(all_messages, split)
-    pieces: dict[int, dict[int, tuple[int, int]]] = {}
-    for part, x in pairs.T.tolist():
-        if x in split:
-            # Every part, even one of framing messages only (a Commit cut off from its changes).
-            pieces.setdefault(part, {})[x] = (0, 0)
-    ordered = True
-    if split:
-        sub = table.filter(pa.array(np.isin(xid, np.fromiter(split, np.int64, len(split)))))
-        rolled_back = _rolled_back_changes(ndf, all_messages, split)
-        by_xid: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
-        for part, x, n, first, last, low, high in zip(
-                sub.column("p").to_pylist(), sub.column("xid").to_pylist(), sub.column("changes").to_pylist(),
-                sub.column("first_lsn").to_pylist(), sub.column("last_lsn").to_pylist(),
-                sub.column("low_tb").to_pylist(), sub.column("high_tb").to_pylist()):
-            n -= rolled_back.get((part, x), 0)
-            if n:
-                by_xid.setdefault(x, []).append((first, low, part, n, last, high))
-        for x, parts in by_xid.items():
-            # The parts in (lsn, _tb) order. They follow one another when each one's last
-            # change is below the next one's first; parts that meet at one lsn (a
-            # multi-insert's rows, cut by a partition's end) must not overlap in _tb, and
-            # otherwise follow the partitions' order.
-            parts.sort()
-            before = 0
-            for i, (first, low, part, n, _, _) in enumerate(parts):
-                if i:
-                    _, _, _, _, last, high = parts[i - 1]
-                    if last > first or (last == first and high > low):
-                        ordered = False
-                pieces.setdefault(part, {})[x] = (before, n)
-                before += n
-    return CaptureIndex(catalog, rows, pieces, ordered)
+def placement(summaries: pa.Table) -> Placement:
+    """:class:`Placement` of the decoding pass's :data:`SUMMARY` rows (every partition's)."""
+    if summaries.num_rows and pc.any(summaries.column("incomplete")).as_py():
+        return Placement({}, False)
+    by_xid: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
+    for p, x, n, first, low, last, high in zip(*(summaries.column(c).to_pylist() for c in (
+            "p", "xid", "rows", "first_lsn", "first_tb", "last_lsn", "last_tb"))):
+        if n:
+            by_xid.setdefault(x, []).append((first, low, p, n, last, high))
+    offsets: dict[int, dict[int, int]] = {}
+    for x, parts in by_xid.items():
+        # The parts in (lsn, _tb) order. They follow one another when each one's last change
+        # is below the next one's first; parts that meet at one lsn (a multi-insert's rows, cut
+        # by a partition's end) must not overlap in _tb, and otherwise follow the partitions'
+        # order.
+        parts.sort()
+        before = 0
+        for i, (first, low, p, n, _, _) in enumerate(parts):
+            if i:
+                _, _, _, _, last, high = parts[i - 1]
+                if last > first or (last == first and high > low):
+                    return Placement({}, False)
+            if before:
+                offsets.setdefault(p, {})[x] = before
+            before += n
+    return Placement(offsets, True)
 
 
 #: The SQL setting under which Spark plans a cached query adaptively, as any other (off by
@@ -230,22 +227,11 @@ def _with_setting(spark: Any, key: str, default: str, value: Callable[[str], str
             spark.conf.unset(key)
 
 
-#: At most this many partitions for the index's aggregation: its rows are a few per
-#: transaction, and every map task writes a file per shuffle partition (200 by default).
-_INDEX_SHUFFLE_PARTITIONS = 8
-
-
 def _on_partitions(df: Any) -> pa.Table:
     """``df.toArrow()`` with every ``spark_partition_id()`` of it evaluated on the partitions
     the decoding pass reads: local relations are not folded on the driver."""
-    spark = df.sparkSession
-
-    def collect() -> pa.Table:
-        return _with_setting(spark, "spark.sql.shuffle.partitions", "200",
-                             lambda n: str(min(int(n), _INDEX_SHUFFLE_PARTITIONS)), df.toArrow)
-
-    table: pa.Table = _with_setting(spark, "spark.sql.optimizer.excludedRules", "",
-                                    lambda rules: ",".join(r for r in (rules, _FOLDS_LOCAL) if r), collect)
+    table: pa.Table = _with_setting(df.sparkSession, "spark.sql.optimizer.excludedRules", "",
+                                    lambda rules: ",".join(r for r in (rules, _FOLDS_LOCAL) if r), df.toArrow)
     return table
 
 
@@ -256,135 +242,152 @@ def _persist_adaptively(df: Any) -> Any:
     return _with_setting(df.sparkSession, _CACHED_AQE, "false", lambda _: "true", df.persist)
 
 
-def _rolled_back_changes(ndf: Any, messages: pa.Table, split: set[int]) -> dict[tuple[int, int], int]:
-    """The changes of rolled-back subtransactions (a streamed transaction's ROLLBACK TO
-    SAVEPOINT: no row comes of them) in each partition's part of the ``split`` transactions,
-    by (partition, xid): a second, filtered scan, only when there are such subtransactions."""
-    from pyspark.sql import functions as F
+#: What the decoding pass hands the JVM: Arrow IPC streams of one table's rows each, with the
+#: partition they were decoded in (``_p``); ``_t`` is the table's number, or :data:`_SUMMARY`.
+PACKED = pa.schema([pa.field("_t", pa.int32(), False), pa.field("_p", pa.int32(), False),
+                    pa.field("ipc", pa.binary(), False)])
 
-    aborts = pa.table(_internal.describe_messages(messages.select(["data"])))
-    whole, sub = aborts.column("xid").to_pylist(), aborts.column("subxid").to_pylist()
-    subxids = {s for x, s in zip(whole, sub) if x is not None and s != x and x in split}
-    if not subxids:
-        return {}
-    # Inside a stream block a change carries its (sub)transaction's xid after its kind.
-    in_stream_xid = F.conv(F.hex(F.substring("data", 2, 4)), 16, 10).cast("long")
-    query = (ndf.where(_kind_is(_internal.CHANGE_KINDS) & F.col("xid").isin(sorted(split))
-                         & in_stream_xid.isin(sorted(subxids)))
-               .groupBy(F.spark_partition_id().alias("p"), "xid").count())
-    counted = _on_partitions(query)
-    return {(p, x): n for p, x, n in zip(counted.column("p").to_pylist(), counted.column("xid").to_pylist(),
-                                         counted.column("count").to_pylist())}
+#: ``_t`` of a partition's summary (:data:`SUMMARY`), beside its tables' rows.
+_SUMMARY = -1
+
+#: A partition's summary (``_p``: the partition): the rows it decoded of each split
+#: transaction, the span of that transaction's changes it held, and the transactions it held a
+#: part of that the catalog scan did not find split (``incomplete``; see
+#: ``_internal.partition_summary``).
+SUMMARY = pa.schema([pa.field("p", pa.int32()), pa.field("xid", pa.int64()), pa.field("rows", pa.int64()),
+                     pa.field("first_lsn", pa.int64()), pa.field("first_tb", pa.int64()),
+                     pa.field("last_lsn", pa.int64()), pa.field("last_tb", pa.int64()),
+                     pa.field("incomplete", pa.bool_())])
 
 
-#: What a partition that changed between the index's scan and the decoding means, and the cure.
-_CHANGED_PARTITIONS = ("the capture DataFrame's partitions must not change between decode()'s index scan and its "
-                       "decoding (persist it, or read it from files)")
+def _ipc(batch: pa.RecordBatch) -> pa.Array:
+    """``batch`` as one Arrow IPC stream, in a binary array of one value (no copy of it)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    ipc = sink.getvalue()
+    offsets = pa.py_buffer(np.array([0, ipc.size], np.int32).tobytes())
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, ipc])
 
 
-def _with_offsets(seqs: dict[str, np.ndarray], changes: Any, pieces: dict[int, tuple[int, int]],
-                  partition: int) -> dict[str, np.ndarray]:
-    """``_seq`` of the rows of this partition's split transactions moved past the changes
-    of the parts before it; each part's row count checked against the index (a partition
-    that changed between the index scan and now, or a change that gave no row, is an error,
-    never a silent renumbering)."""
-    if not pieces:
-        return seqs
-    xs = np.array(sorted(pieces), np.int64)
-    before = np.fromiter((pieces[x][0] for x in xs.tolist()), np.int64, len(xs))
-    expected = np.fromiter((pieces[x][1] for x in xs.tolist()), np.int64, len(xs))
-    got = np.zeros(len(xs), np.int64)
-    out: dict[str, np.ndarray] = {}
-    for name, seq in seqs.items():
-        table = changes.tables.get(name) if name else changes.truncates
-        row_xid = table.column("_xid").to_numpy(zero_copy_only=False)
-        at = np.clip(np.searchsorted(xs, row_xid), 0, len(xs) - 1)
-        hit = xs[at] == row_xid
-        np.add.at(got, at[hit], 1)
-        out[name] = np.where(hit, seq + before[at], seq)
-    if not np.array_equal(got, expected):
-        bad = [(int(x), int(e), int(g)) for x, e, g in zip(xs, expected, got) if e != g]
-        raise RuntimeError(
-            f"spark partition {partition}: the parts of split transactions gave other row counts than the "
-            f"capture index counted (xid, expected, got): {bad[:5]}; {_CHANGED_PARTITIONS}")
-    return out
+def _packed(t: int, partition: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+    return pa.record_batch([pa.array([t], pa.int32()), pa.array([partition], pa.int32()), _ipc(batch)],
+                           schema=PACKED)
 
 
-#: What the decoding pass hands the JVM: Arrow IPC streams of one table's rows each.
-PACKED = pa.schema([pa.field("_t", pa.int32(), False), pa.field("ipc", pa.binary(), False)])
+def _unpack_fn(offsets: dict[int, dict[int, int]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The rows of the IPC streams of :data:`PACKED` batches (one table's), the ``_seq`` of
+    the rows of a split transaction moved past the rows of its parts in partitions before
+    (``offsets``: :attr:`Placement.offsets`)."""
+    shifts = {p: (np.array(sorted(by_xid), np.int64), np.array([by_xid[x] for x in sorted(by_xid)], np.int64))
+              for p, by_xid in offsets.items()}
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for p, ipc in zip(batch.column("_p").to_pylist(), batch.column("ipc")):
+                shift = shifts.get(p)
+                for rows in pa.ipc.open_stream(ipc.as_buffer()):
+                    yield rows if shift is None else _shifted(rows, *shift)
+
+    return run
 
 
-def _unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The rows of the IPC streams of :data:`PACKED` batches (one table's)."""
-    for batch in batches:
-        for ipc in batch.column("ipc"):
-            yield from pa.ipc.open_stream(ipc.as_buffer())
+def _shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.RecordBatch:
+    """``rows`` with ``before[i]`` added to the ``_seq`` of the rows of transaction ``xids[i]``."""
+    row_xid = rows.column("_xid").to_numpy(zero_copy_only=False)
+    at = np.clip(np.searchsorted(xids, row_xid), 0, len(xids) - 1)
+    add = np.where(xids[at] == row_xid, before[at], 0)
+    if not add.any():
+        return rows
+    i = rows.schema.get_field_index("_seq")
+    seq = pa.array(rows.column(i).to_numpy(zero_copy_only=False) + add, rows.schema.field(i).type)
+    return pa.RecordBatch.from_arrays([seq if j == i else c for j, c in enumerate(rows.columns)], schema=rows.schema)
 
 
-def _decode_partition_fn(catalog: pa.Table, schemas: dict[str, pa.Schema], truncates: pa.Schema,
-                         options: dict[str, Any], time_type: bool, index: CaptureIndex | None,
+def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema], truncates: pa.Schema,
+                         options: dict[str, Any], time_type: bool, whole: bool,
                          ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], list[pa.Schema]]:
     """The executors' step: rebuild the partition's transactions, decode them, and hand every
     table's rows back as Arrow IPC streams, a row (``_t``: the table's number, ``_truncates``
-    last; ``ipc``: the stream) per batch of up to 64 Ki rows, already cast for Spark: the JVM
-    moves a few large values, not every row, and each table's DataFrame unpacks its own
-    (:func:`_unpack`). ``time_type``: the driver's session handles TIME (decided there,
-    carried here in the targets). ``index``: the capture's partitions are decoded where they
-    are, split transactions rebuilt from it (:func:`capture_index`); ``None``: the partitions
-    hold whole transactions (shuffled by xid)."""
+    last; ``_p``: the partition; ``ipc``: the stream) per batch of up to 64 Ki rows, already
+    cast for Spark: the JVM moves a few large values, not every row, and each table's
+    DataFrame unpacks its own (:func:`_unpack_fn`). A partition holding a part of a split
+    transaction decodes it with the transaction's framing from the catalog, numbers its rows
+    from 0 and says how many it decoded in a :data:`SUMMARY` row (``_t`` = -1): the driver
+    then knows each part's first ``_seq`` (:func:`placement`). A partition holding a part of a
+    transaction the catalog does not name split decodes nothing and says so. ``time_type``:
+    the driver's session handles TIME (decided there, carried here in the targets).
+    ``whole``: the partitions hold whole transactions (shuffled by xid)."""
     import pgoutput_arrow
 
     names = sorted(schemas)
     targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names] + [truncates]
-    rows_by_partition = index.rows if index else {}
-    pieces_by_partition = index.pieces if index else {}
+    split = [] if whole else catalog.split
 
-    def rows_of(i: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    def rows_of(i: int, partition: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
         for chunk in table.to_batches(max_chunksize=65536):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, targets[i]) as writer:
-                writer.write_batch(cast_for_spark(chunk, targets[i]))
-            ipc = sink.getvalue()
-            offsets = pa.py_buffer(np.array([0, ipc.size], np.int32).tobytes())
-            yield pa.record_batch([pa.array([i], pa.int32()),
-                                   pa.Array.from_buffers(pa.binary(), 1, [None, offsets, ipc])], schema=PACKED)
+            yield _packed(i, partition, cast_for_spark(chunk, targets[i]))
+
+    def summary(partition: int, spans: list[tuple[int, int, int, int, int, int]], decoded: dict[int, int],
+                incomplete: list[int]) -> pa.RecordBatch:
+        rows = [(partition, x, decoded.get(x, 0), first, low, last, high, False)
+                for x, _, first, low, last, high in spans]
+        rows += [(partition, x, 0, 0, 0, 0, 0, True) for x in incomplete]
+        return _packed(_SUMMARY, partition, pa.RecordBatch.from_pylist(
+            [dict(zip(SUMMARY.names, r)) for r in rows], schema=SUMMARY))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        received = [b for b in batches if b.num_rows]
-        partition = -1
-        pieces: dict[int, tuple[int, int]] = {}
-        if index is not None:
-            from pyspark import TaskContext
+        from pyspark import TaskContext
 
-            context = TaskContext.get()
-            partition = context.partitionId() if context is not None else -1
-            pieces = pieces_by_partition.get(partition, {})
-            n = sum(b.num_rows for b in received)
-            if n != rows_by_partition.get(partition, 0):
-                raise RuntimeError(
-                    f"spark partition {partition} holds {n} capture rows, the capture index counted "
-                    f"{rows_by_partition.get(partition, 0)}: {_CHANGED_PARTITIONS}")
+        received = [b for b in batches if b.num_rows]
         if not received:
+            return
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else -1
+        rows = pa.Table.from_batches(received)
+        del received
+        spans, incomplete = _internal.partition_summary(rows, split) if split or not whole else ([], [])
+        if incomplete:
+            # Its rows would decode to less than the transaction holds: the driver decodes
+            # the capture again, shuffled by transaction.
+            yield summary(partition, [], {}, incomplete)
             return
         # The catalog's history first: the decoder then numbers each table's versions and
         # columns as the driver's schemas do.
-        stream = canonical_stream(pa.Table.from_batches(received), catalog, history=True, pieces=sorted(pieces))
-        del received
+        stream = canonical_stream(rows, catalog.catalog, history=True, pieces=split)
+        del rows
         decoder = _decoder(options)
         decoder.feed_batch(stream)
         del stream
         changes = decoder.finish()
-        seqs = _with_offsets(ranked_seq(changes.tables, changes.truncates), changes, pieces, partition)
+        seqs = ranked_seq(changes.tables, changes.truncates)
+        decoded: dict[int, int] = {}
+        if spans:
+            pieces = np.array(sorted(x for x, *_ in spans), np.int64)
+            for table in [*changes.tables.values(), changes.truncates]:
+                xs, n = np.unique(table.column("_xid").to_numpy(zero_copy_only=False), return_counts=True)
+                for x, k in zip(xs[np.isin(xs, pieces)].tolist(), n[np.isin(xs, pieces)].tolist()):
+                    decoded[x] = decoded.get(x, 0) + k
+            yield summary(partition, spans, decoded, [])
         for i, name in enumerate(names):
             table = changes.tables.get(name)
             if table is None or table.num_rows == 0:
                 continue
             # Columns by pg.column_id (a renamed column under its newest name), then by name.
-            yield from rows_of(i, with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]))
+            yield from rows_of(i, partition, with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]))
         if changes.truncates.num_rows:
-            yield from rows_of(len(names), with_seq(changes.truncates, seqs[""]))
+            yield from rows_of(len(names), partition, with_seq(changes.truncates, seqs[""]))
 
     return run, targets
+
+
+def _summaries(packed: Any) -> pa.Table:
+    """Every partition's :data:`SUMMARY` rows of a persisted decoding pass (the job that
+    decodes the capture and fills the cache)."""
+    from pyspark.sql import functions as F
+
+    ipcs = packed.where(F.col("_t") == _SUMMARY).select("ipc").toArrow().column("ipc")
+    return pa.Table.from_batches([b for ipc in ipcs for b in pa.ipc.open_stream(ipc.as_buffer())], schema=SUMMARY)
 
 
 def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
@@ -393,19 +396,22 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     executors into ``{"schema.table": DataFrame}`` with the decoder's columns.
 
     Each of ``df``'s partitions is decoded where it is, a transaction split across partitions
-    (a bulk load) in parts, in parallel: one scan first (:func:`capture_index`) gives every part
-    its transaction's framing and the rank of its first change. Only when the capture's rows
-    are not in the server's order within a transaction split across partitions (a shuffled
-    capture) are they shuffled by transaction first, into ``num_partitions`` partitions
-    (default ``spark.sql.shuffle.partitions``).
+    (a bulk load) in parts, in parallel: one filtering scan first (:func:`capture_catalog`)
+    gives every part its transaction's framing; each part numbers its rows from 0 and the
+    driver moves them past the parts before (:func:`placement`). Only when the capture's rows
+    are not in the server's order (a shuffled capture: parts of a transaction overlap, or a
+    partition holds a part of a transaction not found split) is the capture decoded again,
+    shuffled by transaction into ``num_partitions`` partitions (default
+    ``spark.sql.shuffle.partitions``).
 
     The result does not depend on how ``df`` is partitioned or ordered. ``_seq`` is the row's
     rank within its transaction, across every table and the TRUNCATEs: ordering by
     ``(_commit_lsn, _seq)`` is the server's order (as for the streaming source; a single-process
     ``decode()`` numbers the whole stream instead). ``order_col`` (a capture-time row number, if
     the capture has one) only breaks ties among messages that share an LSN, which otherwise
-    only decides ``_seq`` among them. ``options`` go to the decoder. The decoded rows are cached
-    (``persist``) so that the per-table DataFrames share one decoding pass.
+    only decides ``_seq`` among them. ``options`` go to the decoder. The decoding pass runs
+    here, in one job, and its rows are cached (``persist``): the per-table DataFrames share it,
+    and an error in the capture is raised by this call.
     ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`): the decoder's
     TRUNCATEs (``relations``, ``cascade``, ``restart_identity`` and the transaction columns),
     for :func:`apply_changes`. Works through Spark Connect.
@@ -421,27 +427,30 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         # array of another depth is kept in _special, as everywhere).
         options["array_ndims"] = 1
     ndf = normalized(df, order_col)
-    index = capture_index(ndf)
+    catalog = capture_catalog(ndf)
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
         # schemas are made before any data is seen: a few Inserts tell.
         options["binary"] = is_binary_capture(_sample_inserts(ndf))
-    schemas = table_schemas(index.catalog, options)
+    schemas = table_schemas(catalog.catalog, options)
     truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
     time_type = time_type_enabled(spark)
     # The crates read text LSNs faster than the JVM converts them.
     rows = normalized(df, order_col, lsn_text=True)
-    if index.ordered:
-        fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, index)
-        packed = rows.mapInArrow(fn, spark_schema(PACKED))
-    else:
+    fn, targets = _decode_partition_fn(catalog, schemas, truncates, options, time_type, whole=False)
+    packed = _persist_adaptively(rows.mapInArrow(fn, spark_schema(PACKED)))
+    placed = placement(_summaries(packed))
+    if not placed.ordered:
+        _log.info("decode: the capture's rows are not in the server's order across partitions; "
+                  "decoding it again, shuffled by transaction")
+        packed.unpersist()
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
-        fn, targets = _decode_partition_fn(index.catalog, schemas, truncates, options, time_type, None)
-        packed = rows.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED))
-    packed = _persist_adaptively(packed)
+        fn, targets = _decode_partition_fn(catalog, schemas, truncates, options, time_type, whole=True)
+        packed = _persist_adaptively(rows.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED)))
+    unpack = _unpack_fn(placed.offsets)
 
     def table(i: int) -> Any:
-        return packed.where(F.col("_t") == i).select("ipc").mapInArrow(_unpack, spark_schema(targets[i]))
+        return packed.where(F.col("_t") == i).select("_p", "ipc").mapInArrow(unpack, spark_schema(targets[i]))
 
     out: dict[str, Any] = {name: table(i) for i, name in enumerate(sorted(schemas))}
     if with_truncates:
