@@ -755,18 +755,26 @@ mod tests {
     /// A transaction cut in two pieces (as two Spark partitions of a capture in order): each
     /// piece is rebuilt with the transaction's real Begin and Commit, and the piece after the
     /// Relation message gets it as the transaction's own.
-    #[test]
-    fn a_piece_of_a_transaction_takes_its_framing_and_definitions_from_the_catalog() {
-        let v1 = relation(&["id"]);
-        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
+    /// Transaction 1: Begin, its Relation, two Inserts, Commit (LSN, xid, message each).
+    fn one_transaction() -> Vec<(u64, u64, Vec<u8>)> {
+        vec![
             (10, 1, begin(1, 40)),
-            (11, 1, v1.clone()),
+            (11, 1, relation(&["id"])),
             (11, 1, insert(&["1"])),
             (12, 1, insert(&["2"])),
             (40, 1, commit(40)),
-        ];
-        let rows: Vec<CaptureRow<'_>> =
-            messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak: 0 }).collect();
+        ]
+    }
+
+    fn capture_rows(messages: &[(u64, u64, Vec<u8>)], tiebreak: i64) -> Vec<CaptureRow<'_>> {
+        messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak }).collect()
+    }
+
+    #[test]
+    fn a_piece_of_a_transaction_takes_its_framing_and_definitions_from_the_catalog() {
+        let v1 = relation(&["id"]);
+        let messages = one_transaction();
+        let rows = capture_rows(&messages, 0);
         let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
         let pieces: HashSet<u64> = [1].into_iter().collect();
         let first = canonical_pieces(&rows[..3], &catalog, false, &pieces).unwrap();
@@ -799,8 +807,7 @@ mod tests {
             (50, 2, insert(&["2", "a"])),
             (80, 2, commit(80)),
         ];
-        let rows: Vec<CaptureRow<'_>> =
-            messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak: 0 }).collect();
+        let rows = capture_rows(&messages, 0);
         let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
         let only_a: Vec<CaptureRow<'_>> = rows.iter().copied().filter(|r| r.xid == 2).collect();
         let stream = canonical_stream(&only_a, &catalog, false).unwrap();
@@ -823,19 +830,9 @@ mod tests {
     /// transactions it holds a part of that the split does not name (cut otherwise).
     #[test]
     fn a_partition_summary_spans_its_pieces_and_names_transactions_cut_elsewhere() {
-        let v1 = relation(&["id"]);
-        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
-            (10, 1, begin(1, 40)),
-            (11, 1, v1.clone()),
-            (11, 1, insert(&["1"])),
-            (12, 1, insert(&["2"])),
-            (40, 1, commit(40)),
-            (50, 2, begin(2, 60)),
-            (51, 2, insert(&["3"])),
-            (60, 2, commit(60)),
-        ];
-        let rows: Vec<CaptureRow<'_>> =
-            messages.iter().map(|(lsn, xid, data)| CaptureRow { lsn: *lsn, xid: *xid, data, tiebreak: 7 }).collect();
+        let mut messages = one_transaction();
+        messages.extend([(50, 2, begin(2, 60)), (51, 2, insert(&["3"])), (60, 2, commit(60))]);
+        let rows = capture_rows(&messages, 7);
         let split: HashSet<u64> = [1].into_iter().collect();
         let first = partition_summary(&rows[..3], &split).unwrap();
         assert_eq!(first.pieces, [PieceSpan { xid: 1, changes: 1, first: (11, 7), last: (11, 7) }]);
