@@ -29,10 +29,13 @@ _counter = itertools.count()
 LOW_DISK_GB = 10
 
 
-def pytest_report_header() -> str:
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """One line with the free disk, even under ``-q`` (which hides the report header)."""
     free = shutil.disk_usage(tempfile.gettempdir()).free / 2**30
     low = f" (low: a full run needs about {LOW_DISK_GB} GB)" if free < LOW_DISK_GB else ""
-    return f"free disk under {tempfile.gettempdir()}: {free:.1f} GB{low}"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"free disk under {tempfile.gettempdir()}: {free:.1f} GB{low}")
 
 
 #: The session's servers, in start order, for the slot clean-up below.
