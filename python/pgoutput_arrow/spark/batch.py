@@ -53,7 +53,7 @@ def canonical_stream(rows: Any, catalog: Any, history: bool = False, pieces: Seq
     tie-breaker ``_tb``; any order) rebuilt into one self-contained stream (``lsn``,
     ``data``), with the Relation and Type messages they need from ``catalog`` (the capture,
     or its rows of the kinds ``_internal.CATALOG_KINDS``) injected. ``pieces``: the
-    transactions ``rows`` hold only a part of, framed from ``catalog`` (:func:`capture_index`)."""
+    transactions ``rows`` hold only a part of, framed from ``catalog`` (:func:`capture_catalog`)."""
     return pa.record_batch(_internal.canonical_stream(rows, catalog, history, list(pieces)))
 
 
@@ -292,11 +292,18 @@ def _unpack_fn(offsets: dict[int, dict[int, int]]) -> Callable[[Iterator[pa.Reco
     return run
 
 
-def _shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.RecordBatch:
-    """``rows`` with ``before[i]`` added to the ``_seq`` of the rows of transaction ``xids[i]``."""
+def _xid_index(xids: np.ndarray, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``rows`` (a table or batch with ``_xid``): its transaction's place in
+    ``xids`` (sorted, not empty), and whether it is one of them."""
     row_xid = rows.column("_xid").to_numpy(zero_copy_only=False)
     at = np.clip(np.searchsorted(xids, row_xid), 0, len(xids) - 1)
-    add = np.where(xids[at] == row_xid, before[at], 0)
+    return at, xids[at] == row_xid
+
+
+def _shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.RecordBatch:
+    """``rows`` with ``before[i]`` added to the ``_seq`` of the rows of transaction ``xids[i]``."""
+    at, hit = _xid_index(xids, rows)
+    add = np.where(hit, before[at], 0)
     if not add.any():
         return rows
     i = rows.schema.get_field_index("_seq")
@@ -328,10 +335,10 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
         for chunk in table.to_batches(max_chunksize=65536):
             yield _packed(i, partition, cast_for_spark(chunk, targets[i]))
 
-    def summary(partition: int, spans: list[tuple[int, int, int, int, int, int]], decoded: dict[int, int],
+    def summary(partition: int, spans: list[tuple[int, int, int, int, int, int]], decoded: list[int],
                 incomplete: list[int]) -> pa.RecordBatch:
-        rows = [(partition, x, decoded.get(x, 0), first, low, last, high, False)
-                for x, _, first, low, last, high in spans]
+        rows = [(partition, x, n, first, low, last, high, False)
+                for (x, _, first, low, last, high), n in zip(spans, decoded)]
         rows += [(partition, x, 0, 0, 0, 0, 0, True) for x in incomplete]
         return _packed(_SUMMARY, partition, pa.RecordBatch.from_pylist(
             [dict(zip(SUMMARY.names, r)) for r in rows], schema=SUMMARY))
@@ -346,11 +353,11 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
         partition = context.partitionId() if context is not None else -1
         rows = pa.Table.from_batches(received)
         del received
-        spans, incomplete = _internal.partition_summary(rows, split) if split or not whole else ([], [])
+        spans, incomplete = ([], []) if whole else _internal.partition_summary(rows, split)
         if incomplete:
             # Its rows would decode to less than the transaction holds: the driver decodes
             # the capture again, shuffled by transaction.
-            yield summary(partition, [], {}, incomplete)
+            yield summary(partition, [], [], incomplete)
             return
         # The catalog's history first: the decoder then numbers each table's versions and
         # columns as the driver's schemas do.
@@ -361,14 +368,14 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
         del stream
         changes = decoder.finish()
         seqs = ranked_seq(changes.tables, changes.truncates)
-        decoded: dict[int, int] = {}
         if spans:
-            pieces = np.array(sorted(x for x, *_ in spans), np.int64)
+            # The rows decoded of each split transaction (spans come sorted by xid).
+            pieces = np.array([x for x, *_ in spans], np.int64)
+            decoded = np.zeros(len(pieces), np.int64)
             for table in [*changes.tables.values(), changes.truncates]:
-                xs, n = np.unique(table.column("_xid").to_numpy(zero_copy_only=False), return_counts=True)
-                for x, k in zip(xs[np.isin(xs, pieces)].tolist(), n[np.isin(xs, pieces)].tolist()):
-                    decoded[x] = decoded.get(x, 0) + k
-            yield summary(partition, spans, decoded, [])
+                at, hit = _xid_index(pieces, table)
+                decoded += np.bincount(at[hit], minlength=len(pieces))
+            yield summary(partition, spans, decoded.tolist(), [])
         for i, name in enumerate(names):
             table = changes.tables.get(name)
             if table is None or table.num_rows == 0:
