@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -619,15 +620,26 @@ def test_decode_partition_independent_equals_single_process(spark: Any, capture:
         assert len(set(pairs)) == len(pairs) and min(s for _, s in pairs) == 0
 
 
-def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: Any, capture: Any,
-                                                                       caplog: Any) -> None:
+@pytest.mark.parametrize("handed_out", ["unpacked", "direct and from the driver"])
+def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: Any, capture: Any, caplog: Any,
+                                                                       monkeypatch: Any, handed_out: str) -> None:
     """A capture in its order, cut into contiguous partitions (as Spark splits files): every
     partition is decoded where it is, the transactions it holds only a part of (the streamed
     one with its rolled-back savepoint, the prepared ones whose COMMIT PREPARED comes later)
     rebuilt with the framing of the catalog scan, never decoded again shuffled. The rows equal
     a single-process decode, and ``_seq`` is the dense rank within each transaction, as with
-    whole transactions."""
+    whole transactions: whichever way each table's rows are handed out (every table unpacked
+    on the executors; or the largest as rows of the decoding pass, whatever its width, and the
+    others from the driver)."""
     import logging
+
+    from pgoutput_arrow.spark import batch
+
+    if handed_out == "unpacked":
+        monkeypatch.setattr(batch, "_DIRECT_ROW_BYTES", 1 << 40)
+        monkeypatch.setattr(batch, "_SMALL_TABLE", -1)
+    else:
+        monkeypatch.setattr(batch, "_DIRECT_ROW_BYTES", 0)
 
     import pgoutput_arrow
     from pgoutput_arrow.spark.batch import capture_catalog, normalized
@@ -668,6 +680,24 @@ def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: A
         for commit, seq in pairs:
             by_commit[commit].append(seq)
         assert all(sorted(v) == list(range(len(v))) for v in by_commit.values()), parts
+
+
+def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide() -> None:
+    """The catalog scan's sample picks the table decoded direct: the one with the most sampled
+    bytes, and only if its changes average 1 KiB (narrow rows are cheaper unpacked)."""
+    from pgoutput_arrow.spark import batch
+
+    schemas = {name: pa.schema([], metadata={b"pg.relation_id": str(relid).encode()})
+               for name, relid in (("a", 10), ("b", 20), ("c", 30))}
+    names = sorted(schemas)
+    assert batch._largest(names, schemas, {10: (5, 9000), 20: (50, 20000), 30: (1, 100)}) == -1
+    assert batch._largest(names, schemas, {10: (5, 9000), 20: (2, 4000), 99: (1, 10**9)}) == 0
+    assert batch._largest(names, schemas, {}) == -1 and batch._largest([], {}, {10: (1, 5000)}) == -1
+    assert batch._split(np.array([7, 7, 8, 9, 9, 0, 0]), np.array([0, 1, 1, 2, 2, 0, 3])) == [7]
+    heads = pa.table({"data": pa.array([b"I\x00\x00\x00\x0aN\x00\x01t", b"I\x00\x00\x03\xe8\x00\x00\x00\x14"]),
+                      "bytes": pa.array([100, 300], pa.int32())})
+    sizes = batch._sample_sizes(heads)
+    assert sizes[10] == (1, 100) and sizes[1000] == (1, 300) and sizes[20] == (1, 300)
 
 
 def test_udtf_from_sql(spark: Any, capture: Any) -> None:

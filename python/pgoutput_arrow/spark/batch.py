@@ -8,9 +8,10 @@ framing lies in more than one partition (*split*). Each partition's rows are reb
 crates (``_internal.canonical_stream``) into a self-contained stream, a part of a split
 transaction framed by its real Begin and end, and decoded, its rows numbered from 0; the
 partitions' summaries tell the driver where each part falls (:func:`placement`), and each
-table's rows get their ``_seq`` moved past the parts before as they are unpacked. A capture
-not in the server's order (parts that overlap, a part of a transaction not found split) is
-decoded again, shuffled by xid.
+table's rows get their ``_seq`` moved past the parts before as they are unpacked (or, for the
+one table whose rows are rows of the pass, :func:`layout`, as they are read from the cache).
+Small tables are handed out from the driver. A capture not in the server's order (parts that
+overlap, a part of a transaction not found split) is decoded again, shuffled by xid.
 """
 
 from __future__ import annotations
@@ -136,30 +137,79 @@ class CaptureCatalog:
     transactions whose framing messages (Begin, the ends, the stream blocks' edges, …) are in
     more than one partition: in a capture in its order, exactly those a partition holds only
     a part of (a bulk load cut by the ends of Spark's file splits, a streamed transaction).
+    ``sampled``: the count and bytes of a sample of the changes (about one in
+    :data:`_SAMPLE_EVERY`), by relation id: which table is largest, and how wide its rows.
     """
 
     catalog: pa.Table
     split: list[int]
+    sampled: dict[int, tuple[int, int]]
+
+
+#: One in this many changes of each partition is sampled by the catalog scan, as its first 9
+#: bytes (the kind, and the relation id at either place: after the kind, or after a streamed
+#: change's xid) and its size.
+_SAMPLE_EVERY = 64
 
 
 def capture_catalog(ndf: Any) -> CaptureCatalog:
     """One Spark job over a :func:`normalized` capture: a filter of the messages of the kinds
     :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS``, collected to the
-    driver with their partition (a few per transaction; no aggregation, no shuffle)."""
+    driver with their partition (a few per transaction; no aggregation, no shuffle), and the
+    heads of a sample of the changes."""
     from pyspark.sql import functions as F
 
     # The partition is taken before the filter: spark_partition_id() is not deterministic, so
     # the optimizer cannot push the filter below a repartition in ``ndf`` (a round-robin one
     # would then deal out the kept rows alone, not every row as the decoding pass sees them).
+    whole = _kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)
+    sampled = _kind_is(b"IUD") & (F.monotonically_increasing_id() % _SAMPLE_EVERY == 0)
     kept = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "data")
-            .where(_kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)))
+            .where(whole | sampled)
+            .select("p", "xid", "lsn", F.when(whole, F.col("data")).otherwise(F.substring("data", 1, 9)).alias("data"),
+                    F.when(whole, F.lit(None)).otherwise(F.length("data")).alias("bytes")))
     table = _on_partitions(kept)
-    p = table.column("p").to_numpy().astype(np.int64)
-    xid = table.column("xid").to_numpy().astype(np.int64)
-    pairs = np.unique(np.stack([xid, p]), axis=1) if len(xid) else np.empty((2, 0), np.int64)
-    xs, counts = np.unique(pairs[0], return_counts=True)
-    split = sorted(int(x) for x in xs[(counts > 1) & (xs != 0)])
-    return CaptureCatalog(narrow_catalog(table.select(["lsn", "xid", "data"]), split), split)
+    is_sample = table.column("bytes").is_valid()
+    samples, table = table.filter(is_sample), table.filter(pc.invert(is_sample))
+    split = _split(table.column("xid").to_numpy().astype(np.int64), table.column("p").to_numpy().astype(np.int64))
+    return CaptureCatalog(narrow_catalog(table.select(["lsn", "xid", "data"]), split), split,
+                          _sample_sizes(samples))
+
+
+def _split(xid: np.ndarray, p: np.ndarray) -> list[int]:
+    """The transactions (not 0) whose rows (``xid``) are in more than one partition (``p``)."""
+    if not len(xid):
+        return []
+    order = np.lexsort((p, xid))
+    xid, p = xid[order], p[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(xid)) + 1]
+    ends = np.r_[starts[1:], len(xid)] - 1
+    many = p[starts] != p[ends]
+    return sorted(int(x) for x in xid[starts][many] if x != 0)
+
+
+def _sample_sizes(samples: pa.Table) -> dict[int, tuple[int, int]]:
+    """The sampled changes' count and bytes by relation id, read after the kind and after a
+    streamed change's xid (the caller looks up the relations' ids: the other reading is a
+    number no relation has, but by chance)."""
+    heads = samples.column("data").combine_chunks() if samples.num_rows else pa.array([], pa.binary())
+    whole = pc.equal(pc.binary_length(heads), 9)
+    heads = heads.filter(whole)
+    sizes = samples.column("bytes").combine_chunks().filter(whole).to_numpy(zero_copy_only=False).astype(np.int64)
+    if not len(heads):
+        return {}
+    first = int(np.frombuffer(heads.buffers()[1], np.int32)[heads.offset])
+    raw = np.frombuffer(heads.buffers()[2], np.uint8)[first:first + 9 * len(heads)].reshape(-1, 9)
+    out: dict[int, tuple[int, int]] = {}
+    for at in (1, 5):
+        ids = raw[:, at:at + 4].copy().view(">u4").ravel().astype(np.int64)
+        found, where = np.unique(ids, return_inverse=True)
+        counts = np.bincount(where, minlength=len(found))
+        total = np.bincount(where, weights=sizes, minlength=len(found))
+        for relid, n, b in zip(found.tolist(), counts.tolist(), total.tolist()):
+            c, t = out.get(relid, (0, 0))
+            out[relid] = (c + n, t + int(b))
+    return out
 
 
 @dataclass(frozen=True)
@@ -236,19 +286,43 @@ def _on_partitions(df: Any) -> pa.Table:
 
 
 def _persist_adaptively(df: Any) -> Any:
-    """``df.persist()``, planned as the index's plain query was (adaptively, if the session
+    """``df.persist()``, planned as the catalog's plain query was (adaptively, if the session
     is): the capture's partitions must be the same in both, and a shuffle in the user's
-    DataFrame is coalesced alike only when both are planned alike."""
-    return _with_setting(df.sparkSession, _CACHED_AQE, "false", lambda _: "true", df.persist)
+    DataFrame is coalesced alike only when both are planned alike. Uncompressed: the cache
+    holds large IPC values and the direct table's columns, which compress little and are
+    read back once per table (compressing them made the decoding pass slower)."""
+    spark = df.sparkSession
+    return _with_setting(spark, "spark.sql.inMemoryColumnarStorage.compressed", "true", lambda _: "false",
+                         lambda: _with_setting(spark, _CACHED_AQE, "false", lambda _: "true", df.persist))
 
 
-#: What the decoding pass hands the JVM: Arrow IPC streams of one table's rows each, with the
-#: partition they were decoded in (``_p``); ``_t`` is the table's number, or :data:`_SUMMARY`.
+#: The decoding pass's first columns: ``_t`` is the row's table's number (or
+#: :data:`_SUMMARY`), ``_p`` the partition it was decoded in; ``ipc``, when set, an Arrow IPC
+#: stream of up to 64 Ki of the table's rows (:func:`layout`).
 PACKED = pa.schema([pa.field("_t", pa.int32(), False), pa.field("_p", pa.int32(), False),
-                    pa.field("ipc", pa.binary(), False)])
+                    pa.field("ipc", pa.binary())])
+
+
+def layout(direct: pa.Schema | None) -> pa.Schema:
+    """What the decoding pass hands the JVM: :data:`PACKED`, then the columns of the one
+    table decoded *direct* (``direct``, its schema for Spark; ``f0``, ``f1``, … in its
+    order). Its rows are rows of the pass (``ipc`` null): the JVM caches them as columns, and
+    its DataFrame is a projection of the cache, with no second trip through Python. Every
+    other table's rows travel packed, a few large values of ``ipc``; each table's DataFrame
+    unpacks its own (:func:`_unpack_fn`). One table only: another's columns would be nulls
+    in each of its rows, which cost as much to move as values."""
+    direct_fields = [pa.field(f"f{j}", f.type) for j, f in enumerate(direct or [])]
+    return pa.schema([*PACKED, *direct_fields])
+
 
 #: ``_t`` of a partition's summary (:data:`SUMMARY`), beside its tables' rows.
 _SUMMARY = -1
+
+#: ``_t`` of a partition's :data:`SIZES`, after its tables' rows.
+_SIZES = -2
+
+#: The bytes of each packed table's IPC streams in a partition (``t``: the table's number).
+SIZES = pa.schema([pa.field("t", pa.int32()), pa.field("bytes", pa.int64())])
 
 #: A partition's summary (``_p``: the partition): the rows it decoded of each split
 #: transaction, the span of that transaction's changes it held, and the transactions it held a
@@ -270,9 +344,17 @@ def _ipc(batch: pa.RecordBatch) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, ipc])
 
 
-def _packed(t: int, partition: int, batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.record_batch([pa.array([t], pa.int32()), pa.array([partition], pa.int32()), _ipc(batch)],
-                           schema=PACKED)
+def _packed(t: int, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """One row of the pass (``schema``: its :func:`layout`) holding ``batch`` packed."""
+    head = [pa.array([t], pa.int32()), pa.array([partition], pa.int32()), _ipc(batch)]
+    return pa.record_batch(head + [pa.nulls(1, f.type) for f in schema][len(head):], schema=schema)
+
+
+def _direct(t: int, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (the direct table's rows) as rows of the pass (``schema``: its :func:`layout`)."""
+    n = batch.num_rows
+    head = [pa.array(np.full(n, t, np.int32)), pa.array(np.full(n, partition, np.int32)), pa.nulls(n, pa.binary())]
+    return pa.RecordBatch.from_arrays(head + batch.columns, schema=schema)
 
 
 def _unpack_fn(offsets: dict[int, dict[int, int]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -311,29 +393,34 @@ def _shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.R
     return pa.RecordBatch.from_arrays([seq if j == i else c for j, c in enumerate(rows.columns)], schema=rows.schema)
 
 
-def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema], truncates: pa.Schema,
-                         options: dict[str, Any], time_type: bool, whole: bool,
-                         ) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], list[pa.Schema]]:
+def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema], targets: list[pa.Schema],
+                         direct: int, options: dict[str, Any], whole: bool,
+                         ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The executors' step: rebuild the partition's transactions, decode them, and hand every
-    table's rows back as Arrow IPC streams, a row (``_t``: the table's number, ``_truncates``
-    last; ``_p``: the partition; ``ipc``: the stream) per batch of up to 64 Ki rows, already
-    cast for Spark: the JVM moves a few large values, not every row, and each table's
-    DataFrame unpacks its own (:func:`_unpack_fn`). A partition holding a part of a split
-    transaction decodes it with the transaction's framing from the catalog, numbers its rows
-    from 0 and says how many it decoded in a :data:`SUMMARY` row (``_t`` = -1): the driver
-    then knows each part's first ``_seq`` (:func:`placement`). A partition holding a part of a
-    transaction the catalog does not name split decodes nothing and says so. ``time_type``:
-    the driver's session handles TIME (decided there, carried here in the targets).
-    ``whole``: the partitions hold whole transactions (shuffled by xid)."""
+    table's rows back, already cast for Spark (``targets``: the tables' Spark schemas, in the
+    order of their names, ``_truncates`` last): the ``direct`` table's as rows, every other
+    table's as Arrow IPC streams of up to 64 Ki rows, a row each (:func:`layout`). A
+    partition holding a part of a split transaction decodes it with the transaction's framing
+    from the catalog, numbers its rows from 0 and says how many it decoded in a
+    :data:`SUMMARY` row (``_t`` = -1): the driver then knows each part's first ``_seq``
+    (:func:`placement`). A partition holding a part of a transaction the catalog does not
+    name split decodes nothing and says so. ``whole``: the partitions hold whole
+    transactions (shuffled by xid)."""
     import pgoutput_arrow
 
     names = sorted(schemas)
-    targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names] + [truncates]
+    schema = layout(targets[direct] if direct >= 0 else None)
     split = [] if whole else catalog.split
 
-    def rows_of(i: int, partition: int, table: pa.Table) -> Iterator[pa.RecordBatch]:
+    def rows_of(i: int, partition: int, table: pa.Table, sizes: dict[int, int]) -> Iterator[pa.RecordBatch]:
         for chunk in table.to_batches(max_chunksize=65536):
-            yield _packed(i, partition, cast_for_spark(chunk, targets[i]))
+            cast = cast_for_spark(chunk, targets[i])
+            if i == direct:
+                yield _direct(i, partition, cast, schema)
+            else:
+                row = _packed(i, partition, cast, schema)
+                sizes[i] = sizes.get(i, 0) + len(row.column(2)[0].as_buffer())
+                yield row
 
     def summary(partition: int, spans: list[tuple[int, int, int, int, int, int]], decoded: list[int],
                 incomplete: list[int]) -> pa.RecordBatch:
@@ -341,7 +428,7 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
                 for (x, _, first, low, last, high), n in zip(spans, decoded)]
         rows += [(partition, x, 0, 0, 0, 0, 0, True) for x in incomplete]
         return _packed(_SUMMARY, partition, pa.RecordBatch.from_pylist(
-            [dict(zip(SUMMARY.names, r)) for r in rows], schema=SUMMARY))
+            [dict(zip(SUMMARY.names, r)) for r in rows], schema=SUMMARY), schema)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -376,25 +463,75 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
                 at, hit = _xid_index(pieces, table)
                 decoded += np.bincount(at[hit], minlength=len(pieces))
             yield summary(partition, spans, decoded.tolist(), [])
+        sizes: dict[int, int] = {}
         for i, name in enumerate(names):
             table = changes.tables.get(name)
             if table is None or table.num_rows == 0:
                 continue
             # Columns by pg.column_id (a renamed column under its newest name), then by name.
-            yield from rows_of(i, partition, with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]))
+            yield from rows_of(i, partition, with_seq(pgoutput_arrow.conform(table, schemas[name]), seqs[name]), sizes)
         if changes.truncates.num_rows:
-            yield from rows_of(len(names), partition, with_seq(changes.truncates, seqs[""]))
+            yield from rows_of(len(names), partition, with_seq(changes.truncates, seqs[""]), sizes)
+        if sizes:
+            yield _packed(_SIZES, partition, pa.record_batch(
+                [pa.array(list(sizes), pa.int32()), pa.array(list(sizes.values()), pa.int64())], schema=SIZES), schema)
 
-    return run, targets
+    return run
 
 
-def _summaries(packed: Any) -> pa.Table:
+def _summaries(packed: Any) -> tuple[pa.Table, dict[int, int]]:
     """Every partition's :data:`SUMMARY` rows of a persisted decoding pass (the job that
-    decodes the capture and fills the cache)."""
+    decodes the capture and fills the cache), and the bytes of each packed table's IPC
+    streams (:data:`SIZES`, by ``_t``)."""
     from pyspark.sql import functions as F
 
-    ipcs = packed.where(F.col("_t") == _SUMMARY).select("ipc").toArrow().column("ipc")
-    return pa.Table.from_batches([b for ipc in ipcs for b in pa.ipc.open_stream(ipc.as_buffer())], schema=SUMMARY)
+    got = packed.where(F.col("_t") < 0).select("_t", "ipc").toArrow()
+    kinds = got.column("_t").to_pylist()
+    batches = {t: [b for k, ipc in zip(kinds, got.column("ipc")) if k == t for b in pa.ipc.open_stream(ipc.as_buffer())]
+               for t in (_SUMMARY, _SIZES)}
+    sizes: dict[int, int] = {}
+    for r in pa.Table.from_batches(batches[_SIZES], schema=SIZES).to_pylist():
+        sizes[r["t"]] = sizes.get(r["t"], 0) + r["bytes"]
+    return pa.Table.from_batches(batches[_SUMMARY], schema=SUMMARY), sizes
+
+
+#: A packed table whose IPC streams take at most this many bytes is handed out from the
+#: driver (``createDataFrame``), collected with the other small ones in one job: a table's
+#: own job over the cache costs about 0.2 s of Spark's overhead, paid by each of a capture's
+#: many small tables (BENCHMARKS.md). At most :data:`_SMALL_TOTAL` bytes in all.
+_SMALL_TABLE = 4 << 20
+_SMALL_TOTAL = 64 << 20
+
+
+def _small_tables(sizes: dict[int, int], tables: int, direct: int) -> list[int]:
+    """The tables (numbers ``0 .. tables - 1``, not the ``direct`` one) handed out from the
+    driver, smallest first."""
+    chosen, total = [], 0
+    for t in sorted((t for t in range(tables) if t != direct), key=lambda t: sizes.get(t, 0)):
+        n = sizes.get(t, 0)
+        if n > _SMALL_TABLE or total + n > _SMALL_TOTAL:
+            break
+        chosen.append(t)
+        total += n
+    return chosen
+
+
+def _from_driver(packed: Any, small: list[int], targets: list[pa.Schema],
+                 unpack: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> dict[int, Any]:
+    """The ``small`` tables' DataFrames, made on the driver from their packed rows collected
+    in one job (unpacked as the executors would)."""
+    from pyspark.sql import functions as F
+
+    if not small:
+        return {}
+    spark = packed.sparkSession
+    got = packed.where(F.col("_t").isin(small)).select("_t", "_p", "ipc").toArrow()
+    out = {}
+    for t in small:
+        mine = got.filter(pc.equal(got.column("_t"), t)).select(["_p", "ipc"])
+        table = pa.Table.from_batches(list(unpack(iter(mine.to_batches()))), schema=targets[t])
+        out[t] = spark.createDataFrame(table, schema=spark_schema(targets[t]))
+    return out
 
 
 def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None = None,
@@ -437,29 +574,92 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     catalog = capture_catalog(ndf)
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
-        # schemas are made before any data is seen: a few Inserts tell.
-        options["binary"] = is_binary_capture(_sample_inserts(ndf))
+        # schemas are made before any data is seen: a few Inserts tell, when it matters.
+        options["binary"] = _binary_mode(catalog.catalog, options, ndf)
     schemas = table_schemas(catalog.catalog, options)
-    truncates = to_spark_arrow_schema(_decoder(options).finish().truncates.schema)
+    names = sorted(schemas)
     time_type = time_type_enabled(spark)
+    targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names]
+    targets.append(to_spark_arrow_schema(_decoder(options).finish().truncates.schema))
+    direct = _largest(names, schemas, catalog.sampled)
+    pass_schema = spark_schema(layout(targets[direct] if direct >= 0 else None))
     # The crates read text LSNs faster than the JVM converts them.
     rows = normalized(df, order_col, lsn_text=True)
-    fn, targets = _decode_partition_fn(catalog, schemas, truncates, options, time_type, whole=False)
-    packed = _persist_adaptively(rows.mapInArrow(fn, spark_schema(PACKED)))
-    placed = placement(_summaries(packed))
+    fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=False)
+    packed = _persist_adaptively(rows.mapInArrow(fn, pass_schema))
+    summary, sizes = _summaries(packed)
+    placed = placement(summary)
     if not placed.ordered:
         _log.info("decode: the capture's rows are not in the server's order across partitions; "
                   "decoding it again, shuffled by transaction")
         packed.unpersist()
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
-        fn, targets = _decode_partition_fn(catalog, schemas, truncates, options, time_type, whole=True)
-        packed = _persist_adaptively(rows.repartition(n, "xid").mapInArrow(fn, spark_schema(PACKED)))
+        fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=True)
+        packed = _persist_adaptively(rows.repartition(n, "xid").mapInArrow(fn, pass_schema))
+        sizes = _summaries(packed)[1]
     unpack = _unpack_fn(placed.offsets)
+    count = len(targets) if with_truncates else len(names)
+    small = _from_driver(packed, _small_tables(sizes, count, direct), targets, unpack)
+    if len(small) == count:
+        packed.unpersist()  # every table came to the driver
 
     def table(i: int) -> Any:
-        return packed.where(F.col("_t") == i).select("_p", "ipc").mapInArrow(unpack, spark_schema(targets[i]))
+        if i in small:
+            return small[i]
+        mine = packed.where(F.col("_t") == i)
+        if i == direct:
+            return mine.select(*_direct_columns(targets[i], placed.offsets))
+        return mine.select("_p", "ipc").mapInArrow(unpack, spark_schema(targets[i]))
 
-    out: dict[str, Any] = {name: table(i) for i, name in enumerate(sorted(schemas))}
+    out: dict[str, Any] = {name: table(i) for i, name in enumerate(names)}
     if with_truncates:
-        out[TRUNCATES] = table(len(schemas))
+        out[TRUNCATES] = table(len(names))
     return out
+
+
+def _binary_mode(catalog: pa.Table, options: dict[str, Any], ndf: Any) -> bool:
+    """Whether the capture was taken with ``binary 'true'``, asked of its first Inserts (a
+    small job) only when its tables' types depend on it (a type without a text rendering:
+    an enum, a composite, …): else ``False``, which types them alike."""
+    if table_schemas(catalog, {**options, "binary": False}) == table_schemas(catalog, {**options, "binary": True}):
+        return False
+    return is_binary_capture(_sample_inserts(ndf))
+
+
+#: The direct table (:func:`layout`) is the largest only if its changes average at least
+#: this many bytes: the JVM caches a direct row column by column and reads it back, which costs
+#: more than a second trip through Python for narrow rows (a bulk load of pgbench's) and less
+#: for wide ones (TOAST values): BENCHMARKS.md.
+_DIRECT_ROW_BYTES = 1024
+
+
+def _largest(names: list[str], schemas: dict[str, pa.Schema], sampled: dict[int, tuple[int, int]]) -> int:
+    """The number of the table decoded direct (:func:`layout`): the one with the most bytes
+    of sampled changes, when they average :data:`_DIRECT_ROW_BYTES` at least; else -1."""
+    def sample(i: int) -> tuple[int, int]:
+        relid = (schemas[names[i]].metadata or {}).get(b"pg.relation_id", b"")
+        return sampled.get(int(relid), (0, 0)) if relid.isdigit() else (0, 0)
+
+    best = max(range(len(names)), key=lambda i: (sample(i)[1], i), default=-1)
+    if best < 0:
+        return -1
+    count, size = sample(best)
+    return best if count and size >= _DIRECT_ROW_BYTES * count else -1
+
+
+def _direct_columns(target: pa.Schema, offsets: dict[int, dict[int, int]]) -> list[Any]:
+    """The direct table's columns, from the pass's ``f0``, ``f1``, … (:func:`layout`), with
+    the ``_seq`` of its rows of split transactions moved past the parts before (as
+    :func:`_shifted` does to an unpacked table's)."""
+    from pyspark.sql import functions as F
+
+    names = target.names
+    columns = [F.col(f"f{j}") for j in range(len(names))]
+    moved = {(p << 32) + x: before for p, by_xid in offsets.items() for x, before in by_xid.items()}
+    if moved:
+        # The decoder's columns come after the table's: the last _seq and _xid are its.
+        seq, xid = (len(names) - 1 - names[::-1].index(n) for n in ("_seq", "_xid"))
+        pairs = [F.lit(v).cast("bigint") for item in sorted(moved.items()) for v in item]
+        key = F.col("_p").cast("bigint") * F.lit(1 << 32) + columns[xid]
+        columns[seq] = columns[seq] + F.coalesce(F.try_element_at(F.create_map(*pairs), key), F.lit(0).cast("bigint"))
+    return [c.alias(n) for c, n in zip(columns, names)]
