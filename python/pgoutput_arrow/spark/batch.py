@@ -288,12 +288,8 @@ def _on_partitions(df: Any) -> pa.Table:
 def _persist_adaptively(df: Any) -> Any:
     """``df.persist()``, planned as the catalog's plain query was (adaptively, if the session
     is): the capture's partitions must be the same in both, and a shuffle in the user's
-    DataFrame is coalesced alike only when both are planned alike. Uncompressed: the cache
-    holds large IPC values and the direct table's columns, which compress little and are
-    read back once per table (compressing them made the decoding pass slower)."""
-    spark = df.sparkSession
-    return _with_setting(spark, "spark.sql.inMemoryColumnarStorage.compressed", "true", lambda _: "false",
-                         lambda: _with_setting(spark, _CACHED_AQE, "false", lambda _: "true", df.persist))
+    DataFrame is coalesced alike only when both are planned alike."""
+    return _with_setting(df.sparkSession, _CACHED_AQE, "false", lambda _: "true", df.persist)
 
 
 #: The decoding pass's first columns: ``_t`` is the row's table's number (or
