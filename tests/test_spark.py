@@ -700,6 +700,20 @@ def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide()
     assert sizes[10] == (1, 100) and sizes[1000] == (1, 300) and sizes[20] == (1, 300)
 
 
+def test_a_small_table_without_rows_comes_from_the_driver(spark: Any) -> None:
+    """A table of the catalog none of whose rows the capture holds, handed out from the driver:
+    an empty DataFrame of its schema, nested columns included (pyspark's createDataFrame fails
+    on a table of no chunks with one; found by the randomized tester, seed 9500)."""
+    from pgoutput_arrow.spark import batch
+
+    target = pa.schema([pa.field("_before", pa.struct([pa.field("at", pa.timestamp("us", "UTC"))])),
+                        pa.field("_seq", pa.int64())])
+    packed = spark.createDataFrame([], spark_schema_of(batch.PACKED))
+    small = batch._from_driver(packed, [0], [target], batch._unpack_fn({}))
+    got = small[0].toArrow()
+    assert got.num_rows == 0 and got.column_names == ["_before", "_seq"]
+
+
 def test_udtf_from_sql(spark: Any, capture: Any) -> None:
     """Each change the single-process decoder gives comes out of the SQL UDTF once, with the
     same table, op, LSNs, xid, key text (new and old) and unchanged-TOAST columns; the capture

@@ -525,7 +525,10 @@ def _from_driver(packed: Any, small: list[int], targets: list[pa.Schema],
     out = {}
     for t in small:
         mine = got.filter(pc.equal(got.column("_t"), t)).select(["_p", "ipc"])
-        table = pa.Table.from_batches(list(unpack(iter(mine.to_batches()))), schema=targets[t])
+        # At least one batch: pyspark's createDataFrame fails on a table of no chunks with a
+        # nested column ("cannot construct ChunkedArray from empty vector").
+        batches = list(unpack(iter(mine.to_batches()))) or [pa.RecordBatch.from_pylist([], schema=targets[t])]
+        table = pa.Table.from_batches(batches, schema=targets[t])
         out[t] = spark.createDataFrame(table, schema=spark_schema(targets[t]))
     return out
 
