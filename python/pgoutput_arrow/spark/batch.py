@@ -192,7 +192,9 @@ def _sample_sizes(samples: pa.Table) -> dict[int, tuple[int, int]]:
     """The sampled changes' count and bytes by relation id, read after the kind and after a
     streamed change's xid (the caller looks up the relations' ids: the other reading is a
     number no relation has, but by chance)."""
-    heads = samples.column("data").combine_chunks() if samples.num_rows else pa.array([], pa.binary())
+    if not samples.num_rows:
+        return {}
+    heads = samples.column("data").combine_chunks()
     whole = pc.equal(pc.binary_length(heads), 9)
     heads = heads.filter(whole)
     sizes = samples.column("bytes").combine_chunks().filter(whole).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -343,7 +345,7 @@ def _ipc(batch: pa.RecordBatch) -> pa.Array:
 def _packed(t: int, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """One row of the pass (``schema``: its :func:`layout`) holding ``batch`` packed."""
     head = [pa.array([t], pa.int32()), pa.array([partition], pa.int32()), _ipc(batch)]
-    return pa.record_batch(head + [pa.nulls(1, f.type) for f in schema][len(head):], schema=schema)
+    return pa.record_batch(head + [pa.nulls(1, f.type) for f in list(schema)[len(head):]], schema=schema)
 
 
 def _direct(t: int, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -482,9 +484,9 @@ def _summaries(packed: Any) -> tuple[pa.Table, dict[int, int]]:
     from pyspark.sql import functions as F
 
     got = packed.where(F.col("_t") < 0).select("_t", "ipc").toArrow()
-    kinds = got.column("_t").to_pylist()
-    batches = {t: [b for k, ipc in zip(kinds, got.column("ipc")) if k == t for b in pa.ipc.open_stream(ipc.as_buffer())]
-               for t in (_SUMMARY, _SIZES)}
+    batches: dict[int, list[pa.RecordBatch]] = {_SUMMARY: [], _SIZES: []}
+    for t, ipc in zip(got.column("_t").to_pylist(), got.column("ipc")):
+        batches[t] += pa.ipc.open_stream(ipc.as_buffer())
     sizes: dict[int, int] = {}
     for r in pa.Table.from_batches(batches[_SIZES], schema=SIZES).to_pylist():
         sizes[r["t"]] = sizes.get(r["t"], 0) + r["bytes"]
@@ -574,8 +576,9 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
         # schemas are made before any data is seen: a few Inserts tell, when it matters.
-        options["binary"] = _binary_mode(catalog.catalog, options, ndf)
-    schemas = table_schemas(catalog.catalog, options)
+        options["binary"], schemas = _binary_mode(catalog.catalog, options, ndf)
+    else:
+        schemas = table_schemas(catalog.catalog, options)
     names = sorted(schemas)
     time_type = time_type_enabled(spark)
     targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names]
@@ -616,13 +619,14 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     return out
 
 
-def _binary_mode(catalog: pa.Table, options: dict[str, Any], ndf: Any) -> bool:
-    """Whether the capture was taken with ``binary 'true'``, asked of its first Inserts (a
-    small job) only when its tables' types depend on it (a type without a text rendering:
-    an enum, a composite, …): else ``False``, which types them alike."""
-    if table_schemas(catalog, {**options, "binary": False}) == table_schemas(catalog, {**options, "binary": True}):
-        return False
-    return is_binary_capture(_sample_inserts(ndf))
+def _binary_mode(catalog: pa.Table, options: dict[str, Any], ndf: Any) -> tuple[bool, dict[str, pa.Schema]]:
+    """Whether the capture was taken with ``binary 'true'``, and the tables' schemas in that
+    mode. Its first Inserts are asked (a small job) only when the schemas depend on it (a
+    type without a text rendering: an enum, a composite, …); else ``False``, which types
+    them alike."""
+    by_mode = {b: table_schemas(catalog, {**options, "binary": b}) for b in (False, True)}
+    binary = by_mode[False] != by_mode[True] and is_binary_capture(_sample_inserts(ndf))
+    return binary, by_mode[binary]
 
 
 #: The direct table (:func:`layout`) is the largest only if its changes average at least
