@@ -196,10 +196,11 @@ def write_atomically(table: pa.Table, path: Path, fmt: str) -> None:
     fsync_dir(path.parent)
 
 
-def _without_ids(schema: pa.Schema) -> pa.Schema:
-    """``schema`` without column ids (``pg.column_id``, one decoder's own numbering)."""
+def without_column_ids(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without column ids (``pg.column_id`` and a unified column's
+    ``pg.column_id.merged``: one decoder's own numbering)."""
     def strip(f: pa.Field) -> pa.Field:
-        md = {k: v for k, v in (f.metadata or {}).items() if k != b"pg.column_id"}
+        md = {k: v for k, v in (f.metadata or {}).items() if not k.startswith(b"pg.column_id")}
         t = f.type
         if pa.types.is_struct(t):
             t = pa.struct([strip(t.field(i)) for i in range(t.num_fields)])
@@ -273,7 +274,7 @@ class TableDirectory:
                     distinct.append(s)
             # More than one only in a directory written otherwise (by an earlier version
             # of pgoutput-dump): its files in name order, columns matched by name.
-            schemas = [_without_ids(decoded(_empty(s)).schema) for s in distinct]
+            schemas = [without_column_ids(decoded(_empty(s)).schema) for s in distinct]
             if len(schemas) > 1:
                 unified = unify_schemas(schemas)
                 self._pending = (None, unified)
@@ -282,7 +283,7 @@ class TableDirectory:
                 unified = schemas[0]
         if unified is not None:
             # The versions to come are a decoder of this run's: its own column ids.
-            unified = _without_ids(unified)
+            unified = without_column_ids(unified)
             self.versions = [unified]
             self.unified, self._on_disk = unified, self._read_back(unified)
             self._by_name = True
@@ -331,7 +332,7 @@ class TableDirectory:
             if _columns(read_schema(path)) == target:
                 continue  # written under it, or rewritten before a crash
             current = _maps_as(decoded(read_file(path)), held or unified)
-            current = current.cast(_without_ids(current.schema))
+            current = current.cast(without_column_ids(current.schema))
             if held is not None:
                 # By name to what the files hold, whose column ids pair its columns with
                 # the grown schema's (a renamed column).
@@ -352,7 +353,7 @@ class TableDirectory:
             # decoder numbers a table's versions upwards), whose column ids are its own:
             # the columns so far are matched to it by name, once, so that its ids pair the
             # next versions with them (a column renamed later stays one column).
-            self.versions = [unify_schemas([_without_ids(self.unified), schema]), schema]
+            self.versions = [unify_schemas([without_column_ids(self.unified), schema]), schema]
             self._by_name = False
             # The files' columns by name, under this decoder's ids: what a rewrite reads
             # them as.

@@ -27,6 +27,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import pgoutput_arrow  # noqa: E402
+from pgoutput_arrow._files import without_column_ids  # noqa: E402
 from generator import MARKER, PRELUDE, Step, Workload, generate  # noqa: E402
 import consumers_adapter  # noqa: E402
 import shapes  # noqa: E402
@@ -431,13 +432,8 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
 
 
 def _without_column_ids(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with no pg.column_id in its fields' metadata."""
-    def strip(f: pa.Field) -> pa.Field:
-        md = {k: v for k, v in (f.metadata or {}).items() if k != b"pg.column_id"}
-        t = pa.struct([strip(c) for c in f.type]) if pa.types.is_struct(f.type) else f.type
-        return pa.field(f.name, t, f.nullable, md or None)
-    schema = pa.schema([strip(f) for f in batch.schema], metadata=batch.schema.metadata)
-    return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    """``batch`` with no column ids (``pg.column_id``) in its fields' metadata."""
+    return pa.RecordBatch.from_arrays(batch.columns, schema=without_column_ids(batch.schema))
 
 
 def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures: dict[str, pa.Table],

@@ -7,7 +7,11 @@
 //!
 //! Columns are the same column across versions when their `pg.column_id` field
 //! metadata is equal (the decoder's catalog keeps it across a RENAME COLUMN; see
-//! `catalog::column_ids`), else when their names are; the newest name is kept.
+//! `catalog::column_ids`), else when their names are; the newest name is kept. A unified
+//! column that took in a column of another id by its name (one dropped and another added
+//! under its name) lists that id in `pg.column_id.merged`, so that the older versions of
+//! that column (under its earlier names) come to it too: a column renamed, then dropped,
+//! then added again under the new name is one column, all its versions' values in it.
 //!
 //! When a column's type changed (ALTER COLUMN … TYPE, or a column dropped and re-added
 //! under its name), the unified type is the one that holds both losslessly: the newer
@@ -89,30 +93,58 @@ fn common_type(older: &DataType, newer: &DataType) -> (DataType, bool) {
     }
 }
 
-fn column_id(f: &Field) -> Option<&str> {
-    f.metadata().get("pg.column_id").map(String::as_str)
+const COLUMN_ID: &str = "pg.column_id";
+const MERGED_IDS: &str = "pg.column_id.merged";
+
+/// The column ids `f` stands for: its `pg.column_id`, then those a unified schema merged
+/// into it (see the module documentation).
+fn column_ids(f: &Field) -> Vec<&str> {
+    let md = f.metadata();
+    md.get(COLUMN_ID).map(String::as_str).into_iter().chain(md.get(MERGED_IDS).into_iter().flat_map(|m| m.split(','))).collect()
 }
 
-/// For each of `target`, the index of the same column in `source`: by `pg.column_id`,
-/// then by name among the columns that no id matched on either side.
+fn share(a: &[&str], b: &[&str]) -> bool {
+    a.iter().any(|x| b.contains(x))
+}
+
+/// For each of `target`, the index of the same column in `source`: by column id (see
+/// [`column_ids`]), then by name among the columns that no id matched on either side.
 fn pair(source: &[&Field], target: &[&Field]) -> Vec<Option<usize>> {
-    let mut out: Vec<Option<usize>> = target
-        .iter()
-        .map(|t| column_id(t).and_then(|id| source.iter().position(|s| column_id(s) == Some(id))))
-        .collect();
-    let target_ids: Vec<&str> = target.iter().filter_map(|t| column_id(t)).collect();
-    let source_ids: Vec<&str> = source.iter().filter_map(|s| column_id(s)).collect();
+    let source_ids: Vec<Vec<&str>> = source.iter().map(|s| column_ids(s)).collect();
+    let target_ids: Vec<Vec<&str>> = target.iter().map(|t| column_ids(t)).collect();
+    let mut out: Vec<Option<usize>> =
+        target_ids.iter().map(|t| if t.is_empty() { None } else { source_ids.iter().position(|s| share(s, t)) }).collect();
+    let (all_source, all_target) = (source_ids.concat(), target_ids.concat());
     for (k, t) in target.iter().enumerate() {
-        if out[k].is_some() || column_id(t).is_some_and(|id| source_ids.contains(&id)) {
+        if out[k].is_some() || share(&target_ids[k], &all_source) {
             continue;
         }
-        out[k] = source.iter().enumerate().position(|(i, s)| {
-            s.name() == t.name()
-                && !out.contains(&Some(i))
-                && !column_id(s).is_some_and(|id| target_ids.contains(&id))
-        });
+        out[k] = source
+            .iter()
+            .enumerate()
+            .position(|(i, s)| s.name() == t.name() && !out.contains(&Some(i)) && !share(&source_ids[i], &all_target));
     }
     out
+}
+
+/// `f` standing for its own column ids and those of `taken`, paired with it by name.
+fn merging(f: Field, own: &[String], taken: &Field) -> Field {
+    let mut merged: Vec<String> = own.iter().skip(1).cloned().collect();
+    for id in column_ids(taken) {
+        if !own.iter().any(|o| o == id) && !merged.iter().any(|m| m == id) {
+            merged.push(id.to_string());
+        }
+    }
+    let mut md = f.metadata().clone();
+    md.remove(MERGED_IDS);
+    match own.first() {
+        Some(id) => md.insert(COLUMN_ID.to_string(), id.clone()),
+        None => md.remove(COLUMN_ID),
+    };
+    if !merged.is_empty() {
+        md.insert(MERGED_IDS.to_string(), merged.join(","));
+    }
+    f.with_metadata(md)
 }
 
 /// The field `f` with type `t`: extension metadata is dropped when the type is not
@@ -144,11 +176,16 @@ pub fn unify_schemas(schemas: &[SchemaRef]) -> Result<SchemaRef, DecodeError> {
             let Some(i) = *p else { continue };
             taken[i] = true;
             let f = older[i];
+            // The newest version's id first (a unified column is the newest one's).
+            let own: Vec<String> = column_ids(d).into_iter().map(str::to_string).collect();
             if d.data_type() != f.data_type() {
                 let (t, text) = common_type(f.data_type(), d.data_type());
                 // The metadata of the version whose type was kept, under the newest name.
                 let from = if !text && &t == f.data_type() { f.clone().with_name(d.name()) } else { d.clone() };
                 *d = retyped(&from, &t, text);
+            }
+            if !own.is_empty() || !column_ids(f).is_empty() {
+                *d = merging(d.clone(), &own, f);
             }
         }
         data.extend(older.iter().zip(&taken).filter(|(_, t)| !**t).map(|(f, _)| (*f).clone()));
@@ -436,5 +473,35 @@ mod tests {
         assert_eq!(out.column(0).as_ref(), &Int64Array::from(vec![1, 2]) as &dyn Array);
         assert_eq!(out.column(1).null_count(), 2);
         assert_eq!(out.column(2).as_ref(), &StringArray::from(vec!["a", "b"]) as &dyn Array);
+    }
+
+    fn with_id(f: Field, id: &str) -> Field {
+        let mut md = f.metadata().clone();
+        md.insert(COLUMN_ID.to_string(), id.to_string());
+        f.with_metadata(md)
+    }
+
+    /// Torture seed 9504: `c` renamed to `c_r`, then `c_r` dropped and added again under its
+    /// name with another type (ids 3 then 8). The column added under the name takes in the
+    /// dropped one's values, its rows under its first name (`c`, id 3) too: one column.
+    #[test]
+    fn a_column_renamed_then_dropped_and_added_again_under_its_name_is_one_column() {
+        let schema = |f: Field| Arc::new(Schema::new(vec![with_id(field("id", Int32), "0"), f]));
+        let v1 = schema(with_id(field("c", Int32), "3"));
+        let v2 = schema(with_id(field("c_r", Int32), "3"));
+        let v3 = schema(with_id(field("c_r", Int64), "8"));
+        let target = unify_schemas(&[v1.clone(), v2.clone(), v3]).unwrap();
+        let names: Vec<&str> = target.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["id", "c_r"]);
+        assert_eq!(column_ids(target.field(1)), ["8", "3"]);
+        for v in [v1, v2] {
+            let batch = RecordBatch::try_new(
+                v,
+                vec![Arc::new(Int32Array::from(vec![1, 2])), Arc::new(Int32Array::from(vec![Some(7), None]))],
+            )
+            .unwrap();
+            let out = conform(&batch, &target).unwrap();
+            assert_eq!(out.column(1).as_ref(), &Int64Array::from(vec![Some(7), None]) as &dyn Array);
+        }
     }
 }

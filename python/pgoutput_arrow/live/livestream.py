@@ -45,6 +45,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from .. import _internal
+from .._files import without_column_ids
 from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
@@ -108,14 +109,6 @@ class LiveBatch:
         mm = pc.min_max(self.batch.column(col))
         lo, hi = mm["min"].as_py(), mm["max"].as_py()
         return None if lo is None else (int(lo), int(hi))
-
-
-def _without_column_ids(schema: pa.Schema) -> pa.Schema:
-    def strip(f: pa.Field) -> pa.Field:
-        md = {k: v for k, v in (f.metadata or {}).items() if k != b"pg.column_id"}
-        t = pa.struct([strip(c) for c in f.type]) if pa.types.is_struct(f.type) else f.type
-        return pa.field(f.name, t, f.nullable, md or None)
-    return pa.schema([strip(f) for f in schema], metadata=schema.metadata)
 
 
 def _commit_column(batch: pa.RecordBatch) -> str | None:
@@ -510,7 +503,7 @@ class LiveStream:
         for table, versions in self._versions.items():
             if versions:
                 earlier = pa.table(_internal.unify_schemas(list(versions.values()))).schema
-                self._versions[table] = {b"earlier": _without_column_ids(earlier)}
+                self._versions[table] = {b"earlier": without_column_ids(earlier)}
         self._txns = TxnTracker()
         self._fed_since_flush = 0
 
