@@ -25,7 +25,8 @@ SELECT format('%s.%s', n.nspname, c.relname), a.attname,
             WHEN e.typtype = 'e' THEN 'enum[]'
             WHEN e.typtype = 'c' THEN 'composite[]'
             WHEN e.typtype = 'd' THEN format_type(e.typbasetype, e.typtypmod) || '[]'
-            ELSE format_type(a.atttypid, a.atttypmod) END
+            ELSE format_type(a.atttypid, a.atttypmod) END,
+       a.atttypid
   FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
   JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid
   LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
@@ -33,13 +34,14 @@ SELECT format('%s.%s', n.nspname, c.relname), a.attname,
    AND n.nspname NOT IN ('pg_catalog', 'information_schema')"""
 
 
-def catalog_types(conn: Any) -> dict[str, dict[str, str]]:
-    """Per table (``schema.table``, as the decoder names it), each column's type now."""
-    out: dict[str, dict[str, str]] = {}
+def catalog_types(conn: Any) -> dict[str, dict[str, tuple[str, int]]]:
+    """Per table (``schema.table``, as the decoder names it), each column's type now and
+    its oid."""
+    out: dict[str, dict[str, tuple[str, int]]] = {}
     with conn.cursor() as cur:
         cur.execute(CATALOG)
-        for table, column, pg_type in cur.fetchall():
-            out.setdefault(table, {})[column] = pg_type
+        for table, column, pg_type, oid in cur.fetchall():
+            out.setdefault(table, {})[column] = (pg_type, int(oid))
     return out
 
 
@@ -50,12 +52,16 @@ def check(tables: dict[str, pa.Table], conn: Any, binary: bool, label: str,
     Columns the decoder unified over several PostgreSQL types (``pg.unified`` in the field
     metadata: a retype with no lossless common type) follow that documented rule instead,
     and columns no longer in the catalog (dropped, or of a table dropped or renamed since)
-    are left to the per-change comparison."""
+    are left to the per-change comparison, as are columns of the output whose type oid
+    (``pg.type_oid``) is not the catalog's: an earlier column of that name, dropped since
+    and added again with another type, when the output holds no row of the new one."""
     fn = checker or _check_types
     want = catalog_types(conn)
     problems = []
     for name, table in tables.items():
         unified = {f.name for f in table.schema if (f.metadata or {}).get(b"pg.unified")}
-        types = {c: t for c, t in want.get(name, {}).items() if c in table.column_names and c not in unified}
+        oids = {f.name: (f.metadata or {}).get(b"pg.type_oid") for f in table.schema}
+        types = {c: t for c, (t, oid) in want.get(name, {}).items()
+                 if c in table.column_names and c not in unified and oids[c] in (None, str(oid).encode())}
         problems += [f"{label}: {name}: {p}" for p in fn(table, types, binary)]
     return problems
