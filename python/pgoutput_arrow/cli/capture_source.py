@@ -4,11 +4,13 @@ batch, in groups of whole committed transactions."""
 from __future__ import annotations
 
 import argparse
+import queue
 import sys
+import threading
 import time
 from collections.abc import Generator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..decoding import Changes, Decoder, Output, OutputKind
 from ..capture import Capture, open_capture, open_stream
@@ -16,6 +18,8 @@ from .arguments import UsageError
 from .progress import Progress, si
 
 __all__ = ["CaptureSource", "decoder_options"]
+
+T = TypeVar("T")
 
 
 def decoder_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -66,7 +70,13 @@ class CaptureSource:
         self.progress.close()
 
     def groups(self) -> Generator[tuple[list[Output], int | None], None, None]:
-        """(batches of whole committed transactions, None: nothing to acknowledge)."""
+        """(batches of whole committed transactions, None: nothing to acknowledge). The
+        capture is read and decoded one group ahead, in a thread, while the caller writes
+        the group before: both release the GIL, so reading and decoding overlap with
+        rendering or writing on another core."""
+        return _ahead(self._decoded())
+
+    def _decoded(self) -> Generator[tuple[list[Output], int | None], None, None]:
         decoder = Decoder(**self.options)
         for batch in self.capture.reader:
             decoder.feed_batch(batch)
@@ -96,6 +106,49 @@ class CaptureSource:
                                f"messages {si(rate)}/s")
         else:
             self.progress.show(f"{si(self.done)} messages {si(rate)}/s")
+
+
+def _ahead(items: Generator[T, None, None]) -> Generator[T, None, None]:
+    """``items``, made one ahead in a thread of their own: what it raises is raised here;
+    closed early (``--limit``), the thread stops after the item it is making."""
+    handoff: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def make() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+                del item
+            put((False, None))
+        except BaseException as e:  # noqa: BLE001  (handed to the consumer, raised there)
+            put((False, e))
+        finally:
+            items.close()
+
+    thread = threading.Thread(target=make, name="pgoutput-dump read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = handoff.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+            del item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _outputs_of(changes: Changes) -> list[Output]:
