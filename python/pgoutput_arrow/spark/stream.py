@@ -59,7 +59,7 @@ from ..exceptions import ReplicationError, SlotInUse, SlotNotFound
 from ..live.slot import check_publications, check_usable, slot_row
 from ..live.slot_guard import drop_unused_slot
 from ..live.snapshot import SnapshotChunk, SnapshotGone
-from ._common import from_executor, is_table_column, rank_within_commit, spark_schema
+from ._common import from_executor, is_table_column, ranked_seq, spark_schema, with_seq
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .snapshot import SparkSnapshot, read_chunk_batches
 from .snapshot import snapshot as take_snapshot
@@ -761,8 +761,8 @@ def read_range(source: StreamSource, start: int, end: int) -> RangeChanges:
 def decode_range(messages: list[pa.RecordBatch], start: int, end: int) -> RangeChanges:
     """Decode the slot's messages (``lsn``, ``data``, from the slot's position on, whole
     transactions) and keep the transactions whose commit LSN is in ``[start, end)``.
-    ``_seq`` becomes the row's rank within its transaction (in the transaction's order: LSN,
-    then the decoder's order), so that a batch read again after a restart gives the same rows
+    ``_seq`` becomes the row's rank within its transaction (:func:`ranked_seq`: in the
+    decoder's order, which is the transaction's), so that a batch read again after a restart gives the same rows
     whatever the slot's position was when it was read."""
     import pgoutput_arrow
 
@@ -777,37 +777,13 @@ def decode_range(messages: list[pa.RecordBatch], start: int, end: int) -> RangeC
                        pc.less(commit, pa.scalar(end, commit.type)))
         return t.filter(pc.fill_null(keep, False))
 
-    tables = {name: inside(t) for name, t in decoded.tables.items()}
-    tables, truncates = _renumber_seq({k: v for k, v in tables.items() if v.num_rows},
-                                      inside(decoded.truncates))
-    return RangeChanges(tables, truncates)
-
-
-def _renumber_seq(tables: dict[str, pa.Table], truncates: pa.Table
-                  ) -> tuple[dict[str, pa.Table], pa.Table]:
-    """``_seq`` := rank within the transaction, across tables, in the transaction's order:
-    LSN, then a TRUNCATE before changes at the same LSN, then the decoder's ``_seq``."""
-    parts = [(name, t) for name, t in sorted(tables.items())]
+    tables = {name: t for name, t in ((n, inside(t)) for n, t in decoded.tables.items()) if t.num_rows}
+    truncates = inside(decoded.truncates)
+    seqs = ranked_seq(tables, truncates)
+    tables = {name: with_seq(t, seqs[name]) for name, t in tables.items()}
     if truncates.num_rows:
-        parts.append(("", truncates))
-    if not parts:
-        return tables, truncates
-    commit = np.concatenate([t.column("_commit_lsn").to_numpy() for _, t in parts])
-    lsn = np.concatenate([t.column("_lsn").to_numpy() for _, t in parts])
-    seq = np.concatenate([t.column("_seq").to_numpy() for _, t in parts])
-    kind = np.concatenate([np.full(t.num_rows, 0 if name == "" else 1) for name, t in parts])
-    rank = rank_within_commit(commit, lsn, kind, seq)
-    out: dict[str, pa.Table] = {}
-    offset = 0
-    for name, t in parts:
-        new = t.set_column(t.schema.get_field_index("_seq"), t.schema.field("_seq"),
-                           pa.array(rank[offset:offset + t.num_rows], pa.int64()))
-        offset += t.num_rows
-        if name:
-            out[name] = new
-        else:
-            truncates = new
-    return out, truncates
+        truncates = with_seq(truncates, seqs[""])
+    return RangeChanges(tables, truncates)
 
 
 def _table_batches(source: StreamSource, changes: RangeChanges,
