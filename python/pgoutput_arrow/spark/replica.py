@@ -29,11 +29,13 @@ def apply_changes(changes: Any, keys: Sequence[str], *, truncates: Any = None,
         if table is None:
             raise ValueError("apply_changes: truncates= needs table= (the table's schema.table name)")
         last_trunc = (truncates.where(F.array_contains(F.col("relations"), table))
-                      .select(F.max(F.struct("_commit_lsn", "_lsn")).alias("m")).collect()[0].m)
+                      .select(F.max(F.struct("_commit_lsn", "_seq")).alias("m")).collect()[0].m)
         if last_trunc is not None:
-            changes = changes.where(F.struct("_commit_lsn", "_lsn")
+            # The order changes are applied in (a TRUNCATE's _seq ranks it among its
+            # transaction's changes), as the lake sinks cut.
+            changes = changes.where(F.struct("_commit_lsn", "_seq")
                                     > F.struct(F.lit(last_trunc[0]).alias("_commit_lsn"),
-                                               F.lit(last_trunc[1]).alias("_lsn")))
+                                               F.lit(last_trunc[1]).alias("_seq")))
 
     # _special is carried as a column: it is never listed in _unchanged, so each row state
     # takes its latest change's.
