@@ -777,3 +777,26 @@ def test_parquet_storable_takes_json_inside_before(tmp_path: Path) -> None:
     pq.write_table(storable(table, "parquet"), path, row_group_size=2)  # row groups slice the arrays
     back = pq.read_table(path).column("_before").combine_chunks()
     assert back.field("j").storage.to_pylist() == ['{"a": 1}', None, "[]"]
+
+
+def test_stream_options_have_one_table() -> None:
+    """``stream()``'s documentation and ``pgoutput-dump``'s flags are made from
+    ``StreamOptions``' fields: every option but those ``StreamOptions.of`` takes in another
+    shape is documented in ``stream()``, and a flag given reaches the option of its name."""
+    import dataclasses
+
+    from pgoutput_arrow.cli.arguments import build_parser
+    from pgoutput_arrow.live.options import StreamOptions, flagged
+
+    fields = dataclasses.fields(StreamOptions)
+    undocumented = {f.name for f in fields if "doc" not in f.metadata}
+    assert undocumented == {"slot", "publications", "create_publication", "start_lsn", "stop_at_lsn",
+                            "decoder_options"}
+    doc = pgoutput_arrow.stream.__doc__ or ""
+    assert [f.name for f in fields if f"``{f.name}``" not in doc and f.name not in undocumented] == []
+    args = build_parser().parse_args(["--dsn", "x", "--slot", "s", "--publication", "p", "--create-slot",
+                                      "--temporary", "--binary", "--reconnect-attempts", "3",
+                                      "--snapshot-chunk-bytes", "1MB", "--streaming", "off", "--failover"])
+    o = StreamOptions.of(slot="s", publication="p", **{f.name: getattr(args, f.name) for f, _ in flagged()})
+    assert (o.temporary_slot, o.binary, o.reconnect_attempts, o.snapshot_chunk_bytes, o.streaming, o.failover,
+            o.connect_timeout) == (True, True, 3, 1 << 20, "off", True, StreamOptions.connect_timeout)

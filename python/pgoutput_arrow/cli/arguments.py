@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Callable
 
 from .. import __version__
 from .._internal import lsn_to_int
+from ..live.options import describe, flagged
 
 __all__ = ["PROG", "UsageError", "build_parser", "output_format", "publications", "size_arg"]
 
@@ -227,24 +228,6 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
                    help="libpq connection string or URI (host, port, user, password or "
                    "PGPASSWORD/passfile, sslmode up to verify-full, sslrootcert, ...)")
     g.add_argument("--slot", metavar="NAME", help="the logical replication slot")
-    g.add_argument("--create-slot", action="store_true",
-                   help="create the slot if it does not exist (an existing one is reused: "
-                   "the same command resumes)")
-    g.add_argument("--temporary", action="store_true",
-                   help="with --create-slot: a temporary slot, dropped when the connection "
-                   "ends (no resume after a disconnect)")
-    g.add_argument("--snapshot", action="store_true",
-                   help="with --create-slot: first every published table's rows as of the "
-                   "slot's creation (_op 'snapshot'; with --output, snapshot-*.parquet files), "
-                   "then the changes from there; with --output, taken again only if the "
-                   "output holds no finished one")
-    g.add_argument("--snapshot-connections", metavar="N", type=int, default=4,
-                   help="connections that read the snapshot in parallel (default 4)")
-    g.add_argument("--snapshot-chunk-bytes", metavar="SIZE", type=positive_size, default=64 << 20,
-                   help="bytes of table each connection reads at a time (bytes, or 64MB, ...; "
-                   "default 64MB)")
-    g.add_argument("--two-phase", action="store_true",
-                   help="decode prepared transactions (the slot is created with two_phase)")
     g.add_argument("--publication", metavar="NAME", action="append",
                    help="publication to stream (repeat for several; default with "
                    "--create-publication/--all-tables: the slot's name)")
@@ -252,30 +235,30 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
                    help="create the publication for these tables if it does not exist")
     g.add_argument("--all-tables", action="store_true",
                    help="create the publication FOR ALL TABLES if it does not exist")
-    g.add_argument("--proto-version", type=int, choices=(1, 2, 3, 4),
-                   help="pgoutput protocol (default: the highest the server speaks)")
-    g.add_argument("--binary", action="store_true", help="values in binary send format")
-    g.add_argument("--streaming", choices=("on", "parallel", "off"),
-                   help="stream in-progress transactions (default: on from protocol 2)")
-    g.add_argument("--messages", action="store_true",
-                   help="include logical decoding messages (pg_logical_emit_message)")
-    g.add_argument("--origin", choices=("any", "none"), help="changes of which origin")
     g.add_argument("--start-lsn", metavar="X/Y", type=lsn_arg,
                    help="start at this LSN (never before the slot's confirmed position)")
-    g.add_argument("--status-interval", metavar="S", type=float, default=10.0,
-                   help="seconds between standby status updates (default 10)")
-    g.add_argument("--connect-timeout", metavar="S", type=float, default=10.0,
-                   help="seconds to wait for a connection (default 10)")
-    g.add_argument("--reconnect-attempts", metavar="N", type=int, default=8,
-                   help="reconnect attempts after the connection is lost (default 8)")
-    g.add_argument("--reconnect-timeout", metavar="S", type=float, default=120.0,
-                   help="give up reconnecting after S seconds (default 120)")
     g.add_argument("--commit-interval", metavar="S", type=float, default=1.0,
                    help="with --output: gather up to S seconds of transactions per file "
                    "group (default 1)")
-    g.add_argument("--idle-timeout", metavar="S", type=float,
-                   help="stop after S seconds without changes")
-    g.add_argument("--stop-after", metavar="S", type=float, help="stop after S seconds")
+    _add_stream_options(g, "live")
+
+
+def _add_stream_options(g: argparse._ArgumentGroup, group: str) -> None:
+    """The options of :func:`pgoutput_arrow.stream` that are flags of this group (their one
+    table: :class:`pgoutput_arrow.live.StreamOptions`), under their ``stream()`` names
+    (``args.temporary_slot`` for ``--temporary``); the help names the flags."""
+    flags = {f.name: flag.flag for f, flag in flagged()}
+    kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str, "size": positive_size}
+    for f, flag in flagged():
+        if flag.group != group:
+            continue
+        text = describe(f, lambda name: flags.get(name, name), choices=False)
+        text += f"; {flag.note}" if flag.note else ""
+        if flag.kind == "bool":
+            g.add_argument(flag.flag, dest=f.name, action="store_true", help=text)
+        else:
+            g.add_argument(flag.flag, dest=f.name, metavar=flag.metavar, type=kinds[flag.kind],
+                           choices=f.metadata.get("choices"), default=f.default, help=text)
 
 
 def _add_lake_arguments(p: argparse.ArgumentParser) -> None:
@@ -343,16 +326,7 @@ def _add_operations_arguments(p: argparse.ArgumentParser) -> None:
                    "status is 3")
     g.add_argument("--drop-slot", action="store_true",
                    help="drop the slot --slot NAME (refused while a consumer streams from it)")
-    g.add_argument("--failover", action="store_true",
-                   help="a failover slot (PostgreSQL 17+): created (or altered) with FAILOVER, "
-                   "synchronized to standbys with sync_replication_slots = on")
-    g.add_argument("--metrics-port", metavar="PORT", type=int,
-                   help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs "
-                   "prometheus_client: pip install 'pgoutput-arrow[metrics]')")
-    g.add_argument("--heartbeat-interval", metavar="S", type=float,
-                   help="every S seconds, write a logical decoding message "
-                   "(pg_logical_emit_message) so that the slot advances while the published "
-                   "tables are idle")
+    _add_stream_options(g, "operations")
 
 
 def publications(args: argparse.Namespace) -> tuple[list[str] | None, list[str] | str | None]:
@@ -394,7 +368,7 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
         if publications(args)[0] is None:
             raise UsageError("--dsn needs --publication NAME (or --create-publication TABLE ... "
                              "or --all-tables)")
-        if args.temporary and not args.create_slot:
+        if args.temporary_slot and not args.create_slot:
             raise UsageError("--temporary goes with --create-slot")
         if args.snapshot and not args.create_slot:
             raise UsageError("--snapshot goes with --create-slot (the snapshot is taken as the slot is created)")

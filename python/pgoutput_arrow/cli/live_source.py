@@ -1,7 +1,8 @@
 """The live source: a logical replication slot streamed as the changes happen, in groups
 of whole committed transactions, each acknowledged once the sinks made it durable.
 
-This is the one module of the CLI that uses :mod:`pgoutput_arrow.live`.
+This is the one module of the CLI that streams with :mod:`pgoutput_arrow.live` (the
+flags of its options come from their one table, :class:`pgoutput_arrow.live.StreamOptions`).
 
 SIGINT / SIGTERM stop after the group being written (it is acknowledged) and exit 0; a
 second one stops at once.
@@ -30,6 +31,7 @@ from ..decoding import Output, OutputKind
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
 from ..exceptions import SlotInUse, SlotInvalidated, SlotNotFound
+from ..live.options import flagged
 from ..live.slot_guard import drop_slot, drop_unfinished_slot, invalidation_message, slot_status
 from .arguments import publications
 from .capture_source import decoder_options
@@ -77,23 +79,15 @@ class LiveSource:
         #: Whether the slot was there before this run (None: not asked, nothing to drop).
         self.slot_existed: bool | None = None
         starts = [x for x in (start_lsn, args.start_lsn) if x]
-        snapshot_options = {}
-        if snapshot:
-            snapshot_options = {"snapshot": True, "snapshot_connections": args.snapshot_connections,
-                                "snapshot_chunk_bytes": args.snapshot_chunk_bytes}
-            if files is not None:
-                files.begin_snapshot(args.slot, None)
-                snapshot_options["on_snapshot"] = files.begin_snapshot
+        # The options of stream() that are flags (their one table: StreamOptions), as given.
+        options = {f.name: getattr(args, f.name) for f, _ in flagged()}
+        options["snapshot"] = snapshot
+        if snapshot and files is not None:
+            files.begin_snapshot(args.slot, None)
+            options["on_snapshot"] = files.begin_snapshot
         self.stream: LiveStream = stream(
-            args.dsn, slot=args.slot, publication=publication, create_slot=args.create_slot,
-            temporary_slot=args.temporary, two_phase=args.two_phase, failover=args.failover,
-            metrics_port=args.metrics_port, heartbeat_interval=args.heartbeat_interval,
-            create_publication=create, proto_version=args.proto_version, binary=args.binary,
-            streaming=args.streaming, messages=args.messages, origin=args.origin,
-            start_lsn=max(starts) if starts else None, status_interval=args.status_interval,
-            connect_timeout=args.connect_timeout, reconnect_attempts=args.reconnect_attempts,
-            reconnect_timeout=args.reconnect_timeout, idle_timeout=args.idle_timeout,
-            stop_after=args.stop_after, **snapshot_options, **decoder_options(args))
+            args.dsn, slot=args.slot, publication=publication, create_publication=create,
+            start_lsn=max(starts) if starts else None, **options, **decoder_options(args))
         self.linger = linger
         self.progress = Progress(args.progress, interval=0.5, delay=0.0)
         self.rows = 0
@@ -138,7 +132,7 @@ class LiveSource:
         self.old_handlers = {s: signal.signal(s, self._on_signal)
                              for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            if self.args.create_slot and not self.args.temporary:
+            if self.args.create_slot and not self.args.temporary_slot:
                 self.slot_existed = bool(slot_status(self.args.dsn, self.args.slot,
                                                      self.args.connect_timeout))
                 if not self.slot_existed and not self.snapshot and self.files is not None \

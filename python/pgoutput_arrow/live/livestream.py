@@ -61,7 +61,7 @@ from ..exceptions import (
     WalLevelNotLogical,
 )
 from .connection import CopyBoth, CopyBothEnded, connect
-from .options import StreamOptions, parse_lsn
+from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
 from .snapshot import ExportedSnapshot, SnapshotReader, export_snapshot, plan_snapshot, snapshot_table
@@ -752,38 +752,27 @@ class LiveStream:
 
 
 def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:
-    """Stream the logical replication slot ``slot`` (plugin pgoutput) live, decoded.
-
-    ``dsn`` is a libpq keyword string or URI (``host=... user=... password=... sslmode=
-    verify-full sslrootcert=...``; PGPASSWORD, ``~/.pgpass`` and the other PG* variables
-    apply). Options:
-
-    * ``publication`` (name or list; required unless ``create_publication``),
-      ``create_publication`` (list of tables, or ``'ALL'``; publication defaults to slot);
-    * ``create_slot`` (create if missing), ``temporary_slot``, ``two_phase``;
-    * ``proto_version`` (default: the server's highest: 4 on 16+, 3 on 15, 2 on 14, else 1),
-      ``binary``, ``streaming`` (``'on'``/``'parallel'``; default ``'on'`` from protocol 2),
-      ``messages``, ``origin`` (``'any'``/``'none'``), ``start_lsn`` (``'X/Y'`` or int:
-      start there, and count everything before it as handled);
-    * ``status_interval`` (s between standby status updates), ``connect_timeout`` (s),
-      ``reconnect_attempts``, ``reconnect_timeout`` (s), ``auto_ack`` (acknowledge a batch when
-      the next one is asked for);
-    * ``failover`` (create the slot, or alter it, as a failover slot: PostgreSQL 17+),
-      ``metrics_port`` (serve Prometheus metrics there; 0: a free port, see
-      :attr:`LiveStream.metrics_port`), ``heartbeat_interval`` (s between heartbeat
-      messages that keep the slot moving; see docs/operations.md);
-    * ``idle_timeout`` (stop after that many seconds without data), ``stop_after`` (s),
-      ``stop_at_lsn`` (stop once the server's WAL end reached it and nothing is pending);
-    * ``snapshot`` (create the slot exporting its snapshot, hand out every published
-      table's rows as of the slot's consistent point first, then the changes from there:
-      see :mod:`pgoutput_arrow.live.snapshot`), ``snapshot_connections`` (default 4),
-      ``snapshot_chunk_bytes`` (default 64 MiB of table per chunk), ``on_snapshot``
-      (called with the slot name and consistent point once the slot exists);
-    * anything else goes to :class:`pgoutput_arrow.Decoder`. An option neither takes (a
-      misspelling: ``TypeError`` naming it and the nearest known one) or a decoder option of
-      a wrong value (``ValueError``) fails here, before anything is done on the server.
-
-    Returns a :class:`LiveStream`: iterate it for :class:`LiveBatch` items, ``ack(lsn)`` what
-    is durable, use it in ``with`` to close cleanly.
-    """
     return LiveStream(dsn, slot=slot, **options)
+
+
+stream.__doc__ = """Stream the logical replication slot ``slot`` (plugin pgoutput) live, decoded.
+
+``dsn`` is a libpq keyword string or URI (``host=... user=... password=... sslmode=
+verify-full sslrootcert=...``; PGPASSWORD, ``~/.pgpass`` and the other PG* variables
+apply).
+
+``publication`` (a name or a list; required unless ``create_publication``),
+``create_publication`` (a list of tables, or ``'ALL'``; ``publication`` defaults to the
+slot's name), ``start_lsn`` (``'X/Y'`` or an int: start there, and count everything before
+it as handled), ``stop_at_lsn`` (stop once the server's WAL end reached it and nothing is
+pending), and:
+
+{options}
+
+Anything else goes to :class:`pgoutput_arrow.Decoder`. An option neither takes (a
+misspelling: ``TypeError`` naming it and the nearest known one) or a decoder option of a
+wrong value (``ValueError``) fails here, before anything is done on the server.
+
+Returns a :class:`LiveStream`: iterate it for :class:`LiveBatch` items, ``ack(lsn)`` what
+is durable, use it in ``with`` to close cleanly.
+""".format(options=options_doc())

@@ -11,7 +11,8 @@ from typing import Any
 from .._internal import lsn_to_int
 from ..decoding import Decoder
 
-__all__ = ["StreamOptions", "parse_lsn", "default_proto_version", "DEFAULT_CONNECT_TIMEOUT_S"]
+__all__ = ["StreamOptions", "Flag", "TOPICS", "option", "flagged", "options_doc", "parse_lsn",
+           "default_proto_version", "DEFAULT_CONNECT_TIMEOUT_S"]
 
 DEFAULT_CONNECT_TIMEOUT_S = 10
 
@@ -37,52 +38,121 @@ def default_proto_version(server_version_num: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
+class Flag:
+    """How an option of :func:`~pgoutput_arrow.stream` is given to ``pgoutput-dump``:
+    its flag, the help group (``live`` or ``operations``), its metavar and the kind of value
+    (``bool``: a switch; ``int``, ``float``, ``str``, ``size``: bytes, or 64MB, ...)."""
+
+    flag: str
+    kind: str
+    metavar: str | None = None
+    group: str = "live"
+    #: What the help says besides the option's phrase, of the command line's own ways.
+    note: str = ""
+
+
+#: The topics of :func:`~pgoutput_arrow.stream`'s options, in the order its documentation
+#: lists them.
+TOPICS = {
+    "slot": "The slot",
+    "server": "What the server sends",
+    "connection": "The connection and its recovery",
+    "operations": "Operations (docs/operations.md)",
+    "stop": "When the stream stops",
+    "snapshot": "The initial snapshot (:mod:`pgoutput_arrow.live.snapshot`)",
+    "batches": "When batches come out and are acknowledged",
+}
+
+
+def option(default: Any, doc: str, topic: str, flag: Flag | None = None,
+           choices: tuple[Any, ...] | None = None) -> Any:
+    """A field of :class:`StreamOptions` with what documents it (``doc``: one phrase, for
+    :func:`~pgoutput_arrow.stream`'s documentation and the CLI's help alike), where it is
+    documented (``topic``, a key of :data:`TOPICS`), its flag on the command line and the
+    values it takes."""
+    return dataclasses.field(default=default, metadata={"doc": doc, "topic": topic, "flag": flag,
+                                                        "choices": choices})
+
+
+@dataclasses.dataclass(frozen=True)
 class StreamOptions:
     """Everything :func:`pgoutput_arrow.stream` takes besides the DSN, grouped by what it
-    concerns; build it with :meth:`of` (the keyword options of ``stream``)."""
+    concerns; build it with :meth:`of` (the keyword options of ``stream``).
+
+    This class is the options' one table: each field's metadata documents it
+    (:func:`option`), and :func:`stream`'s documentation and ``pgoutput-dump``'s flags are
+    made from it (:func:`options_doc`, :func:`flagged`)."""
 
     # The slot and its publications.
     slot: str
     publications: tuple[str, ...]
-    create_slot: bool = False
-    temporary_slot: bool = False
-    two_phase: bool = False
-    #: Create the slot with FAILOVER (PostgreSQL 17+): synchronized to standbys that have
-    #: sync_replication_slots on, so that it survives a failover.
-    failover: bool = False
+    create_slot: bool = option(False, "create the slot if it does not exist (an existing one is reused: "
+                               "the same command resumes)", "slot", Flag("--create-slot", "bool"))
+    temporary_slot: bool = option(False, "with {create_slot}: a temporary slot, dropped when the connection "
+                                  "ends (no resume after a disconnect)", "slot", Flag("--temporary", "bool"))
+    two_phase: bool = option(False, "decode prepared transactions (the slot is created with two_phase)",
+                             "slot", Flag("--two-phase", "bool"))
+    failover: bool = option(False, "a failover slot (PostgreSQL 17+): created (or altered) with FAILOVER, "
+                            "synchronized to standbys with sync_replication_slots = on", "slot",
+                            Flag("--failover", "bool", group="operations"))
     create_publication: Sequence[str] | str | None = None
     # What the server sends (START_REPLICATION's options).
-    proto_version: int | None = None
-    binary: bool = False
-    streaming: str | None = None
-    messages: bool = False
-    origin: str | None = None
+    proto_version: int | None = option(None, "pgoutput protocol, by default the highest the server speaks: "
+                                       "4 on 16+, 3 on 15, 2 on 14, else 1", "server",
+                                       Flag("--proto-version", "int"), (1, 2, 3, 4))
+    binary: bool = option(False, "values in binary send format", "server", Flag("--binary", "bool"))
+    streaming: str | None = option(None, "stream in-progress transactions, by default on from protocol 2",
+                                   "server", Flag("--streaming", "str"), ("on", "parallel", "off"))
+    messages: bool = option(False, "include logical decoding messages (pg_logical_emit_message)", "server",
+                            Flag("--messages", "bool"))
+    origin: str | None = option(None, "changes of which origin", "server", Flag("--origin", "str"),
+                                ("any", "none"))
     # Where to start, where to stop.
     start_lsn: int = 0
-    idle_timeout: float | None = None
-    stop_after: float | None = None
+    idle_timeout: float | None = option(None, "stop after that many seconds without changes", "stop",
+                                        Flag("--idle-timeout", "float", "S"))
+    stop_after: float | None = option(None, "stop after that many seconds", "stop",
+                                      Flag("--stop-after", "float", "S"))
     stop_at_lsn: int | None = None
     # The connection and its recovery.
-    status_interval: float = 10.0
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
-    reconnect_attempts: int = 8
-    reconnect_timeout: float = 120.0
-    reconnect_initial_delay: float = 0.2
-    reconnect_max_delay: float = 10.0
+    status_interval: float = option(10.0, "seconds between standby status updates", "connection",
+                                    Flag("--status-interval", "float", "S"))
+    connect_timeout: float = option(float(DEFAULT_CONNECT_TIMEOUT_S), "seconds to wait for a connection",
+                                    "connection", Flag("--connect-timeout", "float", "S"))
+    reconnect_attempts: int = option(8, "reconnect attempts after the connection is lost", "connection",
+                                     Flag("--reconnect-attempts", "int", "N"))
+    reconnect_timeout: float = option(120.0, "give up reconnecting after that many seconds", "connection",
+                                      Flag("--reconnect-timeout", "float", "S"))
+    reconnect_initial_delay: float = option(0.2, "seconds before the first reconnect attempt", "connection")
+    reconnect_max_delay: float = option(10.0, "the most seconds between two attempts (the delay doubles "
+                                        "from the first)", "connection")
     # Operations: a Prometheus endpoint, heartbeats (seconds between two; None: none).
-    metrics_port: int | None = None
-    heartbeat_interval: float | None = None
+    metrics_port: int | None = option(None, "serve Prometheus metrics on http://0.0.0.0:PORT/metrics (0: a "
+                                      "free port, see LiveStream.metrics_port; needs prometheus_client: "
+                                      "pip install 'pgoutput-arrow[metrics]')", "operations",
+                                      Flag("--metrics-port", "int", "PORT", "operations"))
+    heartbeat_interval: float | None = option(None, "seconds between two logical decoding messages "
+                                              "(pg_logical_emit_message) that keep the slot advancing while "
+                                              "the published tables are idle", "operations",
+                                              Flag("--heartbeat-interval", "float", "S", "operations"))
     # When decoded batches come out and are acknowledged.
-    flush_interval: float = 1.0
-    flush_messages: int = 200_000
-    auto_ack: bool = False
+    flush_interval: float = option(1.0, "seconds of changes gathered per decoder flush", "batches")
+    flush_messages: int = option(200_000, "messages gathered per decoder flush at most", "batches")
+    auto_ack: bool = option(False, "acknowledge a batch when the next one is asked for", "batches")
     # The initial snapshot (pgoutput_arrow.live.snapshot): taken as the slot is created,
     # read by that many connections in chunks of about that many bytes of table; the
     # callback is told (slot, consistent point) once the slot exists, before any row is read.
-    snapshot: bool = False
-    snapshot_connections: int = 4
-    snapshot_chunk_bytes: int = 64 << 20
-    on_snapshot: Callable[[str, int], None] | None = None
+    snapshot: bool = option(False, "with {create_slot}: first every published table's rows as of the slot's "
+                            "creation (_op 'snapshot'), then the changes from there", "snapshot",
+                            Flag("--snapshot", "bool", note="with --output: snapshot-*.parquet files, taken again "
+                                 "only if the output holds no finished one"))
+    snapshot_connections: int = option(4, "connections that read the snapshot in parallel", "snapshot",
+                                       Flag("--snapshot-connections", "int", "N"))
+    snapshot_chunk_bytes: int = option(64 << 20, "bytes of table each connection reads at a time",
+                                       "snapshot", Flag("--snapshot-chunk-bytes", "size", "SIZE"))
+    on_snapshot: Callable[[str, int], None] | None = option(
+        None, "called with the slot's name and consistent point once the slot exists, before any "
+        "row is read", "snapshot")
     # Passed to pgoutput_arrow.Decoder.
     decoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -132,6 +202,45 @@ class StreamOptions:
             decoder_options=decoder,
             **known,
         )
+
+
+def flagged() -> list[tuple[dataclasses.Field[Any], Flag]]:
+    """The options ``pgoutput-dump`` takes as flags (with ``--dsn``), with their flags."""
+    return [(f, f.metadata["flag"]) for f in dataclasses.fields(StreamOptions) if f.metadata.get("flag")]
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else ""
+    if isinstance(value, int) and value >= 1 << 20 and value % (1 << 20) == 0:
+        return f"{value >> 20} MiB"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def describe(f: dataclasses.Field[Any], ref: Callable[[str], str] = lambda name: f"``{name}``",
+             choices: bool = True) -> str:
+    """An option's phrase with its values and its default: ``doc (one of 'on', 'off';
+    default 4)``; ``ref`` names the other options it names (``{create_slot}`` in the
+    phrase)."""
+    doc: str = f.metadata["doc"].format_map({g.name: ref(g.name) for g in dataclasses.fields(StreamOptions)})
+    values = f.metadata.get("choices") if choices else None
+    default = _default_text(f.default)
+    extra = ["one of " + ", ".join(repr(c) for c in values)] if values else []
+    if default:
+        extra.append(f"default {default}")
+    return f"{doc} ({'; '.join(extra)})" if extra else doc
+
+
+def options_doc() -> str:
+    """The options of :class:`StreamOptions`, by topic, as :func:`~pgoutput_arrow.stream`'s
+    documentation lists them (reST bullets)."""
+    by_topic: dict[str, list[str]] = {t: [] for t in TOPICS}
+    for f in dataclasses.fields(StreamOptions):
+        if "doc" in f.metadata:
+            by_topic[f.metadata["topic"]].append(f"* ``{f.name}``: {describe(f)}")
+    return "\n\n".join(f"{TOPICS[t]}:\n\n" + "\n".join(items) for t, items in by_topic.items() if items)
 
 
 def _check_decoder_options(decoder: Mapping[str, Any], ours: set[str], binary: bool) -> None:
