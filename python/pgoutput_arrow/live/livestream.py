@@ -44,10 +44,9 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .. import _internal
 from .._files import without_column_ids
 from .._internal import SessionPositions, TxnTracker
-from ..decoding import Decoder
+from ..decoding import Decoder, conform, unify_schemas
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import (
     AuthenticationFailed,
@@ -502,7 +501,7 @@ class LiveStream:
         # had becomes one version without ids, matched by name to the new decoder's.
         for table, versions in self._versions.items():
             if versions:
-                earlier = pa.table(_internal.unify_schemas(list(versions.values()))).schema
+                earlier = unify_schemas(list(versions.values()))
                 self._versions[table] = {b"earlier": without_column_ids(earlier)}
         self._txns = TxnTracker()
         self._fed_since_flush = 0
@@ -699,11 +698,11 @@ class LiveStream:
         if not versions or next(reversed(versions)) != key:
             versions.pop(key, None)
             versions[key] = batch.schema
-            self._unified[table] = pa.table(_internal.unify_schemas(list(versions.values()))).schema
+            self._unified[table] = unify_schemas(list(versions.values()))
         unified = self._unified[table]
         if batch.schema == unified:
             return batch
-        return pa.table(_internal.conform(batch, unified)).combine_chunks().to_batches()[0]
+        return conform(batch, unified).combine_chunks().to_batches()[0]
 
     def _drop_already_handled(self, batch: pa.RecordBatch, floor: int | None = None) -> pa.RecordBatch:
         """Second guard against duplicates after a resume: rows of transactions that
