@@ -11,7 +11,7 @@ from typing import Any
 from .._internal import lsn_to_int
 from ..decoding import Decoder
 
-__all__ = ["StreamOptions", "Flag", "TOPICS", "option", "flagged", "options_doc", "parse_lsn",
+__all__ = ["StreamOptions", "Flag", "TOPICS", "option", "flagged", "describe", "options_doc", "parse_lsn",
            "default_proto_version", "DEFAULT_CONNECT_TIMEOUT_S"]
 
 DEFAULT_CONNECT_TIMEOUT_S = 10

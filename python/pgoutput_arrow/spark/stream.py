@@ -777,7 +777,8 @@ def decode_range(messages: list[pa.RecordBatch], start: int, end: int) -> RangeC
                        pc.less(commit, pa.scalar(end, commit.type)))
         return t.filter(pc.fill_null(keep, False))
 
-    tables = {name: t for name, t in ((n, inside(t)) for n, t in decoded.tables.items()) if t.num_rows}
+    tables = {name: inside(t) for name, t in decoded.tables.items()}
+    tables = {name: t for name, t in tables.items() if t.num_rows}
     truncates = inside(decoded.truncates)
     seqs = ranked_seq(tables, truncates)
     tables = {name: with_seq(t, seqs[name]) for name, t in tables.items()}
