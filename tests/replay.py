@@ -61,9 +61,17 @@ def key_columns(table: pa.Table) -> list[str]:
     return keys
 
 
+#: The value of a column an online snapshot's replica never received (an UPDATE left it
+#: unsent and no row of the snapshot gave it): never equal to a server value.
+NEVER_SENT = object()
+
+
 class TableState:
-    def __init__(self, keys: Sequence[str]) -> None:
+    def __init__(self, keys: Sequence[str], online: bool = False) -> None:
         self.keys = list(keys)
+        #: Under an online snapshot the stream runs before the rows are read: a snapshot row
+        #: replaces the row of its key, an UPDATE or DELETE may find no row.
+        self.online = online
         self.rows: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.bag: list[dict[str, Any]] = []  # keyless tables
 
@@ -92,8 +100,11 @@ class TableState:
             old = self.bag.pop(self._find_bag(before))
         else:
             key = self._key(before if before is not None else row)
-            assert key in self.rows, f"replay: update of a missing key {key}"
-            old = self.rows.pop(key)
+            if self.online and key not in self.rows:
+                old = {c: NEVER_SENT for c in row}
+            else:
+                assert key in self.rows, f"replay: update of a missing key {key}"
+                old = self.rows.pop(key)
         new = dict(row)
         for col in unchanged:
             assert new.get(col) is None, f"replay: unchanged TOAST column {col} is not null"
@@ -105,6 +116,8 @@ class TableState:
             self.bag.pop(self._find_bag(before))
             return
         key = self._key(before)
+        if self.online and key not in self.rows:
+            return
         assert key in self.rows, f"replay: delete of a missing key {key}"
         del self.rows[key]
 
@@ -117,16 +130,19 @@ class TableState:
 
 
 def replay(changes: pgoutput_arrow.Changes,
-           keys: dict[str, Sequence[str]] | None = None) -> dict[str, TableState]:
-    """Table states after applying every change in commit order.
+           keys: dict[str, Sequence[str]] | None = None, *, online: bool = False,
+           arrival: bool = False) -> dict[str, TableState]:
+    """Table states after applying every change in commit order (``arrival``: in the order
+    of each table's rows, as they were handed out; no TRUNCATEs then).
 
     ``keys`` overrides the key columns of a table ("schema.table" → names); by default
-    they are those flagged in the newest schema."""
+    they are those flagged in the newest schema. ``online``: the rows of an online snapshot,
+    which replace their key's row, among changes that may find no row."""
     keys = keys or {}
     events: list[tuple[int, int, str, Any]] = []
     states: dict[str, TableState] = {}
     for name, table in changes.tables.items():
-        states[name] = TableState(keys.get(name, key_columns(table)))
+        states[name] = TableState(keys.get(name, key_columns(table)), online)
         cols = data_columns(table)
         converted = {c: column_values(table.column(c)) for c in cols}
         ops = table.column("_op").to_pylist()
@@ -143,9 +159,10 @@ def replay(changes: pgoutput_arrow.Changes,
             row = {c: converted[c][i] for c in cols}
             before = ({f: before_conv[f][i] for f in before_fields}
                       if before_valid[i] else None)
-            events.append((commit[i], seq[i], name, (ops[i], row, before, unchanged[i] or [])))
+            position = (i, 0) if arrival else (commit[i], seq[i])
+            events.append((*position, name, (ops[i], row, before, unchanged[i] or [])))
     trunc = changes.truncates
-    if trunc.num_rows:
+    if trunc.num_rows and not arrival:
         for rels, commit, seq in zip(trunc.column("relations").to_pylist(),
                                      trunc.column("_commit_lsn").to_pylist(),
                                      trunc.column("_seq").to_pylist()):
@@ -159,7 +176,11 @@ def replay(changes: pgoutput_arrow.Changes,
             continue
         op, row, before, unch = ev
         state = states[name]
-        if op in ("insert", "snapshot"):  # a snapshot's row: an insert before every change
+        if op == "snapshot" and online:
+            if state.keys:
+                state.rows.pop(state._key(row), None)
+            state.insert(row)
+        elif op in ("insert", "snapshot"):  # a snapshot's row: an insert before every change
             state.insert(row)
         elif op == "update":
             state.update(row, before, unch)

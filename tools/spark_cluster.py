@@ -33,6 +33,7 @@ when its block ends without an error, and an older shipped environment when a ne
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -345,6 +346,15 @@ class ShippedEnv:
     def build(cls, build_dir: Path) -> ShippedEnv:
         """Build (or reuse: the directory is keyed by :func:`source_hash`) the wheel, the venv,
         its archive and the driver's unpacked copy under ``build_dir``."""
+        build_dir.mkdir(parents=True, exist_ok=True)
+        # One build at a time: test processes running side by side (pytest -n) wait for the
+        # first one's build and then reuse it.
+        with open(build_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return cls._build_locked(build_dir)
+
+    @classmethod
+    def _build_locked(cls, build_dir: Path) -> ShippedEnv:
         root = build_dir / f"shipped-{source_hash()}"
         done = root / ".done"
         for older in build_dir.glob("shipped-*"):

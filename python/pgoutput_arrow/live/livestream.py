@@ -40,6 +40,8 @@ import collections
 import dataclasses
 import select
 import time
+import warnings
+from collections.abc import Mapping
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -60,6 +62,7 @@ from ..exceptions import (
     WalLevelNotLogical,
 )
 from .connection import CopyBoth, CopyBothEnded, connect
+from .online_snapshot import OnlineSnapshot, plan_online
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
@@ -88,6 +91,9 @@ class LiveBatch:
     ack_lsn: int
     #: Rows of the initial snapshot (``_op = 'snapshot'``), not changes.
     snapshot: bool = False
+    #: On the last batch of each chunk of the online snapshot: its progress, to store with
+    #: the chunk and give back as ``snapshot_state`` to resume there.
+    snapshot_state: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -184,6 +190,8 @@ class LiveStream:
         self._table_floors: dict[str, int] = {}
         #: Snapshots of tables added later (snapshot_table), handed out before anything else.
         self._late: collections.deque[tuple[str, Iterator[pa.RecordBatch]]] = collections.deque()
+        #: The online snapshot (online_snapshot=True, or resnapshot()).
+        self._online: OnlineSnapshot | None = None
         self._fed_since_flush = 0
         self._last_flush = self._counters.t0
         self._metrics: Any = None
@@ -241,6 +249,9 @@ class LiveStream:
                 more = self._next_group(wait=False)
                 if more is None:
                     continue
+                if any(b.snapshot for b in more[0]):
+                    self._pending.appendleft(more)
+                    break
                 batches += more[0]
                 ack = more[1]
             self._positions.yielded(ack)
@@ -263,6 +274,10 @@ class LiveStream:
                 if self._pending:
                     break
                 return None
+            online = self._online
+            if online is not None and online.chunk is None and not self._late and not online.finished:
+                # The next chunk: it comes out where its watermark passes in the stream.
+                online.read()
             self._pump()
             if not wait and not self._pending:
                 return None
@@ -287,6 +302,8 @@ class LiveStream:
                 self._start_snapshot()
             else:
                 self._connect_and_start(first=True)
+                if self.options.online_snapshot:
+                    self._start_online()
         except BaseException:
             self.close()
             raise
@@ -313,6 +330,8 @@ class LiveStream:
         if self._exported is not None:
             self._exported.close()
             self._exported = None
+        if self._online is not None:
+            close_quietly(self._online.conn)
         while self._late:  # a table snapshot not read to its end: its slot and connections
             close = getattr(self._late.popleft()[1], "close", None)
             if close is not None:
@@ -444,6 +463,97 @@ class LiveStream:
         self._late.append((table, batches))
         return lsn
 
+    # ------------------------------------------------------------------ the online snapshot
+
+    def _online_snapshot(self) -> OnlineSnapshot:
+        if self._online is None:
+            o = self.options
+            conn = connect(self.dsn, o.connect_timeout, replication=False)
+            try:
+                self._online = OnlineSnapshot(conn, [], chunk_rows=o.snapshot_chunk_rows,
+                                              state=o.snapshot_state,
+                                              decoder_options={"binary": o.binary, **o.decoder_options})
+            except BaseException:
+                close_quietly(conn)
+                raise
+        return self._online
+
+    def _start_online(self) -> None:
+        """Plans the online snapshot of every published table (resuming a stored state); a
+        table it cannot chunk in key order is said in one line and taken by an exported
+        snapshot (:meth:`snapshot_table`)."""
+        online = self._online_snapshot()
+        with online.conn.cursor() as cur:
+            tables, fallback = plan_online(cur, self.options.publications)
+        for planned in tables:
+            online.add(planned, online.saved.get(planned.table))
+        for name, why in fallback.items():
+            if name in online.exported:
+                continue
+            warnings.warn(f"pgoutput live stream: {name} is taken by an exported snapshot, not online: {why}",
+                          RuntimeWarning, stacklevel=3)
+            online.fallback.add(name)
+            self.snapshot_table(name)
+
+    def resnapshot(self, table: str) -> None:
+        """Reads ``table`` (``"schema.table"``, published) online from its first key, chunk
+        by chunk, while the stream flows: a table added to the publication (call it once
+        ``ALTER PUBLICATION ... ADD TABLE`` committed), or one to read again. Its rows come
+        out as snapshot rows where each chunk's watermark passes in the stream; its progress
+        is part of ``snapshot_state`` from then on."""
+        if not (self.options.online_snapshot or self.options.messages):
+            raise ReplicationError("resnapshot needs the stream started with online_snapshot=True or "
+                                   "messages=True: its watermarks are logical decoding messages")
+        online = self._online_snapshot()
+        with online.conn.cursor() as cur:
+            tables, fallback = plan_online(cur, self.options.publications, [table])
+        if fallback:
+            raise ReplicationError(f"{table} cannot be read online: {fallback[table]}; "
+                                   "LiveStream.snapshot_table takes it by an exported snapshot")
+        online.add(tables[0])
+
+    def _flush_online(self, batches: list[tuple[str, str | None, int | None, pa.RecordBatch]], safe: int
+                      ) -> bool:
+        """A decoder flush while the online snapshot runs: the watermark messages taken out,
+        the changes shown to it, and where the waiting chunk's watermark is in this flush,
+        the flush cut there with the chunk's rows between the two parts. False: nothing of
+        the chunk in this flush (the caller hands the flush out as one group)."""
+        online = self._online
+        assert online is not None
+        cut = None
+        for i, (kind, table, version, batch) in enumerate(batches):
+            if kind == "messages":
+                kept, found = online.watermark(batch)
+                cut = found if found is not None else cut
+                batches[i] = (kind, table, version, kept)
+        batches[:] = [b for b in batches if b[3].num_rows and (b[0] != "messages" or self.options.messages)]
+        if cut is None:
+            for kind, table, _, batch in batches:
+                if kind == "table":
+                    online.observe(table or "", batch, before_watermark=True)
+            return False
+        pre, post = [], []
+        for kind, table, version, batch in batches:
+            below, above = _split_at(batch, cut)
+            if below.num_rows:
+                pre.append((kind, table, version, below))
+            if above.num_rows:
+                post.append((kind, table, version, above))
+        for kind, table, _, batch in pre:
+            if kind == "table":
+                online.observe(table or "", batch, before_watermark=True)
+        chunk, state = online.release()
+        for kind, table, _, batch in post:
+            if kind == "table":
+                online.observe(table or "", batch, before_watermark=False)
+        self._hand_out(pre, cut)
+        name = chunk.table.table
+        rows = chunk.batches or [chunk.empty]
+        self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], cut, snapshot=True,
+                       state=state)
+        self._hand_out(post, safe)
+        return True
+
     def _next_late_group(self) -> tuple[list[LiveBatch], int] | None:
         """The next batch of the first table snapshot that :meth:`snapshot_table` queued, as a
         group; None once that snapshot is exhausted (it is then dropped from the queue)."""
@@ -454,6 +564,8 @@ class LiveStream:
                 return [LiveBatch("table", table, None, self._unify(table, batch), emitted,
                                   snapshot=True)], emitted
         self._late.popleft()
+        if self._online is not None and table in self._online.fallback:
+            self._online.exported.add(table)  # in the state of the chunk handed out next
         return None
 
     # ------------------------------------------------------------------ connecting
@@ -472,7 +584,11 @@ class LiveStream:
                 self._positions.server_confirmed(preflight(conn, self.options, first))
             self.server_version = int(conn.server_version)
             start = self._resume_lsn()
-            command, self.proto_version = start_command(self.options, self.server_version, start)
+            options = self.options
+            if options.online_snapshot and not options.messages:
+                # The online snapshot's watermarks are messages (not handed out).
+                options = dataclasses.replace(options, messages=True)
+            command, self.proto_version = start_command(options, self.server_version, start)
             cur = conn.cursor()
             try:
                 cur.start_replication_expert(command, decode=False)
@@ -588,6 +704,10 @@ class LiveStream:
                 self._counters.received(count, nbytes)
                 self._fed_since_flush += count
                 n += count
+                if self._watermark_arrived(batch):
+                    self._flush_decoder()  # the waiting chunk goes out with this flush
+                    if self._pending:
+                        return
             if end:
                 positions.server_end(end)
             if reply:
@@ -609,6 +729,17 @@ class LiveStream:
             if status == 0:
                 break
         self._after_read(n)
+
+    def _watermark_arrived(self, batch: Any) -> bool:
+        """Whether the messages just read reach the waiting chunk's watermark (by the
+        positions of their frames)."""
+        online = self._online
+        if online is None or online.chunk is None:
+            return False
+        import pyarrow.compute as pc
+
+        lsns = pa.record_batch(batch).column(0)
+        return bool(len(lsns)) and int(pc.max(lsns).as_py()) >= online.chunk.lsn
 
     def _after_read(self, n: int) -> None:
         """Once nothing more is readable (``n`` messages were read): hand out what is
@@ -658,12 +789,20 @@ class LiveStream:
         for kind, table, _, batch in batches:
             if kind == "table" and table is not None:
                 self._counters.decoded(table, batch)
-        # Nothing to store (e.g. transactions that touched no published table): the position
-        # is handled as soon as everything handed out before it is.
+        if self._online is not None and self._flush_online(batches, safe):
+            return
+        self._hand_out(batches, safe)
+
+    def _hand_out(self, batches: list[tuple[str, str | None, int | None, pa.RecordBatch]], safe: int,
+                  snapshot: bool = False, state: Mapping[str, Any] | None = None) -> None:
+        """``batches``, complete up to ``safe``, as the next group. With nothing to store
+        (e.g. transactions that touched no published table) the position is handled as
+        soon as everything handed out before it is."""
         previous, group_ack = self._positions.handed_out(safe, self._txns.prepared_floor(),
                                                          not batches)
-        group = [LiveBatch(kind, table, version, batch,
-                           group_ack if i == len(batches) - 1 else previous)
+        last = len(batches) - 1
+        group = [LiveBatch(kind, table, version, batch, group_ack if i == last else previous,
+                           snapshot=snapshot, snapshot_state=state if i == last else None)
                  for i, (kind, table, version, batch) in enumerate(batches)]
         if group:
             self._pending.append((group, group_ack))
@@ -748,6 +887,32 @@ class LiveStream:
                 pass
         if not self._pending and not self._closed:
             self.close()
+
+
+def _split_at(batch: pa.RecordBatch, lsn: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """``batch``'s rows committed below ``lsn`` and the others (rows come in commit order;
+    a message outside any transaction is placed by its own LSN)."""
+    import numpy as np
+
+    names = batch.schema.names
+    col = next((c for c in ("_commit_lsn", "commit_lsn") if c in names), None)
+    if col is None or batch.num_rows == 0:
+        return batch.slice(0, 0), batch
+    at = batch.column(col)
+    if "_lsn" in names:
+        import pyarrow.compute as pc
+
+        at = pc.coalesce(at, batch.column("_lsn"))
+    values = np.asarray(at.fill_null(1 << 62).to_numpy(zero_copy_only=False), dtype=np.int64)
+    below = values < lsn
+    n = int(below.sum())
+    if below[:n].all():
+        return batch.slice(0, n), batch.slice(n)
+    from .online_snapshot import split_rows
+
+    idx = np.arange(len(values))
+    parts = [split_rows([batch], [int(i) for i in idx[below]]), split_rows([batch], [int(i) for i in idx[~below]])]
+    return parts[0][0], parts[1][0]
 
 
 def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:

@@ -150,6 +150,17 @@ class StreamOptions:
                                        Flag("--snapshot-connections", "int", "N"))
     snapshot_chunk_bytes: int = option(64 << 20, "bytes of table each connection reads at a time",
                                        "snapshot", Flag("--snapshot-chunk-bytes", "size", "SIZE"))
+    # The online snapshot (pgoutput_arrow.live.online_snapshot): chunks in key order while
+    # the stream flows, resumable from a stored state.
+    online_snapshot: bool = option(False, "every published table read in key order, chunk by chunk, while the "
+                                   "stream flows (_op 'snapshot' rows where each chunk's watermark is in "
+                                   "the stream; no transaction longer than one chunk; resumed from "
+                                   "{snapshot_state})", "snapshot")
+    snapshot_chunk_rows: int = option(20_000, "rows of a table each chunk of the online snapshot reads",
+                                      "snapshot")
+    snapshot_state: Mapping[str, Any] | None = option(
+        None, "the online snapshot's progress to resume from: the snapshot_state of the last chunk "
+        "stored (LiveBatch.snapshot_state); without it the online snapshot starts over", "snapshot")
     on_snapshot: Callable[[str, int], None] | None = option(
         None, "called with the slot's name and consistent point once the slot exists, before any "
         "row is read", "snapshot")
@@ -188,6 +199,12 @@ class StreamOptions:
         decoder = {k: v for k, v in options.items() if k not in fields}
         keywords = set(inspect.signature(cls.of).parameters) - {"options"}
         _check_decoder_options(decoder, fields | keywords, bool(known.get("binary")))
+        if known.get("snapshot") and known.get("online_snapshot"):
+            raise ValueError("snapshot and online_snapshot are two ways to take the snapshot: choose one")
+        if known.get("snapshot_state") is not None and not known.get("online_snapshot"):
+            raise ValueError("snapshot_state resumes an online snapshot: it needs online_snapshot=True")
+        if int(known.get("snapshot_chunk_rows", 1)) < 1:
+            raise ValueError("snapshot_chunk_rows must be at least 1")
         if known.get("snapshot") and int(known.get("snapshot_connections", 4)) < 1:
             raise ValueError("snapshot_connections must be at least 1")
         # A temporary slot is always created.

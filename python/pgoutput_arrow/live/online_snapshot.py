@@ -1,0 +1,632 @@
+"""The online snapshot: every published table read in key order, chunk by chunk, while the
+change stream flows; no transaction open longer than one chunk, and resumable after a kill.
+
+After Netflix's DBLog ("DBLog: A Watermark Based Change-Data-Capture Framework", 2020), as
+Debezium's incremental snapshots and Flink CDC's chunked snapshots do it, with one change:
+the watermark is the chunk's own MVCC snapshot, so no row of a chunk is dropped for a change
+that PostgreSQL had already made visible to it.
+
+One chunk of a table, on a plain connection of the stream (:meth:`OnlineSnapshot.read`):
+
+1. ``BEGIN ISOLATION LEVEL REPEATABLE READ`` and, in its first statement,
+   ``pg_current_snapshot()`` (the chunk's snapshot S: its ``xmax`` and in-progress xids) and
+   ``pg_logical_emit_message(false, 'pgoutput_arrow.watermark', token)``: a non-transactional
+   message, in the change stream at its own LSN W, written after S was taken.
+2. ``COPY (SELECT <published columns> FROM <table> WHERE (<key>) > (<last key read>) AND
+   <row filter> ORDER BY <key> LIMIT n) TO STDOUT (FORMAT binary)``, decoded in Rust as the
+   exported snapshot's chunks are; the keys to read again (below) the same way with
+   ``WHERE (<key>) IN (...)``; ``COMMIT``.
+
+The stream goes on; the chunk's rows come out where the watermark W is in the stream, as
+snapshot rows (``_op = 'snapshot'``) at ``_lsn = _commit_lsn = W``:
+
+* a transaction visible in S committed before S was taken, so below W: the chunk holds its
+  changes and comes after them;
+* a transaction that commits after W was invisible to S: its changes come after the chunk;
+* a transaction that commits below W but is invisible in S (it committed while S was
+  taken, or PostgreSQL had written its commit but not yet made it visible): its changes come
+  before the chunk, which is stale for the rows it touched. Those rows are dropped from the
+  chunk (the stream's version wins; DBLog's rule, told by xid instead of by time).
+
+Rows the stream changed but cannot rebuild alone are read again in a later chunk: an UPDATE
+that left a TOAST value unsent (``_unchanged``) of a row the replica does not hold whole (its
+chunk row was dropped as above, or its old key is past the part of the table read so far
+and its new key is not). Every other change carries the whole row.
+
+Ordering by ``_commit_lsn, _seq``, or applying the batches in the order they come (the
+watermark's flush is cut there), a replica that takes a snapshot row as an insert-or-replace
+ends equal to the table. The progress (per table: the last key read, done, keys to read
+again) is :attr:`OnlineSnapshot.state`: handed out with each chunk (``LiveBatch.
+snapshot_state``), stored by the consumer with the chunk, and given back as
+``snapshot_state`` to resume at the next chunk after a kill.
+
+Tables are chunked by their replica identity index or primary key when its columns have
+types whose order Python reproduces (integers, numeric, text under the C collation, uuid,
+dates and timestamps, bool, bytea); any other table is said in one line and read by the
+exported snapshot of :meth:`LiveStream.snapshot_table`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import _internal
+from .._catalog import RelationDefinition, relation_definition, server_version
+from .._pg import quote_ident
+from ..exceptions import ReplicationError
+from .connection import copy_out_functions
+from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
+
+__all__ = ["WATERMARK_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "plan_online", "split_rows",
+           "DEFAULT_CHUNK_ROWS"]
+
+#: The prefix of the watermark messages (``pg_logical_emit_message``); they are not handed out.
+WATERMARK_PREFIX = "pgoutput_arrow.watermark"
+DEFAULT_CHUNK_ROWS = 20_000
+#: The state's format.
+STATE_VERSION = 1
+
+Key = tuple[Any, ...]
+
+
+# --------------------------------------------------------------------------- key values
+
+def _numeric_order(v: decimal.Decimal) -> tuple[int, decimal.Decimal]:
+    """numeric's order: -Infinity, finite values, Infinity, NaN (PostgreSQL's)."""
+    if v.is_nan():
+        return (3, decimal.Decimal(0))
+    if v.is_infinite():
+        return (0 if v < 0 else 2, decimal.Decimal(0))
+    return (1, v)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Codec:
+    """One key type: ``norm`` makes a decoded value (``as_py``) into a Python value ordered
+    as PostgreSQL orders the type; ``text`` renders it as PostgreSQL's input; ``parse`` reads
+    that text back."""
+
+    norm: Callable[[Any], Any]
+    text: Callable[[Any], str]
+    parse: Callable[[str], Any]
+
+
+def _uuid_norm(v: Any) -> str:
+    return str(uuid.UUID(bytes=bytes(v))) if isinstance(v, (bytes, bytearray)) else str(v).lower()
+
+
+def _ts_norm(v: Any) -> Any:
+    if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+        return v.astimezone(datetime.timezone.utc)
+    return v
+
+
+_INT = _Codec(int, str, int)
+_TEXT = _Codec(str, str, str)
+_CODECS: dict[int, _Codec] = {
+    16: _Codec(bool, lambda v: "true" if v else "false", lambda s: s == "true"),
+    17: _Codec(bytes, lambda v: "\\x" + bytes(v).hex(), lambda s: bytes.fromhex(s[2:])),
+    20: _INT, 21: _INT, 23: _INT, 26: _INT,
+    25: _TEXT, 1043: _TEXT,
+    1700: _Codec(lambda v: decimal.Decimal(str(v)), str, decimal.Decimal),
+    1082: _Codec(lambda v: v, lambda v: v.isoformat(), datetime.date.fromisoformat),
+    1114: _Codec(lambda v: v, lambda v: v.isoformat(), datetime.datetime.fromisoformat),
+    1184: _Codec(_ts_norm, lambda v: v.isoformat(), lambda s: _ts_norm(datetime.datetime.fromisoformat(s))),
+    2950: _Codec(_uuid_norm, str, str),
+}
+#: Collations under which text orders as Python's str (by code point).
+_CODE_POINT_COLLATIONS = {"C", "POSIX", "ucs_basic", "C.UTF-8", "C.utf8", "pg_c_utf8"}
+
+
+def _sort_value(oid: int, v: Any) -> Any:
+    return _numeric_order(v) if oid == 1700 else v
+
+
+# --------------------------------------------------------------------------- plan
+
+@dataclasses.dataclass(frozen=True)
+class OnlineTable:
+    """One table the online snapshot reads: its definition as the stream describes it, the
+    relation read (``source``: ``ONLY schema.table``, or a partitioned root with its leaves),
+    its key (names, type oids, SQL types, in the index's order) and the publications' row
+    filter."""
+
+    table: str
+    relation: RelationDefinition
+    source: str
+    key: tuple[str, ...]
+    key_oids: tuple[int, ...]
+    key_types: tuple[str, ...]
+    row_filter: str | None
+
+    def sort_key(self, values: Sequence[Any]) -> Key:
+        """A key (normalized values) as a tuple Python orders as PostgreSQL does."""
+        return tuple(_sort_value(o, v) for o, v in zip(self.key_oids, values))
+
+    def norm(self, values: Sequence[Any]) -> Key:
+        return tuple(_CODECS[o].norm(v) for o, v in zip(self.key_oids, values))
+
+    def to_text(self, key: Key) -> list[str]:
+        return [_CODECS[o].text(v) for o, v in zip(self.key_oids, key)]
+
+    def from_text(self, texts: Sequence[str]) -> Key:
+        return tuple(_CODECS[o].parse(t) for o, t in zip(self.key_oids, texts))
+
+
+def _key_of(cur: Any, rel: RelationDefinition, db_collation: str) -> tuple[list[tuple[str, int, str]], str]:
+    """The chunking key of ``rel``: ``(name, type oid, SQL type)`` per column in index order,
+    or ``([], why not)``."""
+    cur.execute(
+        "SELECT i.indisreplident, a.attname, a.atttypid::int, format_type(a.atttypid, a.atttypmod), "
+        "       coalesce(co.collname, ''), a.attcollation::int "
+        "FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord) "
+        "LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "LEFT JOIN pg_collation co ON co.oid = a.attcollation "
+        "WHERE i.indrelid = %s AND (i.indisreplident OR i.indisprimary) AND i.indexprs IS NULL "
+        "ORDER BY i.indisreplident DESC, i.indisprimary DESC, i.indexrelid, k.ord", (rel.relation_id,))
+    rows = cur.fetchall()
+    if not rows:
+        return [], "no primary key or replica identity index"
+    first = rows[0][0]
+    rows = [r for r in rows if r[0] == first][: len({r[1] for r in rows if r[0] == first})]
+    published = {c[0] for c in rel.columns}
+    key: list[tuple[str, int, str]] = []
+    for _, name, oid, sqltype, collname, colloid in rows:
+        if name not in published:
+            return [], f"key column {name} is not published"
+        if oid not in _CODECS:
+            return [], f"key column {name} is of type {sqltype}, which is not chunked in key order"
+        if oid in (25, 1043):
+            collation = db_collation if collname == "default" else collname
+            if collation not in _CODE_POINT_COLLATIONS:
+                return [], (f"key column {name} is text under collation {collation!r}, not C "
+                            "(its order is not reproduced here)")
+        key.append((name, int(oid), sqltype))
+    return key, ""
+
+
+def plan_online(cur: Any, publications: Sequence[str], tables: Sequence[str] | None = None
+                ) -> tuple[list[OnlineTable], dict[str, str]]:
+    """The tables the publications publish (or only ``tables``) that the online snapshot
+    reads, and the others with why not (they fall back to an exported snapshot)."""
+    version = server_version(cur)
+    extra = "attnames, rowfilter" if version >= 150000 else "NULL::name[], NULL::text"
+    cur.execute(f"SELECT schemaname, tablename, {extra} FROM pg_publication_tables "
+                "WHERE pubname = ANY(%s) ORDER BY 1, 2", (list(publications),))
+    published: dict[str, tuple[set[str] | None, list[str | None]]] = {}
+    for schema, name, attnames, rowfilter in cur.fetchall():
+        cols, filters = published.setdefault(f"{schema}.{name}", (set(), []))
+        if attnames is None:
+            published[f"{schema}.{name}"] = (None, filters)
+        elif cols is not None:
+            cols.update(attnames)
+        filters.append(rowfilter)
+    if tables is not None:
+        missing = [t for t in tables if t not in published]
+        if missing:
+            raise ReplicationError(f"{', '.join(missing)} not published by {', '.join(publications)}")
+        published = {t: published[t] for t in tables}
+    cur.execute("SELECT datcollate FROM pg_database WHERE datname = current_database()")
+    db_collation = str(cur.fetchone()[0])
+    plans: list[OnlineTable] = []
+    fallback: dict[str, str] = {}
+    for table, (cols, filters) in published.items():
+        rel = relation_definition(cur, table, publications, sorted(cols) if cols is not None else None)
+        key, why = _key_of(cur, rel, db_collation)
+        if not key:
+            fallback[table] = why
+            continue
+        cur.execute("SELECT relkind FROM pg_class WHERE oid = %s", (rel.relation_id,))
+        relkind = cur.fetchone()[0]
+        name = f"{quote_ident(rel.namespace)}.{quote_ident(rel.name)}"
+        row_filter = None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in filters)
+        plans.append(OnlineTable(table, rel, name if relkind == "p" else f"ONLY {name}",
+                                 tuple(k[0] for k in key), tuple(k[1] for k in key),
+                                 tuple(k[2] for k in key), row_filter))
+    return plans, fallback
+
+
+# --------------------------------------------------------------------------- progress
+
+@dataclasses.dataclass
+class _Progress:
+    """Where one table stands: the last key read (None: nothing yet), whether every key
+    range was read, and the keys to read again."""
+
+    after: Key | None = None
+    done: bool = False
+    again: set[Key] = dataclasses.field(default_factory=set)
+
+    @property
+    def finished(self) -> bool:
+        return self.done and not self.again
+
+
+@dataclasses.dataclass
+class Chunk:
+    """A chunk read and waiting for its watermark to pass in the stream: ``batches`` of
+    ``table`` at ``_commit_lsn = lsn``; ``keys`` their keys (row order). ``last`` is the last
+    key of the key range read, ``ends`` whether that range reached the table's end,
+    ``reread`` the keys read again; ``again`` the keys to read again once more;
+    ``xmax``/``xip`` the snapshot's (32-bit xids)."""
+
+    table: OnlineTable
+    token: str
+    lsn: int
+    batches: list[pa.RecordBatch]
+    keys: list[Key]
+    last: Key | None
+    ends: bool
+    reread: set[Key]
+    xmax: int
+    xip: np.ndarray
+    #: A batch of no rows of the table's schema (a chunk that keeps none still goes out).
+    empty: pa.RecordBatch
+    again: set[Key] = dataclasses.field(default_factory=set)
+
+    def invisible(self, xids: np.ndarray) -> np.ndarray:
+        """Which of these (32-bit) xids the chunk's snapshot does not see: at or past its
+        xmax (modulo 2^32), or in progress when it was taken."""
+        d = (self.xmax - xids.astype(np.int64)) % (1 << 32)
+        return np.asarray((d == 0) | (d > (1 << 31)) | np.isin(xids, self.xip), dtype=bool)
+
+
+def _key_rows(table: OnlineTable, batch: pa.RecordBatch | pa.Table, names: Sequence[str] | None = None,
+              struct: str | None = None) -> list[Key | None]:
+    """Each row's key (normalized; None where a key column is null) from the columns
+    ``names`` (default: the key's) of ``batch``, or of its struct column ``struct``."""
+    names = names or table.key
+    if struct is not None:
+        col = batch.column(struct)
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if not all(arr.type.get_field_index(n) >= 0 for n in names):
+            return [None] * batch.num_rows
+        valid = arr.is_valid().to_pylist()
+        columns = [arr.field(n).to_pylist() for n in names]
+        return [table.norm(vals) if ok and None not in vals else None
+                for ok, vals in zip(valid, zip(*columns))] if columns else []
+    columns = [batch.column(n).to_pylist() for n in names]
+    return [table.norm(vals) if None not in vals else None for vals in zip(*columns)]
+
+
+class OnlineSnapshot:
+    """The online snapshot of a live stream: ``tables`` read chunk by chunk on ``conn`` (a
+    plain autocommit connection of its own), ``state`` its progress (resumed from a stored
+    one). See the module documentation."""
+
+    def __init__(self, conn: Any, tables: Iterable[OnlineTable], *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                 state: Mapping[str, Any] | None = None, decoder_options: Mapping[str, Any] | None = None) -> None:
+        self.conn = conn
+        self.chunk_rows = max(1, int(chunk_rows))
+        self.tables: dict[str, OnlineTable] = {}
+        self.progress: dict[str, _Progress] = {}
+        self.chunk: Chunk | None = None
+        self.rows = 0
+        self.chunks = 0
+        self.reread = 0
+        self.dropped = 0
+        #: Changes of the tables handed out since the last chunk was read: (table, batch).
+        self._recent: list[tuple[str, pa.RecordBatch]] = []
+        self._options = type_options(dict(decoder_options or {}))
+        self._run = secrets.token_hex(6)
+        self._seq = 0
+        #: The stored state's tables (resumed as each is added), and the tables it took by
+        #: an exported snapshot to the end.
+        self.saved, exported = _read_state(state)
+        self.exported: set[str] = set(exported)
+        #: The tables taken by an exported snapshot instead (not chunked in key order).
+        self.fallback: set[str] = set()
+        for t in tables:
+            self.add(t, self.saved.get(t.table))
+
+    def add(self, table: OnlineTable, saved: Mapping[str, Any] | None = None) -> None:
+        """Reads ``table`` (again) from its first key, or from where ``saved`` (its part of
+        a stored state) stands."""
+        self.tables[table.table] = table
+        p = _Progress()
+        if saved:
+            after = saved.get("after")
+            p.after = table.from_text(after) if after is not None else None
+            p.done = bool(saved.get("done"))
+            p.again = {table.from_text(k) for k in saved.get("again", [])}
+        self.progress[table.table] = p
+
+    @property
+    def finished(self) -> bool:
+        return self.chunk is None and all(p.finished for p in self.progress.values())
+
+    def covers(self, table: str | None) -> bool:
+        """Whether changes of ``table`` are followed (its snapshot is not finished)."""
+        p = self.progress.get(table or "")
+        return p is not None and not p.finished
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """The progress as JSON-able data: give it back as ``snapshot_state`` to resume."""
+        tables = {}
+        for name, p in self.progress.items():
+            t = self.tables[name]
+            tables[name] = {"after": None if p.after is None else t.to_text(p.after), "done": p.done,
+                            "again": sorted(t.to_text(k) for k in p.again)}
+        return {"version": STATE_VERSION, "tables": tables, "exported": sorted(self.exported)}
+
+    # ------------------------------------------------------------------ reading
+
+    def next_table(self) -> OnlineTable | None:
+        for name, p in self.progress.items():
+            if not p.finished:
+                return self.tables[name]
+        return None
+
+    def read(self) -> Chunk | None:
+        """Reads the next chunk (see the module documentation); None when every table is
+        read. The chunk waits in :attr:`chunk` for its watermark."""
+        assert self.chunk is None
+        table = self.next_table()
+        if table is None:
+            return None
+        p = self.progress[table.table]
+        token = f"{self._run}:{self._seq}"
+        self._seq += 1
+        cur = self.conn.cursor()
+        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        try:
+            cur.execute("SELECT pg_current_snapshot()::text, pg_logical_emit_message(false, %s, %s)::text",
+                        (WATERMARK_PREFIX, token))
+            snap, lsn_text = cur.fetchone()
+            lsn = _internal.lsn_to_int(lsn_text)
+            xmin, xmax, xip = str(snap).split(":")
+            first_seq = SEQ_BASE + (self.chunks % (1 << 25)) * SEQ_PER_CHUNK
+            read: list[pa.RecordBatch] = []
+            range_rows = 0
+            if not p.done:
+                read += self._copy(cur, table, lsn, first_seq, self._range_sql(cur, table, p.after))
+                range_rows = sum(b.num_rows for b in read)
+            again = set(p.again)
+            if again:
+                read += self._copy(cur, table, lsn, first_seq + range_rows, self._keys_sql(cur, table, again))
+            cur.execute("COMMIT")
+        except BaseException:
+            try:
+                cur.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001  (the error that matters is raised)
+                pass
+            raise
+        finally:
+            cur.close()
+        batches = [b for b in read if b.num_rows]
+        keys = [k for b in batches for k in _key_rows(table, b)]
+        if any(k is None for k in keys):
+            raise ReplicationError(f"the online snapshot of {table.table} read a row whose key "
+                                   f"({', '.join(table.key)}) its decoder could not represent")
+        range_keys = [k for k in keys[:range_rows] if k is not None]
+        last = max(range_keys, key=table.sort_key) if range_keys else None
+        self.chunk = Chunk(table, token, lsn, batches, keys, last,  # type: ignore[arg-type]
+                           not p.done and range_rows < self.chunk_rows, again, int(xmax) & 0xFFFFFFFF,
+                           np.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], dtype=np.int64),
+                           read[0].slice(0, 0))
+        self.chunks += 1
+        # Changes handed out before this chunk by transactions its snapshot does not see
+        # (committed, but not yet visible: PostgreSQL writes a commit before it shows it, and
+        # a synchronous standby can hold that for a while) are below the watermark too. The
+        # rest of what was kept is visible to every later chunk: forgotten.
+        recent, self._recent = self._recent, []
+        for name, b in recent:
+            hit = [int(i) for i in np.nonzero(self.chunk.invisible(_xids(b)))[0]]
+            if not hit:
+                continue
+            if name == table.table:
+                self.observe(name, _rows(b, hit), before_watermark=True)
+            else:
+                self._recent.append((name, _rows(b, hit)))
+        return self.chunk
+
+    def _range_sql(self, cur: Any, table: OnlineTable, after: Key | None) -> str:
+        key = ", ".join(quote_ident(k) for k in table.key)
+        where = []
+        if after is not None:
+            values = ", ".join(f"%s::{t}" for t in table.key_types)
+            where.append(cur.mogrify(f"({key}) > ({values})", table.to_text(after)).decode())
+        if table.row_filter:
+            where.append(f"({table.row_filter})")
+        condition = (" WHERE " + " AND ".join(where)) if where else ""
+        return f"SELECT {{cols}} FROM {table.source}{condition} ORDER BY {key} LIMIT {self.chunk_rows}"
+
+    def _keys_sql(self, cur: Any, table: OnlineTable, keys: Iterable[Key]) -> str:
+        key = ", ".join(quote_ident(k) for k in table.key)
+        one = "(" + ", ".join(f"%s::{t}" for t in table.key_types) + ")"
+        values = ", ".join(cur.mogrify(one, table.to_text(k)).decode() for k in keys)
+        condition = f"({key}) IN ({values})"
+        if table.row_filter:
+            condition += f" AND ({table.row_filter})"
+        return f"SELECT {{cols}} FROM {table.source} WHERE {condition}"
+
+    def _copy(self, cur: Any, table: OnlineTable, lsn: int, first_seq: int, select: str) -> list[pa.RecordBatch]:
+        """The rows of ``select`` (``{cols}``: the published columns), decoded; the first
+        batch is kept when empty (it gives the schema)."""
+        rel = table.relation
+        decoder = _internal.CopyDecoder(*rel.native_args(), lsn=lsn, commit_ts=int(time.time() * 1e6),
+                                        first_seq=first_seq, **self._options)
+        cols = ", ".join(quote_ident(c[0]) + ("::text" if text else "")
+                         for c, text in zip(rel.columns, decoder.text_columns))
+        decoder.start(self.conn.pgconn_ptr, f"COPY ({select.format(cols=cols)}) TO STDOUT (FORMAT binary)",
+                      copy_out_functions(self.conn))
+        out: list[pa.RecordBatch] = []
+        while not decoder.done:
+            out += [pa.record_batch(b) for b in decoder.read()]
+        if not out:
+            schema = pa.RecordBatchReader.from_stream(decoder.schema).schema
+            out = [pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)]
+        return [b for b in out if b.num_rows] or out[:1]
+
+    # ------------------------------------------------------------------ the stream
+
+    def watermark(self, messages: pa.RecordBatch) -> tuple[pa.RecordBatch, int | None]:
+        """The messages of a flush without the watermarks, and the LSN of the waiting
+        chunk's watermark when it is among them (the chunk's rows come out there)."""
+        if "prefix" not in messages.schema.names or messages.num_rows == 0:
+            return messages, None
+        prefixes = messages.column("prefix").to_pylist()
+        if WATERMARK_PREFIX not in prefixes:
+            return messages, None
+        found = None
+        contents = messages.column("content").to_pylist()
+        lsns = messages.column("_lsn").to_pylist()
+        for prefix, content, lsn in zip(prefixes, contents, lsns):
+            if prefix == WATERMARK_PREFIX and self.chunk is not None and bytes(content).decode() == self.chunk.token:
+                found = int(lsn)
+        keep = [i for i, p in enumerate(prefixes) if p != WATERMARK_PREFIX]
+        return _rows(messages, keep), found
+
+    def observe(self, table: str, batch: pa.RecordBatch, *, before_watermark: bool) -> None:
+        """Changes of ``table`` as they are handed out, in stream order
+        (``before_watermark``: committed below the waiting chunk's watermark). Against the
+        waiting chunk: a change by a transaction its snapshot does not see drops the rows
+        of the keys it touched from the chunk. Against the table's progress: an UPDATE that
+        left a TOAST value unsent, of a row the replica may not hold whole, has its row read
+        again when no later chunk reads it."""
+        t = self.tables.get(table)
+        if t is None or batch.num_rows == 0 or not self.covers(table):
+            return
+        chunk = self.chunk if (self.chunk is not None and before_watermark
+                               and self.chunk.table.table == table) else None
+        invisible = np.zeros(batch.num_rows, dtype=bool)
+        if "_xid" not in batch.schema.names:
+            pass
+        elif chunk is None:
+            self._recent.append((table, batch))
+        else:
+            invisible = chunk.invisible(_xids(batch))
+            hit = [int(i) for i in np.nonzero(invisible)[0]]
+            if hit:
+                self._drop_from_chunk(chunk, _rows(batch, hit))
+        partial = self._partial_updates(batch)
+        if not partial:
+            return
+        sub = _rows(batch, partial)
+        new = _key_rows(t, sub)
+        old = _key_rows(t, sub, struct="_before") if "_before" in sub.schema.names else [None] * len(new)
+        p = self.progress[table]
+        for i, k_new, k_old in zip(partial, new, old):
+            if k_new is None or self._held_whole(t, p, k_old if k_old is not None else k_new):
+                continue
+            if chunk is None:
+                if self._read_past(t, p, k_new):
+                    p.again.add(k_new)
+                continue
+            # Below the watermark: the chunk comes out after this change. It holds the row
+            # whole if its snapshot saw the change and it read the key.
+            if not invisible[i] and (k_new in chunk.reread or self._in_range(t, p, chunk, k_new)):
+                continue
+            if (self._read_past(t, p, k_new) or chunk.ends or
+                    (chunk.last is not None and t.sort_key(k_new) <= t.sort_key(chunk.last))):
+                chunk.again.add(k_new)
+
+    def _drop_from_chunk(self, chunk: Chunk, changes: pa.RecordBatch) -> None:
+        """Drops from ``chunk`` the rows of every key ``changes`` touch (new and old)."""
+        t = chunk.table
+        touched = {k for k in _key_rows(t, changes) if k is not None}
+        if "_before" in changes.schema.names:
+            touched |= {k for k in _key_rows(t, changes, struct="_before") if k is not None}
+        keep = [i for i, k in enumerate(chunk.keys) if k not in touched]
+        if len(keep) == len(chunk.keys):
+            return
+        self.dropped += len(chunk.keys) - len(keep)
+        chunk.keys = [chunk.keys[i] for i in keep]
+        chunk.batches = split_rows(chunk.batches, keep)
+
+    @staticmethod
+    def _partial_updates(batch: pa.RecordBatch) -> list[int]:
+        """The rows of ``batch`` that are UPDATEs with a TOAST value left unsent."""
+        if "_unchanged" not in batch.schema.names or "_op" not in batch.schema.names:
+            return []
+        n = pc.list_value_length(batch.column("_unchanged")).fill_null(0)
+        mask = pc.and_(pc.greater(n, 0), pc.equal(batch.column("_op"), "update"))
+        return [int(i) for i in np.nonzero(mask.to_numpy(zero_copy_only=False))[0]]
+
+    @staticmethod
+    def _read_past(t: OnlineTable, p: _Progress, key: Key) -> bool:
+        """Whether the key range read (and handed out) so far holds ``key``."""
+        return p.done or (p.after is not None and t.sort_key(key) <= t.sort_key(p.after))
+
+    @staticmethod
+    def _in_range(t: OnlineTable, p: _Progress, chunk: Chunk, key: Key) -> bool:
+        """Whether ``key`` is in the key range ``chunk`` read (past what was read before)."""
+        if p.done or OnlineSnapshot._read_past(t, p, key):
+            return False
+        return chunk.ends or (chunk.last is not None and t.sort_key(key) <= t.sort_key(chunk.last))
+
+    def _held_whole(self, t: OnlineTable, p: _Progress, key: Key) -> bool:
+        """Whether the replica holds the row of ``key`` whole (as far as this snapshot
+        knows): its range was handed out and it is not waiting to be read again."""
+        return self._read_past(t, p, key) and key not in p.again
+
+    def release(self) -> tuple[Chunk, dict[str, Any]]:
+        """The waiting chunk, once its watermark passed in the stream, and the progress
+        that includes it: the table's last key read, the keys read again settled, those to
+        read once more added."""
+        chunk, self.chunk = self.chunk, None
+        assert chunk is not None
+        p = self.progress[chunk.table.table]
+        if chunk.last is not None:
+            p.after = chunk.last
+        if chunk.ends:
+            p.done = True
+        p.again = (p.again - chunk.reread) | chunk.again
+        self.rows += sum(b.num_rows for b in chunk.batches)
+        self.reread += len(chunk.again)
+        return chunk, self.state
+
+
+def _xids(batch: pa.RecordBatch) -> np.ndarray:
+    return np.asarray(batch.column("_xid").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _rows(batch: pa.RecordBatch, rows: Sequence[int]) -> pa.RecordBatch:
+    """The rows ``rows`` (ascending) of ``batch``, as slices: pyarrow's take and filter have
+    no kernel for the view columns of text and bytea."""
+    return split_rows([batch], list(rows))[0] if rows else batch.slice(0, 0)
+
+
+def split_rows(batches: Sequence[pa.RecordBatch], rows: Sequence[int]) -> list[pa.RecordBatch]:
+    """The rows ``rows`` (ascending indices over the batches one after the other), as one
+    batch per input batch that keeps any (slices concatenated)."""
+    out = []
+    start = 0
+    it = iter(rows)
+    nxt = next(it, None)
+    for b in batches:
+        end = start + b.num_rows
+        pieces = []
+        while nxt is not None and nxt < end:
+            first = nxt
+            last = nxt
+            nxt = next(it, None)
+            while nxt is not None and nxt == last + 1 and nxt < end:
+                last = nxt
+                nxt = next(it, None)
+            pieces.append(b.slice(first - start, last - first + 1))
+        if pieces:
+            out.append(pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces))
+        start = end
+    return out if out or not batches else [batches[0].slice(0, 0)]
+
+
+def _read_state(state: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
+    if not state:
+        return {}, []
+    if state.get("version") != STATE_VERSION or not isinstance(state.get("tables"), Mapping):
+        raise ValueError(f"snapshot_state is not an online snapshot's state (version {STATE_VERSION}): "
+                         f"{str(state)[:200]}")
+    return dict(state["tables"]), [str(t) for t in state.get("exported", [])]
