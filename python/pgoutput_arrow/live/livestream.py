@@ -892,7 +892,9 @@ class LiveStream:
 def _split_at(batch: pa.RecordBatch, lsn: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
     """``batch``'s rows committed below ``lsn`` and the others (rows come in commit order;
     a message outside any transaction is placed by its own LSN)."""
-    import numpy as np
+    import pyarrow.compute as pc
+
+    from .online_snapshot import split_rows
 
     names = batch.schema.names
     col = next((c for c in ("_commit_lsn", "commit_lsn") if c in names), None)
@@ -900,19 +902,14 @@ def _split_at(batch: pa.RecordBatch, lsn: int) -> tuple[pa.RecordBatch, pa.Recor
         return batch.slice(0, 0), batch
     at = batch.column(col)
     if "_lsn" in names:
-        import pyarrow.compute as pc
-
         at = pc.coalesce(at, batch.column("_lsn"))
-    values = np.asarray(at.fill_null(1 << 62).to_numpy(zero_copy_only=False), dtype=np.int64)
-    below = values < lsn
-    n = int(below.sum())
-    if below[:n].all():
+    below = pc.less(at.fill_null(1 << 62), lsn)
+    n = int(pc.sum(below).as_py() or 0)
+    if pc.all(below.slice(0, n)).as_py() is not False:
         return batch.slice(0, n), batch.slice(n)
-    from .online_snapshot import split_rows
-
-    idx = np.arange(len(values))
-    parts = [split_rows([batch], [int(i) for i in idx[below]]), split_rows([batch], [int(i) for i in idx[~below]])]
-    return parts[0][0], parts[1][0]
+    rows = below.to_pylist()
+    return (split_rows([batch], [i for i, b in enumerate(rows) if b])[0],
+            split_rows([batch], [i for i, b in enumerate(rows) if not b])[0])
 
 
 def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:

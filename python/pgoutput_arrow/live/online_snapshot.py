@@ -57,7 +57,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -270,16 +269,16 @@ class Chunk:
     ends: bool
     reread: set[Key]
     xmax: int
-    xip: np.ndarray
+    xip: pa.Array
     #: A batch of no rows of the table's schema (a chunk that keeps none still goes out).
     empty: pa.RecordBatch
     again: set[Key] = dataclasses.field(default_factory=set)
 
-    def invisible(self, xids: np.ndarray) -> np.ndarray:
+    def invisible(self, xids: pa.Array) -> pa.BooleanArray:
         """Which of these (32-bit) xids the chunk's snapshot does not see: at or past its
         xmax (modulo 2^32), or in progress when it was taken."""
-        d = (self.xmax - xids.astype(np.int64)) % (1 << 32)
-        return np.asarray((d == 0) | (d > (1 << 31)) | np.isin(xids, self.xip), dtype=bool)
+        d = pc.bit_wise_and(pc.subtract(pa.scalar(self.xmax, pa.int64()), xids), 0xFFFFFFFF)
+        return pc.or_(pc.or_(pc.equal(d, 0), pc.greater(d, 1 << 31)), pc.is_in(xids, value_set=self.xip))
 
 
 def _key_rows(table: OnlineTable, batch: pa.RecordBatch | pa.Table, names: Sequence[str] | None = None,
@@ -414,22 +413,23 @@ class OnlineSnapshot:
         last = max(range_keys, key=table.sort_key) if range_keys else None
         self.chunk = Chunk(table, token, lsn, batches, keys, last,  # type: ignore[arg-type]
                            not p.done and range_rows < self.chunk_rows, again, int(xmax) & 0xFFFFFFFF,
-                           np.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], dtype=np.int64),
+                           pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
                            read[0].slice(0, 0))
         self.chunks += 1
         # Changes handed out before this chunk by transactions its snapshot does not see
         # (committed, but not yet visible: PostgreSQL writes a commit before it shows it, and
-        # a synchronous standby can hold that for a while) are below the watermark too. The
-        # rest of what was kept is visible to every later chunk: forgotten.
+        # a synchronous standby can hold that for a while) are below the watermark too; they
+        # are kept for the chunks after, until one sees them. What this chunk sees, every
+        # later one sees: forgotten.
         recent, self._recent = self._recent, []
         for name, b in recent:
-            hit = [int(i) for i in np.nonzero(self.chunk.invisible(_xids(b)))[0]]
+            hit = _true(self.chunk.invisible(_xids(b)))
             if not hit:
                 continue
+            unseen = _rows(b, hit)
             if name == table.table:
-                self.observe(name, _rows(b, hit), before_watermark=True)
-            else:
-                self._recent.append((name, _rows(b, hit)))
+                self._against_chunk(self.chunk, unseen, pa.array([True] * unseen.num_rows))
+            self._recent.append((name, unseen))
         return self.chunk
 
     def _range_sql(self, cur: Any, table: OnlineTable, after: Key | None) -> str:
@@ -501,37 +501,71 @@ class OnlineSnapshot:
             return
         chunk = self.chunk if (self.chunk is not None and before_watermark
                                and self.chunk.table.table == table) else None
-        invisible = np.zeros(batch.num_rows, dtype=bool)
-        if "_xid" not in batch.schema.names:
-            pass
-        elif chunk is None:
+        invisible = pa.array([False] * batch.num_rows)
+        if "_xid" in batch.schema.names:
+            # Until a chunk's snapshot sees them (see read).
             self._recent.append((table, batch))
+            if chunk is not None:
+                invisible = chunk.invisible(_xids(batch))
+                hit = _true(invisible)
+                if hit:
+                    self._drop_from_chunk(chunk, _rows(batch, hit))
+        if chunk is not None:
+            self._against_chunk(chunk, batch, invisible, drop=False)
         else:
-            invisible = chunk.invisible(_xids(batch))
-            hit = [int(i) for i in np.nonzero(invisible)[0]]
-            if hit:
-                self._drop_from_chunk(chunk, _rows(batch, hit))
-        partial = self._partial_updates(batch)
+            self._against_progress(t, batch)
+
+    def _against_progress(self, t: OnlineTable, batch: pa.RecordBatch) -> None:
+        """Changes handed out after every chunk read so far: an UPDATE that left a TOAST
+        value unsent, of a row the replica may not hold whole, in the part read."""
+        p = self.progress[t.table]
+        for k_new, k_old in self._partial_keys(t, batch, None):
+            if self._held_whole(t, p, k_old if k_old is not None else k_new):
+                continue
+            if self._read_past(t, p, k_new) and k_new not in p.again:
+                p.again.add(k_new)
+                self.reread += 1
+
+    def _partial_keys(self, t: OnlineTable, batch: pa.RecordBatch, mask: pa.BooleanArray | None
+                      ) -> list[tuple[Key, Key | None]]:
+        """(new key, old key or None) of each UPDATE of ``batch`` that left a TOAST value
+        unsent, with its row's ``mask`` value when given (as the third element's stand-in:
+        rows whose mask is False are skipped)."""
+        partial = [i for i in self._partial_updates(batch) if mask is None or mask[i].as_py()]
         if not partial:
-            return
+            return []
         sub = _rows(batch, partial)
         new = _key_rows(t, sub)
         old = _key_rows(t, sub, struct="_before") if "_before" in sub.schema.names else [None] * len(new)
-        p = self.progress[table]
-        for i, k_new, k_old in zip(partial, new, old):
-            if k_new is None or self._held_whole(t, p, k_old if k_old is not None else k_new):
-                continue
-            if chunk is None:
-                if self._read_past(t, p, k_new):
-                    p.again.add(k_new)
-                continue
-            # Below the watermark: the chunk comes out after this change. It holds the row
-            # whole if its snapshot saw the change and it read the key.
-            if not invisible[i] and (k_new in chunk.reread or self._in_range(t, p, chunk, k_new)):
-                continue
-            if (self._read_past(t, p, k_new) or chunk.ends or
-                    (chunk.last is not None and t.sort_key(k_new) <= t.sort_key(chunk.last))):
-                chunk.again.add(k_new)
+        return [(k_new, k_old) for k_new, k_old in zip(new, old) if k_new is not None]
+
+    def _against_chunk(self, chunk: Chunk, batch: pa.RecordBatch, invisible: pa.BooleanArray,
+                       drop: bool = True) -> None:
+        """Changes below the waiting chunk's watermark (``invisible``: by a transaction its
+        snapshot does not see; with ``drop`` those rows' keys are dropped from it first)."""
+        t = chunk.table
+        hit = _true(invisible) if drop else []
+        if hit:
+            self._drop_from_chunk(chunk, _rows(batch, hit))
+        p = self.progress[t.table]
+        for seen in (True, False):
+            for k_new, k_old in self._partial_keys(t, batch, pc.invert(invisible) if seen else invisible):
+                self._partial_below(t, p, chunk, k_new, k_old, seen)
+
+    def _partial_below(self, t: OnlineTable, p: _Progress, chunk: Chunk, k_new: Key, k_old: Key | None,
+                       seen: bool) -> None:
+        """An UPDATE below the chunk's watermark left a TOAST value of ``k_new`` unsent;
+        ``seen``: the chunk's snapshot sees it."""
+        if self._held_whole(t, p, k_old if k_old is not None else k_new):
+            return
+        # The chunk comes out after this change. It holds the row whole if its snapshot
+        # saw the change and it read the key.
+        if seen and (k_new in chunk.reread or self._in_range(t, p, chunk, k_new)):
+            return
+        if (self._read_past(t, p, k_new) or chunk.ends or
+                (chunk.last is not None and t.sort_key(k_new) <= t.sort_key(chunk.last))):
+            self.reread += k_new not in chunk.again
+            chunk.again.add(k_new)
 
     def _drop_from_chunk(self, chunk: Chunk, changes: pa.RecordBatch) -> None:
         """Drops from ``chunk`` the rows of every key ``changes`` touch (new and old)."""
@@ -553,7 +587,7 @@ class OnlineSnapshot:
             return []
         n = pc.list_value_length(batch.column("_unchanged")).fill_null(0)
         mask = pc.and_(pc.greater(n, 0), pc.equal(batch.column("_op"), "update"))
-        return [int(i) for i in np.nonzero(mask.to_numpy(zero_copy_only=False))[0]]
+        return _true(mask)
 
     @staticmethod
     def _read_past(t: OnlineTable, p: _Progress, key: Key) -> bool:
@@ -585,12 +619,16 @@ class OnlineSnapshot:
             p.done = True
         p.again = (p.again - chunk.reread) | chunk.again
         self.rows += sum(b.num_rows for b in chunk.batches)
-        self.reread += len(chunk.again)
         return chunk, self.state
 
 
-def _xids(batch: pa.RecordBatch) -> np.ndarray:
-    return np.asarray(batch.column("_xid").fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+def _xids(batch: pa.RecordBatch) -> pa.Array:
+    return batch.column("_xid").fill_null(0).cast(pa.int64())
+
+
+def _true(mask: pa.BooleanArray) -> list[int]:
+    """The indices where ``mask`` is true."""
+    return [int(i) for i in pc.indices_nonzero(mask.fill_null(False)).to_pylist()]
 
 
 def _rows(batch: pa.RecordBatch, rows: Sequence[int]) -> pa.RecordBatch:
