@@ -20,6 +20,10 @@ DURATION     ?= 0
 FUZZ_DIR     ?= fuzz
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS  ?=
+# pytest runs the tests in this many processes (pytest-xdist; each has its own servers and
+# Spark session): most tests wait on servers, JVMs and subprocesses, so two halve the wall
+# time on two cores.
+PYTEST_WORKERS ?= 2
 CARGO_TEST   ?= cargo test --workspace
 # make wheel: where the wheel goes, and the oldest glibc it must run on (manylinux_2_17 is
 # glibc 2.17, what CentOS 7 and every current cluster image have or exceed).
@@ -40,7 +44,7 @@ RUST_VERSION := $(shell sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)
 help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "} {printf "  %-14s %s\n", $$1, $$2}'
-	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)' SEED=$(SEED) COUNT=$(COUNT) DURATION=$(DURATION)"
+	@echo "  variables: FUZZ_SECONDS=$(FUZZ_SECONDS) PYTEST_ARGS='$(PYTEST_ARGS)' PYTEST_WORKERS=$(PYTEST_WORKERS) SEED=$(SEED) COUNT=$(COUNT) DURATION=$(DURATION)"
 
 # What a fresh machine must already have: each missing piece said in one line.
 prerequisites:
@@ -104,7 +108,7 @@ test: setup develop ## Lints, Rust tests, the benchmarks built, then pytest agai
 	$(MAKE) --no-print-directory lint
 	$(CARGO_TEST)
 	cargo bench --workspace --no-run
-	$(VENV)/bin/pytest tests -q -rs --durations=40 --timeout=900 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests -q -rs --durations=40 --timeout=900 -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 demo: setup develop ## Run the demo (examples/demo.py), ending with examples/spark_pipeline.py on its capture, on a standalone cluster (tools/spark_cluster.py) with the wheel shipped
 	$(PY) examples/demo.py --spark-pipeline examples/spark_pipeline.py --spark-cluster tools/spark_cluster.py
