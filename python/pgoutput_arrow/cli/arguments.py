@@ -374,4 +374,11 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
             raise UsageError("--snapshot goes with --create-slot (the snapshot is taken as the slot is created)")
         if args.snapshot_connections < 1:
             raise UsageError("--snapshot-connections must be at least 1")
+        if args.online_snapshot and args.snapshot:
+            raise UsageError("--snapshot and --online-snapshot are two ways to take the snapshot: choose one")
+        if args.online_snapshot and fmt in ("delta", "iceberg"):
+            raise UsageError("--online-snapshot writes --format parquet, arrow or text for now, not "
+                             f"{fmt}: take the snapshot with --snapshot")
+        if args.snapshot_chunk_rows < 1:
+            raise UsageError("--snapshot-chunk-rows must be at least 1")
     return fmt

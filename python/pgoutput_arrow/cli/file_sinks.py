@@ -26,6 +26,7 @@ import json
 import os
 import re
 import time
+from typing import Any
 from pathlib import Path
 
 import pyarrow as pa
@@ -123,11 +124,16 @@ class FileSink:
 
 def read_checkpoint(root: Path) -> int | None:
     """The end LSN of what ``DIR`` holds completely (None: no live output there yet)."""
+    data = _checkpoint_data(root)
+    return None if data is None else lsn_to_int(data["lsn"])
+
+
+def _checkpoint_data(root: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((root / CHECKPOINT).read_text())
+        data: dict[str, Any] = json.loads((root / CHECKPOINT).read_text())
     except FileNotFoundError:
         return None
-    return lsn_to_int(data["lsn"])
+    return data
 
 
 class LiveFileSink:
@@ -145,6 +151,13 @@ class LiveFileSink:
         # One writer per directory: a second one would interleave groups.
         self._lock = writable_directory(root)
         self.checkpoint = self._recover()
+        #: The online snapshot's progress (--online-snapshot), kept in the checkpoint: a
+        #: chunk's files count with the checkpoint that records it.
+        self.online_state: dict[str, Any] | None = (_checkpoint_data(root) or {}).get("online_snapshot")
+        self._written_state = self.online_state
+        #: Whether this run takes an online snapshot: its chunks are files like the changes'
+        #: (named by their commit LSN, counted by the checkpoint).
+        self.online = False
         self._snapshot_lsn: int | None = None
         self._snapshot_files = sum(1 for d in root.iterdir() if d.is_dir()
                                    for f in d.iterdir() if _SNAPSHOT_FILE.match(f.name))
@@ -188,7 +201,11 @@ class LiveFileSink:
         path = self.root / CHECKPOINT
         tmp = self.root / f".{CHECKPOINT}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"lsn": lsn_to_str(lsn), "written_at": time.time()}, f)
+            record: dict[str, Any] = {"lsn": lsn_to_str(lsn), "written_at": time.time()}
+            state = getattr(self, "online_state", None)
+            if state is not None:
+                record["online_snapshot"] = state
+            json.dump(record, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -263,15 +280,16 @@ class LiveFileSink:
                 directory_path.mkdir(exist_ok=True)
                 suffix = f"-{n}" if n else ""
                 path = directory_path / f"{first:016X}-{last:016X}{suffix}.{self.ext}"
-                if not key.startswith("_") and _is_snapshot(table):
+                if not key.startswith("_") and not self.online and _is_snapshot(table):
                     # Rows of the initial snapshot, all at its consistent point: numbered.
                     self._snapshot_files += 1
                     path = directory_path / f"snapshot-{first:016X}-{self._snapshot_files:06d}.{self.ext}"
                 write_atomically(table, path, self.fmt)
                 self.files.append(path)
-        if end_lsn > self.checkpoint:
-            self._write_checkpoint(end_lsn)
-            self.checkpoint = end_lsn
+        if end_lsn > self.checkpoint or (self.online_state is not self._written_state and end_lsn):
+            self._write_checkpoint(max(end_lsn, self.checkpoint))
+            self.checkpoint = max(end_lsn, self.checkpoint)
+            self._written_state = self.online_state
         for directory in self.dirs.values():
             directory.finish()
 

@@ -35,6 +35,7 @@ from ..live.options import flagged
 from ..live.slot_guard import drop_slot, drop_unfinished_slot, invalidation_message, slot_status
 from .arguments import publications
 from .capture_source import decoder_options
+from .file_sinks import LiveFileSink
 from .progress import Progress, nbytes, si
 
 __all__ = ["LiveSource", "ResumableOutput"]
@@ -82,6 +83,10 @@ class LiveSource:
         # The options of stream() that are flags (their one table: StreamOptions), as given.
         options = {f.name: getattr(args, f.name) for f, _ in flagged()}
         options["snapshot"] = snapshot
+        if args.online_snapshot and isinstance(files, LiveFileSink):
+            # Where the online snapshot stands: kept with the output's checkpoint.
+            options["snapshot_state"] = files.online_state
+            files.online = True
         if snapshot and files is not None:
             files.begin_snapshot(args.slot, None)
             options["on_snapshot"] = files.begin_snapshot
@@ -197,6 +202,10 @@ class LiveSource:
         durable)."""
         for batches, ack_lsn in self.stream.groups(linger=self.linger):
             outputs = [Output(cast(OutputKind, b.kind), b.table, b.version, b.batch) for b in batches]
+            states = [b.snapshot_state for b in batches if b.snapshot_state is not None]
+            if states and isinstance(self.files, LiveFileSink):
+                # Written with this group's checkpoint: the chunk counts with it.
+                self.files.online_state = dict(states[-1])
             yield outputs, ack_lsn
             self.rows += sum(b.num_rows for b in batches)
             self._update()

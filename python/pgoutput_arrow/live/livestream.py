@@ -549,7 +549,10 @@ class LiveStream:
         self._hand_out(pre, cut)
         name = chunk.table.table
         rows = chunk.batches or [chunk.empty]
-        self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], cut, snapshot=True,
+        # Handled once past the watermark: no transaction commits between it and the next
+        # byte, and an output can tell a chunk it holds (its rows are at the watermark, below
+        # that position) from one a kill cut short.
+        self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], cut + 1, snapshot=True,
                        state=state)
         self._hand_out(post, safe)
         return True
@@ -705,6 +708,7 @@ class LiveStream:
                 self._fed_since_flush += count
                 n += count
                 if self._watermark_arrived(batch):
+                    self._last_data = time.monotonic()
                     self._flush_decoder()  # the waiting chunk goes out with this flush
                     if self._pending:
                         return

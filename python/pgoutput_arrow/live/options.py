@@ -155,9 +155,12 @@ class StreamOptions:
     online_snapshot: bool = option(False, "every published table read in key order, chunk by chunk, while the "
                                    "stream flows (_op 'snapshot' rows where each chunk's watermark is in "
                                    "the stream; no transaction longer than one chunk; resumed from "
-                                   "{snapshot_state})", "snapshot")
+                                   "{snapshot_state})", "snapshot",
+                                   Flag("--online-snapshot", "bool", note="with --output (Parquet, Arrow) its "
+                                        "progress is kept in _checkpoint.json: the same command resumes at "
+                                        "the next chunk"))
     snapshot_chunk_rows: int = option(20_000, "rows of a table each chunk of the online snapshot reads",
-                                      "snapshot")
+                                      "snapshot", Flag("--snapshot-chunk-rows", "int", "N"))
     snapshot_state: Mapping[str, Any] | None = option(
         None, "the online snapshot's progress to resume from: the snapshot_state of the last chunk "
         "stored (LiveBatch.snapshot_state); without it the online snapshot starts over", "snapshot")
