@@ -370,3 +370,55 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
         files = sorted(directory.glob("*.parquet"))
         replica.batches[f"public.{t}"] = [b for f in files for b in decoded(pq.read_table(f)).to_batches()]
     assert_replica_equals_server(pg, replica, keys)
+
+
+def test_a_table_added_to_the_publication_and_a_resnapshot_message(
+        pg: PgServer, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table added to the publication while the stream runs is read online (the stream
+    looks for one every few seconds), and a message ``pgoutput_arrow.resnapshot`` with a
+    table's name has it read again; writes run on both; the replica equals the tables."""
+    from pgoutput_arrow.live import livestream
+
+    monkeypatch.setattr(livestream, "_PUBLICATION_POLL_S", 0.3)
+    p = unique_name
+    a, b = f"{p}_a", f"{p}_b"
+    pg.execute(f"CREATE TABLE {a} (id int PRIMARY KEY, v int); "
+               f"INSERT INTO {a} SELECT i, i FROM generate_series(1, 300) i")
+    pg.execute(f"CREATE TABLE {b} (id bigint PRIMARY KEY, v text); "
+               f"INSERT INTO {b} SELECT i, 'v' || i FROM generate_series(1, 500) i")
+    pg.execute(f"CREATE PUBLICATION {p} FOR TABLE {a}")
+    pg.create_slot(p)
+    replica = Replica()
+    steps: list[str] = []
+    snapshot_rows: dict[str, int] = {}
+
+    def on_group(r: Replica) -> None:
+        tables = r.state["tables"] if r.state else {}
+        if not steps and tables.get(f"public.{a}", {}).get("done"):
+            steps.append("added")
+            pg.execute(f"ALTER PUBLICATION {p} ADD TABLE {b}")
+            pg.execute(f"UPDATE {b} SET v = v || '+' WHERE id % 7 = 0")
+            pg.execute(f"UPDATE {a} SET v = -v WHERE id % 5 = 0")
+        elif steps == ["added"] and tables.get(f"public.{b}", {}).get("done"):
+            steps.append("signalled")
+            pg.execute("SELECT pg_logical_emit_message(true, 'pgoutput_arrow.resnapshot', %s)", (f"public.{a}",))
+            pg.execute(f"DELETE FROM {a} WHERE id % 11 = 0")
+        elif steps == ["added", "signalled"] and not tables[f"public.{a}"]["done"]:
+            steps.append("reading again")
+
+    s = pgoutput_arrow.stream(pg.dsn, slot=p, publication=p, online_snapshot=True, snapshot_chunk_rows=64,
+                              flush_interval=0.2)
+    with s:
+        for group, ack in s.groups():
+            replica.store(group, ack)
+            s.ack(ack)
+            for item in group:
+                if item.snapshot:
+                    snapshot_rows[item.table or ""] = snapshot_rows.get(item.table or "", 0) + item.num_rows
+            on_group(replica)
+            if len(steps) == 3 and replica.finished() and s.stop_at_lsn is None:
+                s.stop_at_lsn = pgoutput_arrow.lsn_to_int(str(pg.scalar("SELECT pg_current_wal_lsn()::text")))
+    assert steps == ["added", "signalled", "reading again"]
+    assert snapshot_rows[f"public.{b}"] == 500
+    assert snapshot_rows[f"public.{a}"] >= 300 + 240, snapshot_rows  # read twice
+    assert_replica_equals_server(pg, replica, {a: ["id"], b: ["id"]})

@@ -71,6 +71,9 @@ from .stats import StreamCounters, StreamStats
 
 __all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "HEARTBEAT_PREFIX"]
 
+#: Seconds between two looks of the online snapshot for tables added to the publication.
+_PUBLICATION_POLL_S = 10.0
+
 #: StreamOptions' fields, readable as attributes of a LiveStream.
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(StreamOptions))
 
@@ -190,8 +193,10 @@ class LiveStream:
         self._table_floors: dict[str, int] = {}
         #: Snapshots of tables added later (snapshot_table), handed out before anything else.
         self._late: collections.deque[tuple[str, Iterator[pa.RecordBatch]]] = collections.deque()
-        #: The online snapshot (online_snapshot=True, or resnapshot()).
+        #: The online snapshot (online_snapshot=True, or resnapshot()), and when it last
+        #: looked for tables added to the publication.
         self._online: OnlineSnapshot | None = None
+        self._last_poll = 0.0
         self._fed_since_flush = 0
         self._last_flush = self._counters.t0
         self._metrics: Any = None
@@ -275,6 +280,9 @@ class LiveStream:
                     break
                 return None
             online = self._online
+            if (online is not None and self.options.online_snapshot
+                    and time.monotonic() - self._last_poll >= _PUBLICATION_POLL_S):
+                self._sync_publications()  # a table added to the publication is read online
             if online is not None and online.chunk is None and not self._late and not online.finished:
                 # The next chunk: it comes out where its watermark passes in the stream.
                 online.read()
@@ -479,21 +487,41 @@ class LiveStream:
         return self._online
 
     def _start_online(self) -> None:
-        """Plans the online snapshot of every published table (resuming a stored state); a
-        table it cannot chunk in key order is said in one line and taken by an exported
-        snapshot (:meth:`snapshot_table`)."""
+        """Plans the online snapshot of every published table (resuming a stored state)."""
+        self._sync_publications()
+
+    def _sync_publications(self) -> None:
+        """Reads every published table the online snapshot does not know yet (a table added
+        to the publication: from its first key; at the start, from the stored state), and
+        forgets those no longer published. A table it cannot chunk in key order is said in
+        one line and taken by an exported snapshot (:meth:`snapshot_table`)."""
         online = self._online_snapshot()
+        self._last_poll = time.monotonic()
         with online.conn.cursor() as cur:
             tables, fallback = plan_online(cur, self.options.publications)
+        published = {t.table for t in tables} | set(fallback)
+        for gone in [t for t in (set(online.tables) | online.fallback | online.exported) if t not in published]:
+            online.remove(gone)
         for planned in tables:
-            online.add(planned, online.saved.get(planned.table))
+            if planned.table not in online.tables:
+                online.add(planned, online.saved.get(planned.table))
         for name, why in fallback.items():
-            if name in online.exported:
+            if name in online.exported or name in online.fallback:
                 continue
             warnings.warn(f"pgoutput live stream: {name} is taken by an exported snapshot, not online: {why}",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning, stacklevel=4)
             online.fallback.add(name)
             self.snapshot_table(name)
+        online.saved = {}  # a table published again later is read from its first key
+
+    def _signalled(self, table: str) -> None:
+        """A resnapshot message asked to read ``table`` again (see RESNAPSHOT_PREFIX): a
+        wrong one is said in one line, the stream goes on."""
+        try:
+            self.resnapshot(table)
+        except Exception as e:  # noqa: BLE001  (a signal does not stop the stream)
+            warnings.warn(f"pgoutput live stream: cannot read {table!r} again as a message asked: "
+                          f"{one_line(str(e))}", RuntimeWarning, stacklevel=2)
 
     def resnapshot(self, table: str) -> None:
         """Reads ``table`` (``"schema.table"``, published) online from its first key, chunk
@@ -521,12 +549,16 @@ class LiveStream:
         online = self._online
         assert online is not None
         cut = None
+        signals = []
         for i, (kind, table, version, batch) in enumerate(batches):
             if kind == "messages":
+                signals += online.signals(batch)
                 kept, found = online.watermark(batch)
                 cut = found if found is not None else cut
                 batches[i] = (kind, table, version, kept)
         batches[:] = [b for b in batches if b[3].num_rows and (b[0] != "messages" or self.options.messages)]
+        for table in signals:
+            self._signalled(table)
         if cut is None:
             for kind, table, _, batch in batches:
                 if kind == "table":

@@ -67,11 +67,15 @@ from ..exceptions import ReplicationError
 from .connection import copy_out_functions
 from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
 
-__all__ = ["WATERMARK_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "plan_online", "split_rows",
+__all__ = ["WATERMARK_PREFIX", "RESNAPSHOT_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "plan_online", "split_rows",
            "DEFAULT_CHUNK_ROWS"]
 
 #: The prefix of the watermark messages (``pg_logical_emit_message``); they are not handed out.
 WATERMARK_PREFIX = "pgoutput_arrow.watermark"
+#: The prefix of a message that asks a running stream to read a table again (its content:
+#: ``schema.table``), Debezium's signal table without a table:
+#: ``SELECT pg_logical_emit_message(true, 'pgoutput_arrow.resnapshot', 'public.orders')``.
+RESNAPSHOT_PREFIX = "pgoutput_arrow.resnapshot"
 DEFAULT_CHUNK_ROWS = 20_000
 #: The state's format.
 STATE_VERSION = 1
@@ -268,6 +272,8 @@ class Chunk:
     last: Key | None
     ends: bool
     reread: set[Key]
+    #: The table's progress when it was read (a table read again since has a new one).
+    progress: _Progress
     xmax: int
     xip: pa.Array
     #: A batch of no rows of the table's schema (a chunk that keeps none still goes out).
@@ -412,7 +418,7 @@ class OnlineSnapshot:
         range_keys = [k for k in keys[:range_rows] if k is not None]
         last = max(range_keys, key=table.sort_key) if range_keys else None
         self.chunk = Chunk(table, token, lsn, batches, keys, last,  # type: ignore[arg-type]
-                           not p.done and range_rows < self.chunk_rows, again, int(xmax) & 0xFFFFFFFF,
+                           not p.done and range_rows < self.chunk_rows, again, p, int(xmax) & 0xFFFFFFFF,
                            pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
                            read[0].slice(0, 0))
         self.chunks += 1
@@ -471,6 +477,22 @@ class OnlineSnapshot:
         return [b for b in out if b.num_rows] or out[:1]
 
     # ------------------------------------------------------------------ the stream
+
+    def remove(self, table: str) -> None:
+        """Stops reading ``table`` (no longer published)."""
+        self.tables.pop(table, None)
+        self.progress.pop(table, None)
+        self.fallback.discard(table)
+        self.exported.discard(table)
+
+    @staticmethod
+    def signals(messages: pa.RecordBatch) -> list[str]:
+        """The tables that resnapshot messages among ``messages`` ask to read again."""
+        if "prefix" not in messages.schema.names or RESNAPSHOT_PREFIX not in messages.column("prefix").to_pylist():
+            return []
+        return [bytes(c).decode("utf-8", "replace").strip()
+                for p, c in zip(messages.column("prefix").to_pylist(), messages.column("content").to_pylist())
+                if p == RESNAPSHOT_PREFIX]
 
     def watermark(self, messages: pa.RecordBatch) -> tuple[pa.RecordBatch, int | None]:
         """The messages of a flush without the watermarks, and the LSN of the waiting
@@ -612,7 +634,7 @@ class OnlineSnapshot:
         read once more added."""
         chunk, self.chunk = self.chunk, None
         assert chunk is not None
-        p = self.progress[chunk.table.table]
+        p = chunk.progress
         if chunk.last is not None:
             p.after = chunk.last
         if chunk.ends:
