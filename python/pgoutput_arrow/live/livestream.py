@@ -578,12 +578,13 @@ class LiveStream:
         for kind, table, _, batch in post:
             if kind == "table":
                 online.observe(table or "", batch, before_watermark=False)
+        # The chunk's position is inside the watermark's WAL record, one byte below its end E,
+        # where the next record starts (maybe a commit). What is before is handled at the
+        # position; the chunk at E: a resume there gets a commit at E again. An output tells
+        # a chunk it holds (rows below the handled position) from one a kill cut short.
         self._hand_out(pre, cut)
         name = chunk.table.table
         rows = chunk.batches or [chunk.empty]
-        # Handled once past the watermark: no transaction commits between it and the next
-        # byte, and an output can tell a chunk it holds (its rows are at the watermark, below
-        # that position) from one a kill cut short.
         self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], cut + 1, snapshot=True,
                        state=state)
         self._hand_out(post, safe)

@@ -11,7 +11,9 @@ One chunk of a table, on a plain connection of the stream (:meth:`OnlineSnapshot
 1. ``BEGIN ISOLATION LEVEL REPEATABLE READ`` and, in its first statement,
    ``pg_current_snapshot()`` (the chunk's snapshot S: its ``xmax`` and in-progress xids) and
    ``pg_logical_emit_message(false, 'pgoutput_arrow.watermark', token)``: a non-transactional
-   message, in the change stream at its own LSN W, written after S was taken.
+   message, in the change stream where its WAL record is, written after S was taken. The
+   chunk's position W is one byte below the record's end (where a commit may start): every
+   commit is below W or above it.
 2. ``COPY (SELECT <published columns> FROM <table> WHERE (<key>) > (<last key read>) AND
    <row filter> ORDER BY <key> LIMIT n) TO STDOUT (FORMAT binary)``, decoded in Rust as the
    exported snapshot's chunks are; the keys to read again (below) the same way with
@@ -259,7 +261,8 @@ class _Progress:
 @dataclasses.dataclass
 class Chunk:
     """A chunk read and waiting for its watermark to pass in the stream: ``batches`` of
-    ``table`` at ``_commit_lsn = lsn``; ``keys`` their keys (row order). ``last`` is the last
+    ``table`` at ``_commit_lsn = lsn``; ``keys`` their keys (row order; None until a
+    change below the watermark needs them). ``last`` is the last
     key of the key range read, ``ends`` whether that range reached the table's end,
     ``reread`` the keys read again; ``again`` the keys to read again once more;
     ``xmax``/``xip`` the snapshot's (32-bit xids)."""
@@ -268,7 +271,7 @@ class Chunk:
     token: str
     lsn: int
     batches: list[pa.RecordBatch]
-    keys: list[Key]
+    keys: list[Key | None] | None
     last: Key | None
     ends: bool
     reread: set[Key]
@@ -387,10 +390,22 @@ class OnlineSnapshot:
         cur = self.conn.cursor()
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         try:
-            cur.execute("SELECT pg_current_snapshot()::text, pg_logical_emit_message(false, %s, %s)::text",
-                        (WATERMARK_PREFIX, token))
-            snap, lsn_text = cur.fetchone()
-            lsn = _internal.lsn_to_int(lsn_text)
+            # The watermark reaches the stream once the WAL is flushed past it: at once on 17+
+            # (the message's flush argument); before, by this transaction's commit (an xid
+            # makes it write and flush one; locally: a synchronous standby is not waited
+            # for), not by the WAL writer's next round.
+            if self.conn.server_version >= 170000:
+                cur.execute("SELECT pg_current_snapshot()::text, "
+                            "pg_logical_emit_message(false, %s, %s, true)::text", (WATERMARK_PREFIX, token))
+            else:
+                cur.execute("SELECT pg_current_snapshot()::text, pg_logical_emit_message(false, %s, %s)::text, "
+                            "pg_current_xact_id(), set_config('synchronous_commit', 'local', true)",
+                            (WATERMARK_PREFIX, token))
+            snap, lsn_text = cur.fetchone()[:2]
+            # The function returns the end of the message's WAL record, where the next record
+            # (maybe a commit) starts: the chunk is placed one byte below, inside the record,
+            # after every commit before it and before every commit after it.
+            lsn = _internal.lsn_to_int(lsn_text) - 1
             xmin, xmax, xip = str(snap).split(":")
             first_seq = SEQ_BASE + (self.chunks % (1 << 25)) * SEQ_PER_CHUNK
             read: list[pa.RecordBatch] = []
@@ -411,13 +426,19 @@ class OnlineSnapshot:
         finally:
             cur.close()
         batches = [b for b in read if b.num_rows]
-        keys = [k for b in batches for k in _key_rows(table, b)]
-        if any(k is None for k in keys):
-            raise ReplicationError(f"the online snapshot of {table.table} read a row whose key "
-                                   f"({', '.join(table.key)}) its decoder could not represent")
-        range_keys = [k for k in keys[:range_rows] if k is not None]
-        last = max(range_keys, key=table.sort_key) if range_keys else None
-        self.chunk = Chunk(table, token, lsn, batches, keys, last,  # type: ignore[arg-type]
+        last = None
+        if range_rows:
+            # The range's rows come in key order: its last row has the last key read.
+            at = range_rows - 1
+            for b in batches:
+                if at < b.num_rows:
+                    last = _key_rows(table, b.slice(at, 1))[0]
+                    break
+                at -= b.num_rows
+            if last is None:
+                raise ReplicationError(f"the online snapshot of {table.table} read a row whose key "
+                                       f"({', '.join(table.key)}) its decoder could not represent")
+        self.chunk = Chunk(table, token, lsn, batches, None, last,
                            not p.done and range_rows < self.chunk_rows, again, p, int(xmax) & 0xFFFFFFFF,
                            pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
                            read[0].slice(0, 0))
@@ -495,8 +516,8 @@ class OnlineSnapshot:
                 if p == RESNAPSHOT_PREFIX]
 
     def watermark(self, messages: pa.RecordBatch) -> tuple[pa.RecordBatch, int | None]:
-        """The messages of a flush without the watermarks, and the LSN of the waiting
-        chunk's watermark when it is among them (the chunk's rows come out there)."""
+        """The messages of a flush without the watermarks, and the waiting chunk's position
+        (:attr:`Chunk.lsn`) when its watermark is among them (its rows come out there)."""
         if "prefix" not in messages.schema.names or messages.num_rows == 0:
             return messages, None
         prefixes = messages.column("prefix").to_pylist()
@@ -504,10 +525,9 @@ class OnlineSnapshot:
             return messages, None
         found = None
         contents = messages.column("content").to_pylist()
-        lsns = messages.column("_lsn").to_pylist()
-        for prefix, content, lsn in zip(prefixes, contents, lsns):
+        for prefix, content in zip(prefixes, contents):
             if prefix == WATERMARK_PREFIX and self.chunk is not None and bytes(content).decode() == self.chunk.token:
-                found = int(lsn)
+                found = self.chunk.lsn
         keep = [i for i, p in enumerate(prefixes) if p != WATERMARK_PREFIX]
         return _rows(messages, keep), found
 
@@ -595,11 +615,14 @@ class OnlineSnapshot:
         touched = {k for k in _key_rows(t, changes) if k is not None}
         if "_before" in changes.schema.names:
             touched |= {k for k in _key_rows(t, changes, struct="_before") if k is not None}
-        keep = [i for i, k in enumerate(chunk.keys) if k not in touched]
-        if len(keep) == len(chunk.keys):
+        keys = chunk.keys
+        if keys is None:  # the chunk's keys, read once a change may drop some
+            keys = chunk.keys = [k for b in chunk.batches for k in _key_rows(t, b)]
+        keep = [i for i, k in enumerate(keys) if k not in touched]
+        if len(keep) == len(keys):
             return
-        self.dropped += len(chunk.keys) - len(keep)
-        chunk.keys = [chunk.keys[i] for i in keep]
+        self.dropped += len(keys) - len(keep)
+        chunk.keys = [keys[i] for i in keep]
         chunk.batches = split_rows(chunk.batches, keep)
 
     @staticmethod
