@@ -9,7 +9,7 @@
 # the 1.3 GB table), PGOUTPUT_SNAPSHOT_WIDE_ROWS (default 1000000), PGOUTPUT_BENCH_DATA
 # (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare cli live delta snapshot profile spark report"),
+# BENCH_STEPS (default "gen criterion compare cli live delta snapshot online profile spark report"),
 # BENCH_COMMAND (what BENCHMARKS.md says was run).
 #
 # `benches/run.sh spark` runs only the Spark part (issue 22): the Spark captures (made once,
@@ -25,7 +25,7 @@ PY=${PY:-.venv/bin/python}
 export PGOUTPUT_BENCH_DATA=${PGOUTPUT_BENCH_DATA:-$PWD/bench-data}
 export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
-STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot profile spark report}
+STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot online profile spark report}
 if [[ "${1:-}" == spark ]]; then
   STEPS="spark"
   COMMAND=${BENCH_COMMAND:-"benches/run.sh spark"}
@@ -68,6 +68,11 @@ if step snapshot; then
   echo "== snapshot: COPY binary to Arrow vs the COPY drain and pg_dump, 1/2/4 connections"
   "$PY" benches/snapshot_throughput.py --scale "${PGOUTPUT_SNAPSHOT_SCALE:-10}" \
     --runs "${PGOUTPUT_BENCH_RUNS:-3}" --out "$PGOUTPUT_BENCH_DATA/snapshot.json"
+fi
+if step online; then
+  echo "== online snapshot: chunks while the stream flows vs the exported snapshot and the COPY drain, writes running"
+  "$PY" benches/online_snapshot.py --scale "${PGOUTPUT_SNAPSHOT_SCALE:-10}" \
+    --runs "${PGOUTPUT_BENCH_RUNS:-3}" --out "$PGOUTPUT_BENCH_DATA/online_snapshot.json"
 fi
 if step profile; then
   # Where the decoder's time goes on the pgbench captures: a sampling profile (cpu-clock, so
