@@ -435,3 +435,31 @@ def test_a_table_added_to_the_publication_and_a_resnapshot_message(
     assert snapshot_rows[f"public.{b}"] == 500
     assert snapshot_rows[f"public.{a}"] >= 300 + 240, snapshot_rows  # read twice
     assert_replica_equals_server(pg, replica, {a: ["id"], b: ["id"]})
+
+
+@pytest.mark.timeout(300)
+def test_on_a_standby_the_online_snapshot_says_it_needs_a_server_that_accepts_writes() -> None:
+    """A logical slot on a standby (16+) streams, but the online snapshot's watermarks are
+    written: the first chunk fails in one clear line naming the table, not a raw error."""
+    primary = PgServer(version=18)
+    try:
+        primary.execute("CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a')")
+        primary.execute("CREATE PUBLICATION p FOR TABLE t")
+        with PgServer(version=18, standby_of=primary) as standby:
+            deadline = time.monotonic() + 60
+            while not standby.query("SELECT 1 FROM pg_publication WHERE pubname = 'p'"):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            creating = threading.Thread(target=standby.create_slot, args=("s",))
+            creating.start()
+            while creating.is_alive():  # a logical slot on a standby waits for a running-xacts record
+                primary.execute("SELECT pg_log_standby_snapshot()")
+                creating.join(timeout=0.2)
+            with pytest.raises(pgoutput_arrow.ReplicationError,
+                               match=r"the online snapshot cannot read a chunk of public\.t: .*recovery.*"
+                                     r"the server must accept writes, not be a standby"):
+                with pgoutput_arrow.stream(standby.dsn, slot="s", publication="p", online_snapshot=True) as s:
+                    for _ in s:
+                        pass
+    finally:
+        primary.__exit__(None, None, None)

@@ -64,7 +64,7 @@ import pyarrow.compute as pc
 
 from .. import _internal
 from .._catalog import RelationDefinition, relation_definition, server_version
-from .._pg import quote_ident
+from .._pg import one_line, quote_ident
 from ..exceptions import ReplicationError
 from .connection import copy_out_functions
 from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
@@ -417,11 +417,17 @@ class OnlineSnapshot:
             if again:
                 read += self._copy(cur, table, lsn, first_seq + range_rows, self._keys_sql(cur, table, again))
             cur.execute("COMMIT")
-        except BaseException:
+        except BaseException as e:
             try:
                 cur.execute("ROLLBACK")
             except Exception:  # noqa: BLE001  (the error that matters is raised)
                 pass
+            code = getattr(e, "pgcode", None)
+            if code is not None:  # the server's: which chunk, and why
+                raise ReplicationError(f"the online snapshot cannot read a chunk of {table.table}: "
+                                       f"{one_line(str(e))}"
+                                       + (" (its watermarks are written: the server must accept writes, "
+                                          "not be a standby)" if code == "25006" or "during recovery" in str(e) else "")) from None
             raise
         finally:
             cur.close()
