@@ -256,7 +256,7 @@ def test_a_row_moved_into_the_part_read_with_its_toast_value_unsent_is_read_agai
     pg.execute(f"CREATE PUBLICATION {p} FOR TABLE {p}")
     pg.create_slot(p)
     replica = Replica()
-    moved = []
+    moved: list[int] = []
 
     def move(r: Replica) -> None:
         if r.chunks == 1 and not moved:
@@ -305,7 +305,7 @@ def test_a_change_committed_but_not_yet_visible_wins_over_the_chunk(version: int
             time.sleep(0.05)
         assert pg.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == 1
         replica = Replica()
-        released = []
+        released: list[int] = []
 
         def release(r: Replica) -> None:
             if r.chunks >= 4 and not released:
@@ -350,7 +350,7 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
     stop = threading.Event()
     writer = CheckedThread(target=random_writes, args=(pg, p, rows, stop, seed))
     writer.start()
-    states = []
+    states: list[Any] = []
     try:
         for _ in range(5):
             before = states[-1] if states else None
@@ -370,8 +370,8 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
     finally:
         stop.set()
         writer.join(timeout=60)
-    proc = subprocess.run([*cmd, "--idle-timeout", "3"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    last = subprocess.run([*cmd, "--idle-timeout", "3"], capture_output=True, text=True, timeout=600)
+    assert last.returncode == 0, last.stderr
     final = json.loads((out / "_checkpoint.json").read_text())["online_snapshot"]
     assert all(t["done"] and not t["again"] for t in final["tables"].values()), final
     # The kills landed inside the snapshot: each resumed where the one before stood.
