@@ -14,7 +14,34 @@ import pyarrow as pa
 
 from . import _internal
 
-__all__ = ["RelationDefinition", "relation_definition", "server_version"]
+__all__ = ["RelationDefinition", "relation_definition", "published_tables", "server_version"]
+
+def published_tables(cur: Any, publications: Sequence[str], tables: Sequence[str] | None = None
+                     ) -> dict[str, tuple[list[str] | None, str | None]]:
+    """What the publications publish (or only ``tables``; ``ValueError`` naming those they
+    do not): per ``"schema.table"``, the published columns (None: all; column lists are
+    15+) and the row filter pgoutput applies (None: every row; the filters of several
+    publications are ORed, and one without a filter publishes every row)."""
+    extra = "attnames, rowfilter" if server_version(cur) >= 150000 else "NULL::name[], NULL::text"
+    cur.execute(f"SELECT schemaname, tablename, {extra} FROM pg_publication_tables "
+                "WHERE pubname = ANY(%s) ORDER BY 1, 2", (list(publications),))
+    published: dict[str, tuple[set[str] | None, list[str | None]]] = {}
+    for schema, name, attnames, rowfilter in cur.fetchall():
+        cols, filters = published.setdefault(f"{schema}.{name}", (set(), []))
+        if attnames is None:
+            published[f"{schema}.{name}"] = (None, filters)
+        elif cols is not None:
+            cols.update(attnames)
+        filters.append(rowfilter)
+    if tables is not None:
+        missing = [t for t in tables if t not in published]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} not published by {', '.join(publications)}")
+        published = {t: published[t] for t in tables}
+    return {table: (sorted(cols) if cols is not None else None,
+                    None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in filters))
+            for table, (cols, filters) in published.items()}
+
 
 #: Types with an oid below this are built in; pgoutput sends a Type message for the others.
 FIRST_GENBKI_OID = 10000

@@ -63,7 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
-from .._catalog import RelationDefinition, relation_definition, server_version
+from .._catalog import RelationDefinition, published_tables, relation_definition
 from .._pg import one_line, quote_ident
 from ..exceptions import ReplicationError
 from .connection import copy_out_functions
@@ -205,29 +205,16 @@ def plan_online(cur: Any, publications: Sequence[str], tables: Sequence[str] | N
                 ) -> tuple[list[OnlineTable], dict[str, str]]:
     """The tables the publications publish (or only ``tables``) that the online snapshot
     reads, and the others with why not (they fall back to an exported snapshot)."""
-    version = server_version(cur)
-    extra = "attnames, rowfilter" if version >= 150000 else "NULL::name[], NULL::text"
-    cur.execute(f"SELECT schemaname, tablename, {extra} FROM pg_publication_tables "
-                "WHERE pubname = ANY(%s) ORDER BY 1, 2", (list(publications),))
-    published: dict[str, tuple[set[str] | None, list[str | None]]] = {}
-    for schema, name, attnames, rowfilter in cur.fetchall():
-        cols, filters = published.setdefault(f"{schema}.{name}", (set(), []))
-        if attnames is None:
-            published[f"{schema}.{name}"] = (None, filters)
-        elif cols is not None:
-            cols.update(attnames)
-        filters.append(rowfilter)
-    if tables is not None:
-        missing = [t for t in tables if t not in published]
-        if missing:
-            raise ReplicationError(f"{', '.join(missing)} not published by {', '.join(publications)}")
-        published = {t: published[t] for t in tables}
+    try:
+        published = published_tables(cur, publications, tables)
+    except ValueError as e:
+        raise ReplicationError(str(e)) from None
     cur.execute("SELECT datcollate FROM pg_database WHERE datname = current_database()")
     db_collation = str(cur.fetchone()[0])
     plans: list[OnlineTable] = []
     fallback: dict[str, str] = {}
-    for table, (cols, filters) in published.items():
-        rel = relation_definition(cur, table, publications, sorted(cols) if cols is not None else None)
+    for table, (cols, row_filter) in published.items():
+        rel = relation_definition(cur, table, publications, cols)
         key, why = _key_of(cur, rel, db_collation)
         if not key:
             fallback[table] = why
@@ -235,7 +222,6 @@ def plan_online(cur: Any, publications: Sequence[str], tables: Sequence[str] | N
         cur.execute("SELECT relkind FROM pg_class WHERE oid = %s", (rel.relation_id,))
         relkind = cur.fetchone()[0]
         name = f"{quote_ident(rel.namespace)}.{quote_ident(rel.name)}"
-        row_filter = None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in filters)
         plans.append(OnlineTable(table, rel, name if relkind == "p" else f"ONLY {name}",
                                  tuple(k[0] for k in key), tuple(k[1] for k in key),
                                  tuple(k[2] for k in key), row_filter))

@@ -46,7 +46,7 @@ from typing import Any
 import pyarrow as pa
 
 from .. import _internal
-from .._catalog import RelationDefinition, relation_definition, server_version
+from .._catalog import RelationDefinition, published_tables, relation_definition
 from .._internal import lsn_to_int
 from .._pg import classify_connect_error, close_quietly, one_line, quote_ident
 from ..exceptions import ReplicationError
@@ -187,34 +187,18 @@ def plan_snapshot(dsn: str, exported: ExportedSnapshot, publications: Sequence[s
     conn = open_snapshot_connection(dsn, exported.name, connect_timeout)
     try:
         cur = conn.cursor()
-        version = server_version(cur)
-        extra = "attnames, rowfilter" if version >= 150000 else "NULL::name[], NULL::text"
-        cur.execute(f"SELECT schemaname, tablename, {extra} FROM pg_publication_tables "
-                    "WHERE pubname = ANY(%s) ORDER BY 1, 2", (list(publications),))
-        published: dict[str, tuple[set[str] | None, list[str | None]]] = {}
-        for schema, name, attnames, rowfilter in cur.fetchall():
-            cols, filters = published.setdefault(f"{schema}.{name}", (set(), []))
-            if attnames is None:
-                published[f"{schema}.{name}"] = (None, filters)
-            elif cols is not None:
-                cols.update(attnames)
-            filters.append(rowfilter)
-        if tables is not None:
-            missing = [t for t in tables if t not in published]
-            if missing:
-                raise ReplicationError(f"{', '.join(missing)} not published by {', '.join(publications)}")
-            published = {t: published[t] for t in tables}
+        try:
+            published = published_tables(cur, publications, tables)
+        except ValueError as e:
+            raise ReplicationError(str(e)) from None
         cur.execute("SELECT current_setting('block_size')::int")
         block_size = int(cur.fetchone()[0])
         per_chunk = max(1, chunk_bytes // block_size)
         definitions: dict[str, RelationDefinition] = {}
         pieces: list[tuple[int, str, str, int, int | None, str | None]] = []
-        for table, (cols, filters) in published.items():
-            rel = relation_definition(cur, table, publications, sorted(cols) if cols is not None else None)
+        for table, (cols, row_filter) in published.items():
+            rel = relation_definition(cur, table, publications, cols)
             definitions[table] = rel
-            # pgoutput sends a row that passes the filter of any publication; one without
-            # a filter publishes every row.
-            row_filter = None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in filters)
             cur.execute(
                 "WITH RECURSIVE leaves(oid) AS (SELECT %s::oid UNION ALL SELECT i.inhrelid "
                 "FROM pg_inherits i JOIN leaves l ON i.inhparent = l.oid "
