@@ -339,12 +339,15 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
     ``_checkpoint.json`` with the files it counts, each restart resumes at the next chunk, and
     the output equals the tables value by value."""
     seed = int(os.environ.get("PGOUTPUT_KILL_SEED", time.time_ns() % 2**32))
-    print(f"kill points: PGOUTPUT_KILL_SEED={seed}")
-    p, rows = unique_name, 3000
+    # A longer soak: PGOUTPUT_ONLINE_KILLS=20 PGOUTPUT_ONLINE_ROWS=100000.
+    kills = int(os.environ.get("PGOUTPUT_ONLINE_KILLS", "5"))
+    print(f"kill points: PGOUTPUT_KILL_SEED={seed}, {kills} kills")
+    p, rows = unique_name, int(os.environ.get("PGOUTPUT_ONLINE_ROWS", "3000"))
     keys = make_tables(pg, p, rows)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "pgoutput_arrow.cli", "--dsn", pg.dsn, "--slot", p, "--create-slot",
-           "--publication", p, "--online-snapshot", "--snapshot-chunk-rows", "40", "--format", "parquet",
+           "--publication", p, "--online-snapshot", "--snapshot-chunk-rows", str(max(40, rows // 100)),
+           "--format", "parquet",
            "--output", str(out), "--commit-interval", "0.1"]
     rng = random.Random(seed)
     stop = threading.Event()
@@ -352,7 +355,7 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
     writer.start()
     states: list[Any] = []
     try:
-        for _ in range(5):
+        for _ in range(kills):
             before = states[-1] if states else None
             proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
             # Killed once this run stored a chunk of its own, at a random point after it.

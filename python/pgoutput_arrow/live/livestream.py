@@ -805,7 +805,10 @@ class LiveStream:
     def _should_stop(self, now: float) -> bool:
         if self.options.stop_after is not None and now - self._counters.t0 >= self.options.stop_after:
             return True
-        if self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout:
+        # Not idle while the online snapshot has chunks to read (the stream may be catching
+        # up to a chunk's watermark without a change to hand out).
+        if (self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout
+                and (self._online is None or self._online.finished)):
             return True
         if (self.stop_at_lsn is not None and self._positions.wal_end >= self.stop_at_lsn
                 and self._txns.idle and not self._pending):
