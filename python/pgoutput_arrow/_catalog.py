@@ -13,13 +13,14 @@ from typing import Any
 import pyarrow as pa
 
 from . import _internal
+from .exceptions import ReplicationError
 
 __all__ = ["RelationDefinition", "relation_definition", "published_tables", "server_version"]
 
 def published_tables(cur: Any, publications: Sequence[str], tables: Sequence[str] | None = None
                      ) -> dict[str, tuple[list[str] | None, str | None]]:
     """What the publications publish (or only ``tables``; ``ValueError`` naming those they
-    do not): per ``"schema.table"``, the published columns (None: all; column lists are
+    do not, as :class:`ReplicationError`): per ``"schema.table"``, the published columns (None: all; column lists are
     15+) and the row filter pgoutput applies (None: every row; the filters of several
     publications are ORed, and one without a filter publishes every row)."""
     extra = "attnames, rowfilter" if server_version(cur) >= 150000 else "NULL::name[], NULL::text"
@@ -36,7 +37,7 @@ def published_tables(cur: Any, publications: Sequence[str], tables: Sequence[str
     if tables is not None:
         missing = [t for t in tables if t not in published]
         if missing:
-            raise ValueError(f"{', '.join(missing)} not published by {', '.join(publications)}")
+            raise ReplicationError(f"{', '.join(missing)} not published by {', '.join(publications)}")
         published = {t: published[t] for t in tables}
     return {table: (sorted(cols) if cols is not None else None,
                     None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in filters))

@@ -205,10 +205,7 @@ def plan_online(cur: Any, publications: Sequence[str], tables: Sequence[str] | N
                 ) -> tuple[list[OnlineTable], dict[str, str]]:
     """The tables the publications publish (or only ``tables``) that the online snapshot
     reads, and the others with why not (they fall back to an exported snapshot)."""
-    try:
-        published = published_tables(cur, publications, tables)
-    except ValueError as e:
-        raise ReplicationError(str(e)) from None
+    published = published_tables(cur, publications, tables)
     cur.execute("SELECT datcollate FROM pg_database WHERE datname = current_database()")
     db_collation = str(cur.fetchone()[0])
     plans: list[OnlineTable] = []

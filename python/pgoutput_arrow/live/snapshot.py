@@ -187,10 +187,7 @@ def plan_snapshot(dsn: str, exported: ExportedSnapshot, publications: Sequence[s
     conn = open_snapshot_connection(dsn, exported.name, connect_timeout)
     try:
         cur = conn.cursor()
-        try:
-            published = published_tables(cur, publications, tables)
-        except ValueError as e:
-            raise ReplicationError(str(e)) from None
+        published = published_tables(cur, publications, tables)
         cur.execute("SELECT current_setting('block_size')::int")
         block_size = int(cur.fetchone()[0])
         per_chunk = max(1, chunk_bytes // block_size)
