@@ -192,7 +192,9 @@ class LiveStream:
         #: whose own snapshot was taken at that point, see snapshot_table).
         self._table_floors: dict[str, int] = {}
         #: Snapshots of tables added later (snapshot_table), handed out before anything else.
-        self._late: collections.deque[tuple[str, Iterator[pa.RecordBatch]]] = collections.deque()
+        #: Each is [table, its batches, the next non-empty one read ahead (its last batch
+        #: carries the online snapshot's state that records the table as taken)].
+        self._late: collections.deque[list[Any]] = collections.deque()
         #: The online snapshot (online_snapshot=True, or resnapshot()), and when it last
         #: looked for tables added to the publication.
         self._online: OnlineSnapshot | None = None
@@ -468,7 +470,7 @@ class LiveStream:
         self._current = collections.deque(b for b in map(below, self._current) if b is not None)
         self._pending = collections.deque(
             ([b for b in map(below, group) if b is not None], ack) for group, ack in self._pending)
-        self._late.append((table, batches))
+        self._late.append([table, batches, None])
         return lsn
 
     # ------------------------------------------------------------------ the online snapshot
@@ -574,6 +576,7 @@ class LiveStream:
         for kind, table, _, batch in pre:
             if kind == "table":
                 online.observe(table or "", batch, before_watermark=True)
+        pre_state = online.changed_state() if pre else None  # without the chunk
         chunk, state = online.release()
         for kind, table, _, batch in post:
             if kind == "table":
@@ -582,27 +585,35 @@ class LiveStream:
         # where the next record starts (maybe a commit). What is before is handled at the
         # position; the chunk at E: a resume there gets a commit at E again. An output tells
         # a chunk it holds (rows below the handled position) from one a kill cut short.
-        self._hand_out(pre, cut)
+        self._hand_out(pre, cut, state=pre_state)
         name = chunk.table.table
         rows = chunk.batches or [chunk.empty]
         self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], cut + 1, snapshot=True,
                        state=state)
-        self._hand_out(post, safe)
+        self._hand_out(post, safe, state=online.changed_state() if post else None)
         return True
 
     def _next_late_group(self) -> tuple[list[LiveBatch], int] | None:
         """The next batch of the first table snapshot that :meth:`snapshot_table` queued, as a
-        group; None once that snapshot is exhausted (it is then dropped from the queue)."""
-        table, batches = self._late[0]
+        group; None once that snapshot is exhausted (it is then dropped from the queue). A
+        table the online snapshot took this way is recorded in the state that its last
+        batch carries (read one ahead to know it)."""
+        late = self._late[0]
+        table, batches = late[0], late[1]
         emitted = self._positions.emitted
-        for batch in batches:
-            if batch.num_rows:
-                return [LiveBatch("table", table, None, self._unify(table, batch), emitted,
-                                  snapshot=True)], emitted
-        self._late.popleft()
-        if self._online is not None and table in self._online.fallback:
-            self._online.exported.add(table)  # in the state of the chunk handed out next
-        return None
+        batch = late[2] if late[2] is not None else next((b for b in batches if b.num_rows), None)
+        late[2] = next((b for b in batches if b.num_rows), None) if batch is not None else None
+        online = self._online
+        state = None
+        if late[2] is None and online is not None and table in online.fallback:
+            online.exported.add(table)
+            online.dirty = True
+            state = online.changed_state() if batch is not None else None
+        if batch is None:
+            self._late.popleft()
+            return None
+        return [LiveBatch("table", table, None, self._unify(table, batch), emitted, snapshot=True,
+                          snapshot_state=state)], emitted
 
     # ------------------------------------------------------------------ connecting
 
@@ -829,9 +840,10 @@ class LiveStream:
         for kind, table, _, batch in batches:
             if kind == "table" and table is not None:
                 self._counters.decoded(table, batch)
-        if self._online is not None and self._flush_online(batches, safe):
+        online = self._online
+        if online is not None and self._flush_online(batches, safe):
             return
-        self._hand_out(batches, safe)
+        self._hand_out(batches, safe, state=online.changed_state() if online is not None and batches else None)
 
     def _hand_out(self, batches: list[tuple[str, str | None, int | None, pa.RecordBatch]], safe: int,
                   snapshot: bool = False, state: Mapping[str, Any] | None = None) -> None:

@@ -39,8 +39,9 @@ Ordering by ``_commit_lsn, _seq``, or applying the batches in the order they com
 watermark's flush is cut there), a replica that takes a snapshot row as an insert-or-replace
 ends equal to the table. The progress (per table: the last key read, done, keys to read
 again) is :attr:`OnlineSnapshot.state`: handed out with each chunk (``LiveBatch.
-snapshot_state``), stored by the consumer with the chunk, and given back as
-``snapshot_state`` to resume at the next chunk after a kill.
+snapshot_state``), and with any other group whose changes added keys to read again, stored
+by the consumer with the group, and given back as ``snapshot_state`` to resume at the next
+chunk after a kill.
 
 Tables are chunked by their replica identity index or primary key when its columns have
 types whose order Python reproduces (integers, numeric, text under the C collation, uuid,
@@ -318,6 +319,10 @@ class OnlineSnapshot:
         self.exported: set[str] = set(exported)
         #: The tables taken by an exported snapshot instead (not chunked in key order).
         self.fallback: set[str] = set()
+        #: Whether the progress changed since :attr:`state` was last handed out (keys to
+        #: read again found by changes, a table taken by an exported snapshot): the next
+        #: group handed out carries it, so a consumer that stores that group stores it too.
+        self.dirty = False
         for t in tables:
             self.add(t, self.saved.get(t.table))
 
@@ -332,6 +337,7 @@ class OnlineSnapshot:
             p.done = bool(saved.get("done"))
             p.again = {table.from_text(k) for k in saved.get("again", [])}
         self.progress[table.table] = p
+        self.dirty = True
 
     @property
     def finished(self) -> bool:
@@ -346,10 +352,14 @@ class OnlineSnapshot:
     def state(self) -> dict[str, Any]:
         """The progress as JSON-able data: give it back as ``snapshot_state`` to resume."""
         tables = {}
+        waiting = self.chunk
         for name, p in self.progress.items():
             t = self.tables[name]
+            # Keys the waiting chunk found to read again count already: a consumer that
+            # stores the changes that found them, but not the chunk, reads them on resuming.
+            again = p.again | waiting.again if waiting is not None and waiting.table.table == name else p.again
             tables[name] = {"after": None if p.after is None else t.to_text(p.after), "done": p.done,
-                            "again": sorted(t.to_text(k) for k in p.again)}
+                            "again": sorted(t.to_text(k) for k in again)}
         return {"version": STATE_VERSION, "tables": tables, "exported": sorted(self.exported)}
 
     # ------------------------------------------------------------------ reading
@@ -494,6 +504,15 @@ class OnlineSnapshot:
         self.progress.pop(table, None)
         self.fallback.discard(table)
         self.exported.discard(table)
+        self.dirty = True
+
+    def changed_state(self) -> dict[str, Any] | None:
+        """:attr:`state` if it changed since last handed out (it is then handed out), else
+        None."""
+        if not self.dirty:
+            return None
+        self.dirty = False
+        return self.state
 
     @staticmethod
     def signals(messages: pa.RecordBatch) -> list[str]:
@@ -556,6 +575,7 @@ class OnlineSnapshot:
             if self._read_past(t, p, k_new) and k_new not in p.again:
                 p.again.add(k_new)
                 self.reread += 1
+                self.dirty = True
 
     def _partial_keys(self, t: OnlineTable, batch: pa.RecordBatch, mask: pa.BooleanArray | None
                       ) -> list[tuple[Key, Key | None]]:
@@ -597,6 +617,7 @@ class OnlineSnapshot:
                 (chunk.last is not None and t.sort_key(k_new) <= t.sort_key(chunk.last))):
             self.reread += k_new not in chunk.again
             chunk.again.add(k_new)
+            self.dirty = True
 
     def _drop_from_chunk(self, chunk: Chunk, changes: pa.RecordBatch) -> None:
         """Drops from ``chunk`` the rows of every key ``changes`` touch (new and old)."""
@@ -653,6 +674,7 @@ class OnlineSnapshot:
             p.done = True
         p.again = (p.again - chunk.reread) | chunk.again
         self.rows += sum(b.num_rows for b in chunk.batches)
+        self.dirty = False
         return chunk, self.state
 
 
