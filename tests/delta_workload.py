@@ -199,12 +199,14 @@ def read_lake(out: Path, name: str, fmt: str, columns: list[str],
     raise ValueError(f"format {fmt!r}: expected one of {FORMATS}")
 
 
-def check_replicas(pg: PgServer, p: str, out: Path, fmt: str = "delta") -> dict[str, int]:
-    """Every replica, read with both readers of ``fmt``, equals PostgreSQL's SELECT value by
-    value (as multisets of rows of PostgreSQL's columns, under their current names; a special
-    value as its text in ``_special``). Returns the rows per table."""
+def check_replicas(pg: PgServer, p: str, out: Path, fmt: str = "delta",
+                   tables: list[str] | None = None) -> dict[str, int]:
+    """Every replica (of the workload's tables, or of ``tables``), read with both readers of
+    ``fmt``, equals PostgreSQL's SELECT value by value (as multisets of rows of PostgreSQL's
+    columns, under their current names; a special value as its text in ``_special``).
+    Returns the rows per table."""
     counts = {}
-    for t in workload_tables(p):
+    for t in tables if tables is not None else workload_tables(p):
         cols = _columns(pg, t)
         want = Counter(tuple(_pg_value(v) for v in r)
                        for r in pg.query(f"SELECT {', '.join(cols)} FROM {t}"))

@@ -27,6 +27,7 @@ import pytest
 import pgoutput_arrow
 from pgoutput_arrow._files import decoded
 from pg_harness import PgServer
+from delta_workload import check_replicas
 from replay import compare_state, replay, server_rows
 from threads import CheckedThread
 
@@ -340,19 +341,24 @@ def test_a_change_committed_but_not_yet_visible_wins_over_the_chunk(version: int
         assert_replica_equals_server(pg, replica, {p: ["id"]})
 
 
-def read_state(out: Path) -> Any:
-    """The online snapshot's state in ``out``'s checkpoint (None: none yet)."""
+def read_state(out: Path, fmt: str = "parquet") -> Any:
+    """The online snapshot's state kept with ``out`` (None: none yet)."""
     try:
+        if fmt == "delta":
+            return json.loads((out / "_online_snapshot.json").read_text())
         return json.loads((out / "_checkpoint.json").read_text()).get("online_snapshot")
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str, tmp_path: Path) -> None:
-    """``pgoutput-dump --online-snapshot --format parquet`` killed (-9) at random points while
-    random writes run, then the same command to the end: the chunks' progress is in
-    ``_checkpoint.json`` with the files it counts, each restart resumes at the next chunk, and
-    the output equals the tables value by value."""
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str, tmp_path: Path,
+                                                  fmt: str) -> None:
+    """``pgoutput-dump --online-snapshot --format parquet|delta`` killed (-9) at random points
+    while random writes run, then the same command to the end: the chunks' progress is kept
+    with the output (``_checkpoint.json`` with the files it counts; ``_online_snapshot.json``
+    once the Delta tables committed), each restart resumes at the next chunk, and the output
+    equals the tables value by value."""
     seed = int(os.environ.get("PGOUTPUT_KILL_SEED", time.time_ns() % 2**32))
     # A longer soak: PGOUTPUT_ONLINE_KILLS=20 PGOUTPUT_ONLINE_ROWS=100000.
     kills = int(os.environ.get("PGOUTPUT_ONLINE_KILLS", "5"))
@@ -362,8 +368,8 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "pgoutput_arrow.cli", "--dsn", pg.dsn, "--slot", p, "--create-slot",
            "--publication", p, "--online-snapshot", "--snapshot-chunk-rows", str(max(40, rows // 100)),
-           "--format", "parquet",
-           "--output", str(out), "--commit-interval", "0.1"]
+           "--format", fmt,
+           "--output", str(out), "--commit-interval", "0.1" if fmt == "parquet" else "0.5"]
     rng = random.Random(seed)
     stop = threading.Event()
     writer = CheckedThread(target=random_writes, args=(pg, p, rows, stop, seed))
@@ -375,7 +381,7 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
             proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
             # Killed once this run stored a chunk of its own, at a random point after it.
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and proc.poll() is None and read_state(out) == before:
+            while time.monotonic() < deadline and proc.poll() is None and read_state(out, fmt) == before:
                 time.sleep(0.01)
             time.sleep(rng.uniform(0.0, 0.5))
             proc.send_signal(signal.SIGKILL)
@@ -384,17 +390,20 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
             while pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (p,)):
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-            states.append(read_state(out))
+            states.append(read_state(out, fmt))
     finally:
         stop.set()
         writer.join(timeout=60)
     last = subprocess.run([*cmd, "--idle-timeout", "3"], capture_output=True, text=True, timeout=600)
     assert last.returncode == 0, last.stderr
-    final = json.loads((out / "_checkpoint.json").read_text())["online_snapshot"]
+    final = read_state(out, fmt)
     assert all(t["done"] and not t["again"] for t in final["tables"].values()), final
     # The kills landed inside the snapshot: each resumed where the one before stood.
     progressed = [s for s in states if s is not None]
     assert len(progressed) >= 3 and any(not all(t["done"] for t in s["tables"].values()) for s in progressed), states
+    if fmt == "delta":
+        check_replicas(pg, p, out, "delta", tables=list(keys))
+        return
     replica = Replica()
     for t in keys:
         directory = out / f"public.{t}"

@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a progress line on stderr (default: when stderr is a terminal and the input "
         "takes more than a second)",
     )
+    misc.add_argument("-v", "--verbose", action="store_true",
+                      help="say more of the work on stderr (the package's INFO log): each chunk the "
+                      "online snapshot reads, with its rows and time")
     misc.add_argument("--debug", action="store_true", help="show the traceback of an error")
     misc.add_argument("-V", "--version", action="version", version=f"%(prog)s {__version__}")
     return p
@@ -376,8 +379,8 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
             raise UsageError("--snapshot-connections must be at least 1")
         if args.online_snapshot and args.snapshot:
             raise UsageError("--snapshot and --online-snapshot are two ways to take the snapshot: choose one")
-        if args.online_snapshot and fmt in ("delta", "iceberg"):
-            raise UsageError("--online-snapshot writes --format parquet, arrow or text for now, not "
+        if args.online_snapshot and fmt == "iceberg":
+            raise UsageError("--online-snapshot writes --format parquet, arrow, delta or text for now, not "
                              f"{fmt}: take the snapshot with --snapshot")
         if args.snapshot_chunk_rows < 1:
             raise UsageError("--snapshot-chunk-rows must be at least 1")

@@ -8,7 +8,10 @@ commit is made once about ``--rows-per-file`` changes are held, and at the end.
 
 The directory is checked first (created, locked against a second writer, written to), so a
 location that cannot be written fails in one line before a slot is made or a row is read.
-Live with ``--snapshot``, ``DIR/_snapshot.json`` records the initial snapshot (its slot, then
+Live with ``--online-snapshot``, ``DIR/_online_snapshot.json`` holds the online snapshot's
+progress, written once the groups it came with are committed and before they are
+acknowledged; the same command resumes at the next chunk. Live with ``--snapshot``,
+``DIR/_snapshot.json`` records the initial snapshot (its slot, then
 its consistent point, then ``done`` once its last group is committed), so that the same
 command started again resumes: a finished snapshot is not taken again (the slot is streamed
 from where it was confirmed), and one cut short is discarded (its lake tables deleted, its
@@ -32,7 +35,10 @@ from .filters import Chunk
 if TYPE_CHECKING:  # the sinks need numpy and a lake package: imported when a lake is written
     from ..sinks import DeltaSink, IcebergSink
 
-__all__ = ["LakeOutput", "SNAPSHOT_RECORD"]
+__all__ = ["LakeOutput", "SNAPSHOT_RECORD", "ONLINE_STATE"]
+
+#: Where ``--online-snapshot`` keeps its progress in the lake's directory.
+ONLINE_STATE = "_online_snapshot.json"
 
 
 def _delta_tables(root: Path) -> list[Path]:
@@ -101,6 +107,14 @@ class LakeOutput:
         self._slot = ""
         self._snapshot_lsn: int | None = None
         self._end_lsn = 0
+        #: The online snapshot's progress (--online-snapshot): the state handed out with the
+        #: groups written, stored in DIR/_online_snapshot.json once they are committed.
+        try:
+            self.online_state: dict[str, Any] | None = json.loads((self.root / ONLINE_STATE).read_text())
+        except FileNotFoundError:
+            self.online_state = None
+        self._written_state = self.online_state
+        self.online = False
 
     def _tables(self) -> list[Path] | list[tuple[str, ...]]:
         from ..sinks import IcebergSink
@@ -120,15 +134,19 @@ class LakeOutput:
         record["done"] = bool(record.get("done")) and record["lsn"] is not None
         return record
 
-    def _record(self, slot: str, lsn: int | None, done: bool) -> None:
-        tmp = self.root / f".{SNAPSHOT_RECORD}.tmp"
+    def _write_json(self, name: str, data: object) -> None:
+        """``DIR/name`` holds ``data``, replaced atomically and durably."""
+        tmp = self.root / f".{name}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn),
-                       "done": done}, f)
+            json.dump(data, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.root / SNAPSHOT_RECORD)
+        os.replace(tmp, self.root / name)
         fsync_dir(self.root)
+
+    def _record(self, slot: str, lsn: int | None, done: bool) -> None:
+        self._write_json(SNAPSHOT_RECORD, {"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn),
+                                           "done": done})
 
     def begin_snapshot(self, slot: str, lsn: int | None) -> None:
         """Records, durably, the snapshot being taken: before its slot is created (``lsn``
@@ -172,6 +190,13 @@ class LakeOutput:
 
     def sync(self) -> None:
         self.sink.commit()
+        if self.online_state is not self._written_state:
+            # After the lake commits, before the slot is acknowledged: never ahead of what the
+            # lake holds. Behind it after a kill in between, the chunks since are read again
+            # (their rows replace the same rows: a MERGE on the key) and the changes since
+            # come again from the slot, skipped where a table holds them.
+            self._write_json(ONLINE_STATE, self.online_state)
+            self._written_state = self.online_state
         if self._snapshot_lsn is not None and self._end_lsn >= self._snapshot_lsn:
             # Its last group is committed: from now on a restart streams the slot.
             self._record(self._slot, self._snapshot_lsn, True)

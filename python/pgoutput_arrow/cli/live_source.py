@@ -35,7 +35,6 @@ from ..live.options import flagged
 from ..live.slot_guard import drop_slot, drop_unfinished_slot, invalidation_message, slot_status
 from .arguments import publications
 from .capture_source import decoder_options
-from .file_sinks import LiveFileSink
 from .progress import Progress, nbytes, si
 
 __all__ = ["LiveSource", "ResumableOutput"]
@@ -58,6 +57,10 @@ class ResumableOutput(Protocol):
     def discard_snapshot(self) -> int: ...
 
     def written(self) -> bool: ...
+
+    #: The online snapshot's progress it holds (None: none), and whether this run takes one.
+    online_state: dict[str, Any] | None
+    online: bool
 
 
 class LiveSource:
@@ -83,7 +86,7 @@ class LiveSource:
         # The options of stream() that are flags (their one table: StreamOptions), as given.
         options = {f.name: getattr(args, f.name) for f, _ in flagged()}
         options["snapshot"] = snapshot
-        if args.online_snapshot and isinstance(files, LiveFileSink):
+        if args.online_snapshot and files is not None:
             # Where the online snapshot stands: kept with the output's checkpoint.
             options["snapshot_state"] = files.online_state
             files.online = True
@@ -203,8 +206,8 @@ class LiveSource:
         for batches, ack_lsn in self.stream.groups(linger=self.linger):
             outputs = [Output(cast(OutputKind, b.kind), b.table, b.version, b.batch) for b in batches]
             states = [b.snapshot_state for b in batches if b.snapshot_state is not None]
-            if states and isinstance(self.files, LiveFileSink):
-                # Written with this group's checkpoint: the chunk counts with it.
+            if states and self.files is not None:
+                # Stored with this group (the checkpoint, or once the lake committed it).
                 self.files.online_state = dict(states[-1])
             yield outputs, ack_lsn
             self.rows += sum(b.num_rows for b in batches)

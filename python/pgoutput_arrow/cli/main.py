@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # The package's notices (a keyless table appended to Delta, ...) as our other lines.
-    logging.basicConfig(format=f"{PROG}: %(message)s", level=logging.WARNING)
+    logging.basicConfig(format=f"{PROG}: %(message)s",
+                        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
     try:
         if is_slot_command(args):
             return run_slot_command(args, sys.stdout)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import logging
 import secrets
 import time
 import uuid
@@ -84,6 +85,8 @@ DEFAULT_CHUNK_ROWS = 20_000
 STATE_VERSION = 1
 
 Key = tuple[Any, ...]
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- key values
@@ -378,6 +381,7 @@ class OnlineSnapshot:
         if table is None:
             return None
         p = self.progress[table.table]
+        started = time.monotonic()
         token = f"{self._run}:{self._seq}"
         self._seq += 1
         cur = self.conn.cursor()
@@ -442,6 +446,10 @@ class OnlineSnapshot:
                            pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
                            read[0].slice(0, 0))
         self.chunks += 1
+        log.info("online snapshot of %s: read %d rows after key %s%s in %.2f s%s", table.table, range_rows,
+                 "(none)" if p.after is None else ", ".join(table.to_text(p.after)),
+                 f" and {sum(b.num_rows for b in read) - range_rows} rows read again" if again else "",
+                 time.monotonic() - started, ", to its end" if self.chunk.ends else "")
         # Changes handed out before this chunk by transactions its snapshot does not see
         # (committed, but not yet visible: PostgreSQL writes a commit before it shows it, and
         # a synchronous standby can hold that for a while) are below the watermark too; they

@@ -154,11 +154,12 @@ class StreamOptions:
     # the stream flows, resumable from a stored state.
     online_snapshot: bool = option(False, "every published table read in key order, chunk by chunk, while the "
                                    "stream flows (_op 'snapshot' rows where each chunk's watermark is in "
-                                   "the stream; no transaction longer than one chunk; resumed from "
-                                   "{snapshot_state})", "snapshot",
-                                   Flag("--online-snapshot", "bool", note="with --output (Parquet, Arrow) its "
-                                        "progress is kept in _checkpoint.json: the same command resumes at "
-                                        "the next chunk"))
+                                   "the stream; no transaction longer than one chunk; resumable)",
+                                   "snapshot",
+                                   Flag("--online-snapshot", "bool", note="with --output its progress is kept "
+                                        "with the output (_checkpoint.json of Parquet and Arrow files; "
+                                        "_online_snapshot.json beside Delta tables, written once they committed): "
+                                        "the same command resumes at the next chunk"))
     snapshot_chunk_rows: int = option(20_000, "rows of a table each chunk of the online snapshot reads",
                                       "snapshot", Flag("--snapshot-chunk-rows", "int", "N"))
     snapshot_state: Mapping[str, Any] | None = option(
