@@ -13,13 +13,15 @@ updates of it, ``--writes-per-s`` a second, and once, a third of the way through
 ``ALTER TABLE soak ADD COLUMN extra int`` (set by later updates).
 
 Kills: ``--kills`` runs of the same command line, each killed (SIGKILL) once its output stored
-progress of its own (a chunk's state, or once the snapshot is done a later checkpoint) and a
+progress of its own (a chunk's state, or a later confirmed position; the last
+``--stream-kills`` once the snapshot is done: kills of the stream) and a
 random 0 to ``--max-kill-delay`` seconds more (4 times that once the snapshot is done); then the writer stops and the same command
 runs with ``--idle-timeout`` to the end.
 
 Checked and reported:
 
-* the replica equals the table: the table ``COPY``'d as CSV from PostgreSQL (the key, every
+* the replica equals the table (with ``--spark`` also the Parquet output's replica built by
+  Spark's :func:`pgoutput_arrow.spark.apply_changes`): the table ``COPY``'d as CSV from PostgreSQL (the key, every
   column as PostgreSQL's text, the timestamp as epoch microseconds, the TOASTed text as its
   md5) against the replica projected the same way in DuckDB, ``EXCEPT ALL`` both ways
   (Parquet: the changes of every file applied per key in commit order, snapshot rows as
@@ -248,6 +250,24 @@ def parquet_replica(out: Path) -> Any:
     return rows.select(columns), changes.num_rows
 
 
+def spark_replica(out: Path) -> Any:
+    """The Parquet output read by Spark (local[2]) and applied by
+    :func:`pgoutput_arrow.spark.apply_changes` (a snapshot row is an upsert of its key)."""
+    from pyspark.sql import SparkSession
+
+    from pgoutput_arrow.spark import apply_changes
+
+    spark = (SparkSession.builder.master("local[2]").appName("online-soak")
+             .config("spark.driver.memory", "6g").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        changes = spark.read.option("mergeSchema", "true").parquet(str(out / "public.soak"))
+        replica = apply_changes(changes, ["id"])
+        return replica.toArrow(), changes.count()
+    finally:
+        spark.stop()
+
+
 def delta_replica(out: Path) -> Any:
     from deltalake import DeltaTable
 
@@ -301,8 +321,11 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
             with open(err_path, "w") as err:
                 proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL)
                 deadline = time.monotonic() + 600
-                while time.monotonic() < deadline and proc.poll() is None \
-                        and progress(pg, out, fmt, slot) == before:
+                stream_kill = i >= args.kills - args.stream_kills
+                while time.monotonic() < deadline and proc.poll() is None:
+                    now = progress(pg, out, fmt, slot)
+                    if now != before and (not stream_kill or (now[0] and finished(now[0], fmt))):
+                        break
                     time.sleep(0.05)
                 if proc.poll() is not None:
                     raise AssertionError(f"run {i} ended with {proc.returncode}: {err_path.read_text()[-2000:]}")
@@ -310,6 +333,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=60)
             stderr_all.append(err_path.read_text())
+            in_snapshot = in_snapshot and not stream_kill
             kills["snapshot" if in_snapshot else "stream"] += 1
             most_rows = max(most_rows, int(pg.scalar("SELECT count(*) FROM soak")))
             deadline = time.monotonic() + 30
@@ -340,6 +364,12 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
     server = server_table(pg, work / f"pg{version}_{fmt}_server.csv")
     replica, changes = parquet_replica(out) if fmt == "parquet" else delta_replica(out)
     missing, extra, s_missing, s_extra = compare(server, replica)
+    spark_equal = None
+    if fmt == "parquet" and args.spark:
+        log(f"pg{version} parquet: the same output through Spark's apply_changes")
+        spark_rows, _ = spark_replica(out)
+        s_m, s_e, _, _ = compare(server, spark_rows)
+        spark_equal = {"equal": s_m == 0 and s_e == 0, "rows_only_in_postgres": s_m, "rows_only_in_replica": s_e}
     read_rows = again_rows = 0
     chunk_times: list[float] = []
     for text in stderr_all:
@@ -356,7 +386,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
         "equal": missing == 0 and extra == 0, "rows_only_in_postgres": missing, "rows_only_in_replica": extra,
         "samples_only_in_postgres": [list(map(str, r)) for r in s_missing],
         "samples_only_in_replica": [list(map(str, r)) for r in s_extra],
-        "changes_in_output": changes,
+        "changes_in_output": changes, "spark_apply_changes": spark_equal,
         "rows_read": read_rows, "rows_read_again": again_rows,
         "excess_chunks": round(excess_chunks, 2), "excess_chunks_per_kill": round(excess_chunks / args.kills, 3),
         "chunks_read": len(chunk_times), "longest_chunk_read_s": max(chunk_times, default=0.0),
@@ -378,10 +408,14 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=5_000_000)
     p.add_argument("--toast-every", type=int, default=500)
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--stream-kills", type=int, default=5,
+                   help="of the kills, the last N wait for the snapshot to finish: kills of the stream")
     p.add_argument("--max-kill-delay", type=float, default=0.5,
                    help="seconds after a run stored progress it is killed, at most (in the stream: 4 times that)")
     p.add_argument("--chunk-rows", type=int, default=50_000)
     p.add_argument("--writes-per-s", type=float, default=200.0)
+    p.add_argument("--spark", action="store_true",
+                   help="also build the Parquet output's replica with Spark (pgspark.apply_changes) and compare it")
     p.add_argument("--seed", type=int, default=int(os.environ.get("PGOUTPUT_SOAK_SEED", time.time_ns() % 2**31)))
     p.add_argument("--work", type=Path, default=None, help="where the outputs go (default: a temporary directory)")
     p.add_argument("--out", type=Path,
@@ -420,7 +454,7 @@ def main() -> int:
               f"{r['rows_read']:>10} {r['largest_rows']:>9} {r['excess_chunks_per_kill']:>11} "
               f"{r['oldest_xmin_holder_s']:>10.2f}s {r['longest_chunk_read_s']:>12.2f}s "
               f"{(lag['median'] or 0) / 1e6:>7.1f}/{(lag['max'] or 0) / 1e6:.1f} MB")
-    return 0 if all(r["equal"] for r in results) else 1
+    return 0 if all(r["equal"] and (r["spark_apply_changes"] or {"equal": True})["equal"] for r in results) else 1
 
 
 if __name__ == "__main__":

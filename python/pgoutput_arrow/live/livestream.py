@@ -62,7 +62,7 @@ from ..exceptions import (
     WalLevelNotLogical,
 )
 from .connection import CopyBoth, CopyBothEnded, connect
-from .online_snapshot import OnlineSnapshot, plan_online
+from .online_snapshot import Item, OnlineSnapshot
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
@@ -500,21 +500,11 @@ class LiveStream:
         online = self._online_snapshot()
         self._last_poll = time.monotonic()
         with online.conn.cursor() as cur:
-            tables, fallback = plan_online(cur, self.options.publications)
-        published = {t.table for t in tables} | set(fallback)
-        for gone in [t for t in (set(online.tables) | online.fallback | online.exported) if t not in published]:
-            online.remove(gone)
-        for planned in tables:
-            if planned.table not in online.tables:
-                online.add(planned, online.saved.get(planned.table))
+            fallback = online.sync(cur, self.options.publications)
         for name, why in fallback.items():
-            if name in online.exported or name in online.fallback:
-                continue
             warnings.warn(f"pgoutput live stream: {name} is taken by an exported snapshot, not online: {why}",
                           RuntimeWarning, stacklevel=4)
-            online.fallback.add(name)
             self.snapshot_table(name)
-        online.saved = {}  # a table published again later is read from its first key
 
     def _signalled(self, table: str) -> None:
         """A resnapshot message asked to read ``table`` again (see RESNAPSHOT_PREFIX): a
@@ -536,61 +526,26 @@ class LiveStream:
                                    "messages=True: its watermarks are logical decoding messages")
         online = self._online_snapshot()
         with online.conn.cursor() as cur:
-            tables, fallback = plan_online(cur, self.options.publications, [table])
-        if fallback:
-            raise ReplicationError(f"{table} cannot be read online: {fallback[table]}; "
-                                   "LiveStream.snapshot_table takes it by an exported snapshot")
-        online.add(tables[0])
+            online.read_again(cur, self.options.publications, table)
 
-    def _flush_online(self, batches: list[tuple[str, str | None, int | None, pa.RecordBatch]], safe: int
-                      ) -> bool:
-        """A decoder flush while the online snapshot runs: the watermark messages taken out,
-        the changes shown to it, and where the waiting chunk's watermark is in this flush,
-        the flush cut there with the chunk's rows between the two parts. False: nothing of
-        the chunk in this flush (the caller hands the flush out as one group)."""
+    def _flush_online(self, batches: list[Item], safe: int) -> bool:
+        """A decoder flush while the online snapshot runs, handed out as it cuts it
+        (:meth:`OnlineSnapshot.cut_flush`). False: nothing of the chunk in this flush (the
+        caller hands the flush out as one group)."""
         online = self._online
         assert online is not None
-        cut = None
-        signals = []
-        for i, (kind, table, version, batch) in enumerate(batches):
-            if kind == "messages":
-                signals += online.signals(batch)
-                kept, found = online.watermark(batch)
-                cut = found if found is not None else cut
-                batches[i] = (kind, table, version, kept)
-        batches[:] = [b for b in batches if b[3].num_rows and (b[0] != "messages" or self.options.messages)]
+        batches[:], cut, signals = online.take_messages(batches, keep=self.options.messages)
         for table in signals:
             self._signalled(table)
-        if cut is None:
-            for kind, table, _, batch in batches:
-                if kind == "table":
-                    online.observe(table or "", batch, before_watermark=True)
+        flush = online.cut_flush(batches, cut)
+        if flush is None:
             return False
-        pre, post = [], []
-        for kind, table, version, batch in batches:
-            below, above = _split_at(batch, cut)
-            if below.num_rows:
-                pre.append((kind, table, version, below))
-            if above.num_rows:
-                post.append((kind, table, version, above))
-        for kind, table, _, batch in pre:
-            if kind == "table":
-                online.observe(table or "", batch, before_watermark=True)
-        pre_state = online.changed_state() if pre else None  # without the chunk
-        chunk, state = online.release()
-        for kind, table, _, batch in post:
-            if kind == "table":
-                online.observe(table or "", batch, before_watermark=False)
-        # The chunk's position is inside the watermark's WAL record, one byte below its end E,
-        # where the next record starts (maybe a commit). What is before is handled at the
-        # position; the chunk at E: a resume there gets a commit at E again. An output tells
-        # a chunk it holds (rows below the handled position) from one a kill cut short.
-        self._hand_out(pre, cut, state=pre_state)
-        name = chunk.table.table
-        rows = chunk.batches or [chunk.empty]
-        self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], cut + 1, snapshot=True,
-                       state=state)
-        self._hand_out(post, safe, state=online.changed_state() if post else None)
+        self._hand_out(flush.pre, flush.cut, state=flush.pre_state)
+        name = flush.chunk.table.table
+        rows = flush.chunk.batches or [flush.chunk.empty]
+        self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], flush.cut + 1, snapshot=True,
+                       state=flush.state)
+        self._hand_out(flush.post, safe, state=flush.post_state)
         return True
 
     def _next_late_group(self) -> tuple[list[LiveBatch], int] | None:
@@ -845,7 +800,7 @@ class LiveStream:
             return
         self._hand_out(batches, safe, state=online.changed_state() if online is not None and batches else None)
 
-    def _hand_out(self, batches: list[tuple[str, str | None, int | None, pa.RecordBatch]], safe: int,
+    def _hand_out(self, batches: list[Item], safe: int,
                   snapshot: bool = False, state: Mapping[str, Any] | None = None) -> None:
         """``batches``, complete up to ``safe``, as the next group. With nothing to store
         (e.g. transactions that touched no published table) the position is handled as
@@ -859,7 +814,7 @@ class LiveStream:
         if group:
             self._pending.append((group, group_ack))
 
-    def _to_live(self, item: Any) -> tuple[str, str | None, int | None, pa.RecordBatch] | None:
+    def _to_live(self, item: Any) -> Item | None:
         if isinstance(item, tuple):
             kind, table, version, batch = item
         else:
@@ -939,29 +894,6 @@ class LiveStream:
                 pass
         if not self._pending and not self._closed:
             self.close()
-
-
-def _split_at(batch: pa.RecordBatch, lsn: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
-    """``batch``'s rows committed below ``lsn`` and the others (rows come in commit order;
-    a message outside any transaction is placed by its own LSN)."""
-    import pyarrow.compute as pc
-
-    from .online_snapshot import split_rows
-
-    names = batch.schema.names
-    col = next((c for c in ("_commit_lsn", "commit_lsn") if c in names), None)
-    if col is None or batch.num_rows == 0:
-        return batch.slice(0, 0), batch
-    at = batch.column(col)
-    if "_lsn" in names:
-        at = pc.coalesce(at, batch.column("_lsn"))
-    below = pc.less(at.fill_null(1 << 62), lsn)
-    n = int(pc.sum(below).as_py() or 0)
-    if pc.all(below.slice(0, n)).as_py() is not False:
-        return batch.slice(0, n), batch.slice(n)
-    rows = below.to_pylist()
-    return (split_rows([batch], [i for i, b in enumerate(rows) if b])[0],
-            split_rows([batch], [i for i, b in enumerate(rows) if not b])[0])
 
 
 def stream(dsn: str, *, slot: str, **options: Any) -> LiveStream:

@@ -71,8 +71,8 @@ from ..exceptions import ReplicationError
 from .connection import copy_out_functions
 from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
 
-__all__ = ["WATERMARK_PREFIX", "RESNAPSHOT_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "plan_online", "split_rows",
-           "DEFAULT_CHUNK_ROWS"]
+__all__ = ["WATERMARK_PREFIX", "RESNAPSHOT_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "Flush", "Item",
+           "plan_online", "split_rows", "split_at", "DEFAULT_CHUNK_ROWS"]
 
 #: The prefix of the watermark messages (``pg_logical_emit_message``); they are not handed out.
 WATERMARK_PREFIX = "pgoutput_arrow.watermark"
@@ -85,6 +85,8 @@ DEFAULT_CHUNK_ROWS = 20_000
 STATE_VERSION = 1
 
 Key = tuple[Any, ...]
+#: A decoded batch as the live stream holds it: (kind, table, relation version, batch).
+Item = tuple[str, str | None, int | None, pa.RecordBatch]
 
 log = logging.getLogger(__name__)
 
@@ -506,6 +508,33 @@ class OnlineSnapshot:
 
     # ------------------------------------------------------------------ the stream
 
+    def sync(self, cur: Any, publications: Sequence[str]) -> dict[str, str]:
+        """Reads every published table it does not know yet (a table added to the
+        publication: from its first key; at the start, from the stored state), and forgets
+        those no longer published. Returns the tables newly published that it cannot chunk
+        in key order, with why: the caller takes them by an exported snapshot (they are
+        :attr:`fallback` from now on)."""
+        tables, fallback = plan_online(cur, publications)
+        published = {t.table for t in tables} | set(fallback)
+        for gone in [t for t in (set(self.tables) | self.fallback | self.exported) if t not in published]:
+            self.remove(gone)
+        for planned in tables:
+            if planned.table not in self.tables:
+                self.add(planned, self.saved.get(planned.table))
+        new = {name: why for name, why in fallback.items() if name not in self.exported and name not in self.fallback}
+        self.fallback |= set(new)
+        self.saved = {}  # a table published again later is read from its first key
+        return new
+
+    def read_again(self, cur: Any, publications: Sequence[str], table: str) -> None:
+        """Reads ``table`` (published) again from its first key; an error if it cannot be
+        chunked in key order."""
+        tables, fallback = plan_online(cur, publications, [table])
+        if fallback:
+            raise ReplicationError(f"{table} cannot be read online: {fallback[table]}; "
+                                   "LiveStream.snapshot_table takes it by an exported snapshot")
+        self.add(tables[0])
+
     def remove(self, table: str) -> None:
         """Stops reading ``table`` (no longer published)."""
         self.tables.pop(table, None)
@@ -521,6 +550,51 @@ class OnlineSnapshot:
             return None
         self.dirty = False
         return self.state
+
+    def take_messages(self, batches: list[Item], keep: bool) -> tuple[list[Item], int | None, list[str]]:
+        """A decoder flush without the watermark messages (without any message unless
+        ``keep``), the waiting chunk's position if its watermark is in it, and the tables
+        resnapshot messages ask to read again."""
+        cut = None
+        signals: list[str] = []
+        out = []
+        for kind, table, version, batch in batches:
+            if kind == "messages":
+                signals += self.signals(batch)
+                batch, found = self.watermark(batch)
+                cut = found if found is not None else cut
+                if not keep:
+                    continue
+            if batch.num_rows:
+                out.append((kind, table, version, batch))
+        return out, cut, signals
+
+    def cut_flush(self, batches: list[Item], cut: int | None) -> Flush | None:
+        """The changes of a decoder flush (without messages it does not hand out) shown to
+        the snapshot in stream order; where the waiting chunk's watermark is in it (``cut``),
+        the flush cut there, the chunk released between the two parts (None: not in this
+        flush; the changes were shown)."""
+        if cut is None:
+            for kind, table, _, batch in batches:
+                if kind == "table":
+                    self.observe(table or "", batch, before_watermark=True)
+            return None
+        pre, post = [], []
+        for kind, table, version, batch in batches:
+            below, above = split_at(batch, cut)
+            if below.num_rows:
+                pre.append((kind, table, version, below))
+            if above.num_rows:
+                post.append((kind, table, version, above))
+        for kind, table, _, batch in pre:
+            if kind == "table":
+                self.observe(table or "", batch, before_watermark=True)
+        pre_state = self.changed_state() if pre else None  # without the chunk
+        chunk, state = self.release()
+        for kind, table, _, batch in post:
+            if kind == "table":
+                self.observe(table or "", batch, before_watermark=False)
+        return Flush(pre, pre_state, chunk, state, post, self.changed_state() if post else None, cut)
 
     @staticmethod
     def signals(messages: pa.RecordBatch) -> list[str]:
@@ -684,6 +758,43 @@ class OnlineSnapshot:
         self.rows += sum(b.num_rows for b in chunk.batches)
         self.dirty = False
         return chunk, self.state
+
+
+@dataclasses.dataclass
+class Flush:
+    """A decoder flush cut where a chunk's watermark is: the changes committed below the
+    chunk's position ``cut`` (handed out at ``cut``), the chunk (at ``cut + 1``: the position
+    is inside the watermark's WAL record, one byte below its end E, where the next record,
+    maybe a commit, starts; an output tells a chunk it holds, rows below the handled
+    position, from one a kill cut short), then the others; each part with the state it
+    carries (None: unchanged)."""
+
+    pre: list[Item]
+    pre_state: dict[str, Any] | None
+    chunk: Chunk
+    state: dict[str, Any]
+    post: list[Item]
+    post_state: dict[str, Any] | None
+    cut: int
+
+
+def split_at(batch: pa.RecordBatch, lsn: int) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    """``batch``'s rows committed below ``lsn`` and the others (rows come in commit order;
+    a message outside any transaction is placed by its own LSN)."""
+    names = batch.schema.names
+    col = next((c for c in ("_commit_lsn", "commit_lsn") if c in names), None)
+    if col is None or batch.num_rows == 0:
+        return batch.slice(0, 0), batch
+    at = batch.column(col)
+    if "_lsn" in names:
+        at = pc.coalesce(at, batch.column("_lsn"))
+    below = pc.less(at.fill_null(1 << 62), lsn)
+    n = int(pc.sum(below).as_py() or 0)
+    if pc.all(below.slice(0, n)).as_py() is not False:
+        return batch.slice(0, n), batch.slice(n)
+    rows = below.to_pylist()
+    return (split_rows([batch], [i for i, b in enumerate(rows) if b])[0],
+            split_rows([batch], [i for i, b in enumerate(rows) if not b])[0])
 
 
 def _xids(batch: pa.RecordBatch) -> pa.Array:
