@@ -62,7 +62,7 @@ from ..exceptions import (
     WalLevelNotLogical,
 )
 from .connection import CopyBoth, CopyBothEnded, connect
-from .online_snapshot import Item, OnlineSnapshot
+from .online_snapshot import Item, OnlineSnapshot, UnorderedKey
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
@@ -287,7 +287,10 @@ class LiveStream:
                 self._sync_publications()  # a table added to the publication is read online
             if online is not None and online.chunk is None and not self._late and not online.finished:
                 # The next chunk: it comes out where its watermark passes in the stream.
-                online.read()
+                try:
+                    online.read()
+                except UnorderedKey as e:
+                    self._fall_back(e.table, e.why)
             self._pump()
             if not wait and not self._pending:
                 return None
@@ -502,9 +505,15 @@ class LiveStream:
         with online.conn.cursor() as cur:
             fallback = online.sync(cur, self.options.publications)
         for name, why in fallback.items():
-            warnings.warn(f"pgoutput live stream: {name} is taken by an exported snapshot, not online: {why}",
-                          RuntimeWarning, stacklevel=4)
-            self.snapshot_table(name)
+            self._fall_back(name, why)
+
+    def _fall_back(self, table: str, why: str) -> None:
+        """``table`` is taken by an exported snapshot, not online (said in one line)."""
+        assert self._online is not None
+        warnings.warn(f"pgoutput live stream: {table} is taken by an exported snapshot, not online: {why}",
+                      RuntimeWarning, stacklevel=5)
+        self._online.give_up(table)
+        self.snapshot_table(table)
 
     def _signalled(self, table: str) -> None:
         """A resnapshot message asked to read ``table`` again (see RESNAPSHOT_PREFIX): a

@@ -71,7 +71,7 @@ from ..exceptions import ReplicationError
 from .connection import copy_out_functions
 from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
 
-__all__ = ["WATERMARK_PREFIX", "RESNAPSHOT_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "Flush", "Item",
+__all__ = ["WATERMARK_PREFIX", "RESNAPSHOT_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "Flush", "Item", "UnorderedKey",
            "plan_online", "split_rows", "split_at", "DEFAULT_CHUNK_ROWS"]
 
 #: The prefix of the watermark messages (``pg_logical_emit_message``); they are not handed out.
@@ -93,13 +93,39 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- key values
 
-def _numeric_order(v: decimal.Decimal) -> tuple[int, decimal.Decimal]:
+def _numeric_norm(v: Any) -> Any:
+    """A numeric key value: a Decimal, or ``"NaN"`` (a Decimal NaN equals nothing, itself
+    included, so it could not be looked up)."""
+    d = decimal.Decimal(str(v))
+    return "NaN" if d.is_nan() else d
+
+
+def _numeric_order(v: Any) -> tuple[int, decimal.Decimal]:
     """numeric's order: -Infinity, finite values, Infinity, NaN (PostgreSQL's)."""
-    if v.is_nan():
+    if isinstance(v, str):  # "NaN"
         return (3, decimal.Decimal(0))
     if v.is_infinite():
         return (0 if v < 0 else 2, decimal.Decimal(0))
     return (1, v)
+
+
+#: The special values of dates and timestamps a key may hold (their text: the decoder leaves
+#: the column null and gives the text in ``_special``), and where they sort.
+_TIME_SPECIALS = {"-infinity": 0, "infinity": 2}
+
+
+def _time_order(v: Any) -> tuple[int, Any]:
+    if isinstance(v, str):
+        return (_TIME_SPECIALS[v], None)
+    return (1, v)
+
+
+def _time_text(v: Any) -> str:
+    return v if isinstance(v, str) else v.isoformat()
+
+
+def _time_parse(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    return lambda s: s if s in _TIME_SPECIALS else parse(s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,10 +156,10 @@ _CODECS: dict[int, _Codec] = {
     17: _Codec(bytes, lambda v: "\\x" + bytes(v).hex(), lambda s: bytes.fromhex(s[2:])),
     20: _INT, 21: _INT, 23: _INT, 26: _INT,
     25: _TEXT, 1043: _TEXT,
-    1700: _Codec(lambda v: decimal.Decimal(str(v)), str, decimal.Decimal),
-    1082: _Codec(lambda v: v, lambda v: v.isoformat(), datetime.date.fromisoformat),
-    1114: _Codec(lambda v: v, lambda v: v.isoformat(), datetime.datetime.fromisoformat),
-    1184: _Codec(_ts_norm, lambda v: v.isoformat(), lambda s: _ts_norm(datetime.datetime.fromisoformat(s))),
+    1700: _Codec(_numeric_norm, str, _numeric_norm),
+    1082: _Codec(lambda v: v, _time_text, _time_parse(datetime.date.fromisoformat)),
+    1114: _Codec(lambda v: v, _time_text, _time_parse(datetime.datetime.fromisoformat)),
+    1184: _Codec(_ts_norm, _time_text, _time_parse(lambda s: _ts_norm(datetime.datetime.fromisoformat(s)))),
     2950: _Codec(_uuid_norm, str, str),
 }
 #: Collations under which text orders as Python's str (by code point).
@@ -141,7 +167,21 @@ _CODE_POINT_COLLATIONS = {"C", "POSIX", "ucs_basic", "C.UTF-8", "C.utf8", "pg_c_
 
 
 def _sort_value(oid: int, v: Any) -> Any:
-    return _numeric_order(v) if oid == 1700 else v
+    if oid == 1700:
+        return _numeric_order(v)
+    if oid in (1082, 1114, 1184):
+        return _time_order(v)
+    return v
+
+
+def _special_key_value(oid: int, text: str) -> Any:
+    """A key value the decoder left null with its text in ``_special``, as the key codec
+    holds it; None when the codec cannot order it (a BC date, a year past 9999)."""
+    if oid == 1700:
+        return _numeric_norm(text)
+    if oid in (1082, 1114, 1184) and text in _TIME_SPECIALS:
+        return text
+    return None
 
 
 # --------------------------------------------------------------------------- plan
@@ -247,6 +287,15 @@ class _Progress:
         return self.done and not self.again
 
 
+class UnorderedKey(ReplicationError):
+    """A chunk of ``table`` read a key the online snapshot cannot order (``why``): the table
+    is to be taken by an exported snapshot instead (:meth:`OnlineSnapshot.give_up`)."""
+
+    def __init__(self, table: str, why: str) -> None:
+        super().__init__(f"the online snapshot cannot chunk {table}: {why}")
+        self.table, self.why = table, why
+
+
 @dataclasses.dataclass
 class Chunk:
     """A chunk read and waiting for its watermark to pass in the stream: ``batches`` of
@@ -294,6 +343,16 @@ def _key_rows(table: OnlineTable, batch: pa.RecordBatch | pa.Table, names: Seque
         return [table.norm(vals) if ok and None not in vals else None
                 for ok, vals in zip(valid, zip(*columns))] if columns else []
     columns = [batch.column(n).to_pylist() for n in names]
+    if "_special" in batch.schema.names and any(None in c for c in columns):
+        # A value no Arrow value of its column holds (numeric NaN, ±infinity): its text.
+        specials = batch.column("_special").to_pylist()
+        oids = dict(zip(table.key, table.key_oids))
+        for n, values in zip(names, columns):
+            for i, v in enumerate(values):
+                if v is None and specials[i]:
+                    text = dict(specials[i]).get(n)
+                    if text is not None and n in oids:
+                        values[i] = _special_key_value(oids[n], text)
     return [table.norm(vals) if None not in vals else None for vals in zip(*columns)]
 
 
@@ -431,6 +490,14 @@ class OnlineSnapshot:
         finally:
             cur.close()
         batches = [b for b in read if b.num_rows]
+        for b in batches:
+            # A key value the decoder leaves null (its text in _special) that the codec
+            # cannot order (a BC date, a year past 9999): the table is taken another way.
+            special = b.column("_special") if "_special" in b.schema.names else None
+            if special is not None and special.null_count < b.num_rows \
+                    and None in _key_rows(table, b.filter(special.is_valid())):
+                raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that is not "
+                                   "ordered here (a BC date, a year past 9999)")
         last = None
         if range_rows:
             # The range's rows come in key order: its last row has the last key read.
@@ -441,8 +508,8 @@ class OnlineSnapshot:
                     break
                 at -= b.num_rows
             if last is None:
-                raise ReplicationError(f"the online snapshot of {table.table} read a row whose key "
-                                       f"({', '.join(table.key)}) its decoder could not represent")
+                raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that the "
+                                   "decoder cannot represent")
         self.chunk = Chunk(table, token, lsn, batches, None, last,
                            not p.done and range_rows < self.chunk_rows, again, p, int(xmax) & 0xFFFFFFFF,
                            pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
@@ -519,7 +586,8 @@ class OnlineSnapshot:
         for gone in [t for t in (set(self.tables) | self.fallback | self.exported) if t not in published]:
             self.remove(gone)
         for planned in tables:
-            if planned.table not in self.tables:
+            # A table an exported snapshot took (one a chunk could not order) is done.
+            if planned.table not in self.tables and planned.table not in self.exported:
                 self.add(planned, self.saved.get(planned.table))
         new = {name: why for name, why in fallback.items() if name not in self.exported and name not in self.fallback}
         self.fallback |= set(new)
@@ -534,6 +602,14 @@ class OnlineSnapshot:
             raise ReplicationError(f"{table} cannot be read online: {fallback[table]}; "
                                    "LiveStream.snapshot_table takes it by an exported snapshot")
         self.add(tables[0])
+
+    def give_up(self, table: str) -> None:
+        """Stops reading ``table`` online (a chunk found a key it cannot order): the caller
+        takes it by an exported snapshot (it is :attr:`fallback` from now on)."""
+        self.tables.pop(table, None)
+        self.progress.pop(table, None)
+        self.fallback.add(table)
+        self.dirty = True
 
     def remove(self, table: str) -> None:
         """Stops reading ``table`` (no longer published)."""

@@ -180,7 +180,6 @@ class StreamOptions:
         create_publication: Sequence[str] | str | None = None,
         start_lsn: int | str | None = None,
         stop_at_lsn: int | str | None = None,
-        status_interval: float = 10.0,
         **options: Any,
     ) -> StreamOptions:
         """The keyword options of :func:`pgoutput_arrow.stream`, checked; those that are not
@@ -213,13 +212,14 @@ class StreamOptions:
             raise ValueError("snapshot_connections must be at least 1")
         # A temporary slot is always created.
         known["create_slot"] = bool(known.get("create_slot")) or bool(known.get("temporary_slot"))
+        if "status_interval" in known:
+            known["status_interval"] = float(known["status_interval"])
         return cls(
             slot=slot,
             publications=names,
             create_publication=create_publication,
             start_lsn=parse_lsn(start_lsn) if start_lsn is not None else 0,
             stop_at_lsn=parse_lsn(stop_at_lsn) if stop_at_lsn is not None else None,
-            status_interval=float(status_interval),
             decoder_options=decoder,
             **known,
         )
