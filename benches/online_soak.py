@@ -9,7 +9,8 @@ TOASTed in one row of ``--toast-every``), published; per output format (``--form
 parquet,delta``) a slot and an output directory of its own, the formats one after the other.
 A writer runs through every run: small transactions of inserts, updates, deletes, key changes
 (into the part read and the part not read), updates that leave the TOASTed value unsent and
-updates of it, ``--writes-per-s`` a second, and once, a third of the way through the kills,
+updates of it, ``--writes-per-s`` a second, half of them (while the snapshot runs) at keys of
+the chunk being read (just past the last key the output holds), and once, a third of the way through the kills,
 ``ALTER TABLE soak ADD COLUMN extra int`` (set by later updates).
 
 Kills: ``--kills`` runs of the same command line, each killed (SIGKILL) once its output stored
@@ -84,6 +85,10 @@ class Writer(threading.Thread):
         self.transactions = 0
         self.error: BaseException | None = None
         self.next_id = rows * 4
+        #: The last key of the chunks stored so far (None: none, or the snapshot is done):
+        #: half the writes go to the chunk being read, just past it.
+        self.hot_after: int | None = None
+        self.chunk_rows = 1
 
     def run(self) -> None:
         try:
@@ -114,7 +119,11 @@ class Writer(threading.Thread):
         conn.close()
 
     def _one(self, cur: Any, rnd: random.Random) -> None:
-        i = rnd.randint(1, self.rows + 1000)
+        hot = self.hot_after
+        if hot is not None and rnd.random() < 0.5:
+            i = hot + rnd.randint(1, self.chunk_rows)
+        else:
+            i = rnd.randint(1, self.rows + 1000)
         r = rnd.random()
         if r < 0.25:  # the TOASTed value (where there is one) left unsent
             extra = ", extra = coalesce(extra, 0) + 1" if self.added else ""
@@ -182,9 +191,21 @@ def progress(pg: Any, out: Path, fmt: str, slot: str) -> tuple[Any, Any]:
     return read_state(out, fmt), rows[0][0] if rows else None
 
 
+def _online(state: Any, fmt: str) -> Any:
+    return state.get("online_snapshot") if fmt != "delta" and state else state
+
+
 def finished(state: Any, fmt: str) -> bool:
-    online = state.get("online_snapshot") if fmt != "delta" and state else state
+    online = _online(state, fmt)
     return bool(online) and all(t["done"] and not t["again"] for t in online["tables"].values())
+
+
+def last_key(state: Any, fmt: str) -> int | None:
+    """The last key of the chunks the output holds (None: none yet, or the table is done)."""
+    table = (_online(state, fmt) or {}).get("tables", {}).get("public.soak")
+    if not table or table["done"] or table["after"] is None:
+        return None
+    return int(table["after"][0])
 
 
 def chunk_reads(stderr: str) -> tuple[int, int, list[float]]:
@@ -302,6 +323,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
            "--format", fmt, "--output", str(out), "--commit-interval", "0.5"]
     rng = random.Random(seed)
     writer = Writer(pg, args.rows, args.writes_per_s, seed)
+    writer.chunk_rows = args.chunk_rows
     writer.start()
     while not writer.pid and writer.error is None:
         time.sleep(0.01)
@@ -324,6 +346,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
                 stream_kill = i >= args.kills - args.stream_kills
                 while time.monotonic() < deadline and proc.poll() is None:
                     now = progress(pg, out, fmt, slot)
+                    writer.hot_after = last_key(now[0], fmt)
                     if now != before and (not stream_kill or (now[0] and finished(now[0], fmt))):
                         break
                     time.sleep(0.05)
