@@ -74,6 +74,15 @@ class Writer(threading.Thread):
         conn.close()
 
 
+def oldest_xmin_holder(cur: Any, exclude: list[int]) -> float:
+    """Seconds the oldest open transaction that holds an xmin has been open (client sessions
+    other than ``exclude`` and the caller's own)."""
+    cur.execute("SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0) FROM pg_stat_activity "
+                "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
+                "AND backend_type = 'client backend'", (exclude,))
+    return float(cur.fetchone()[0])
+
+
 class Sampler(threading.Thread):
     """Every 20 ms: the oldest open transaction holding an xmin, of sessions other than
     ``exclude`` and its own; and ``lag()`` if given."""
@@ -89,10 +98,7 @@ class Sampler(threading.Thread):
         conn = self.pg.connect()
         with conn.cursor() as cur:
             while not self.stop.is_set():
-                cur.execute("SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0) FROM pg_stat_activity "
-                            "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
-                            "AND backend_type = 'client backend'", (self.exclude,))
-                self.oldest = max(self.oldest, float(cur.fetchone()[0]))
+                self.oldest = max(self.oldest, oldest_xmin_holder(cur, self.exclude))
                 if self.lag is not None:
                     self.max_lag = max(self.max_lag, int(self.lag()))
                 time.sleep(0.02)

@@ -59,6 +59,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benches"))
+
+from online_snapshot import oldest_xmin_holder  # noqa: E402  (beside this file)
 
 SERVER_SETTINGS = {"shared_buffers": "'1GB'", "max_wal_size": "'8GB'", "checkpoint_timeout": "'30min'",
                    "max_replication_slots": "20", "max_wal_senders": "20", "wal_sender_timeout": "'0'"}
@@ -163,10 +166,7 @@ class Sampler(threading.Thread):
         conn.autocommit = True
         with conn.cursor() as cur:
             while not self.stop.is_set():
-                cur.execute("SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0) FROM pg_stat_activity "
-                            "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
-                            "AND backend_type = 'client backend'", (self.exclude,))
-                self.oldest = max(self.oldest, float(cur.fetchone()[0]))
+                self.oldest = max(self.oldest, oldest_xmin_holder(cur, self.exclude))
                 cur.execute("SELECT active, (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
                             "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
                 row = cur.fetchone()

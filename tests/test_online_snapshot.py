@@ -103,6 +103,14 @@ def random_writes(pg: PgServer, p: str, rows: int, stop: threading.Event, seed: 
         conn.close()
 
 
+def stop_after_the_writes(pg: PgServer, s: Any, stop: threading.Event, writer: threading.Thread) -> None:
+    """Ends the writes, then the stream ``s`` once it reached the server's WAL end of that
+    moment."""
+    stop.set()
+    writer.join(timeout=60)
+    s.stop_at_lsn = pgoutput_arrow.lsn_to_int(str(pg.scalar("SELECT pg_current_wal_lsn()::text")))
+
+
 class Replica:
     """What a consumer stored: every batch of each group it stored, its last ack and the
     online snapshot's last state."""
@@ -220,9 +228,7 @@ def test_a_table_without_a_key_is_taken_by_an_exported_snapshot(pg: PgServer, un
                 replica.store(group, ack)
                 s.ack(ack)
                 if replica.finished() and not stop.is_set():
-                    stop.set()
-                    writer.join(timeout=60)
-                    s.stop_at_lsn = pgoutput_arrow.lsn_to_int(str(pg.scalar("SELECT pg_current_wal_lsn()::text")))
+                    stop_after_the_writes(pg, s, stop, writer)
     finally:
         stop.set()
         writer.join(timeout=60)
@@ -573,9 +579,7 @@ def test_special_key_values_are_chunked_and_a_key_it_cannot_order_falls_back(pg:
                     s.ack(ack)
                     if (state and all(t["done"] and not t["again"] for t in state["tables"].values())
                             and f"public.{p}_bc" in state["exported"] and s.stop_at_lsn is None):
-                        stop.set()
-                        writer.join(timeout=60)
-                        s.stop_at_lsn = pgoutput_arrow.lsn_to_int(str(pg.scalar("SELECT pg_current_wal_lsn()::text")))
+                        stop_after_the_writes(pg, s, stop, writer)
     finally:
         stop.set()
         writer.join(timeout=60)
