@@ -267,20 +267,22 @@ class LiveStream:
 
     def _next_group(self, wait: bool) -> tuple[list[LiveBatch], int] | None:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
-        when nothing arrived during one short read)."""
-        while self._late and not (self._closed or self._stop):
-            late = self._next_late_group()
-            if late is not None:
-                return late
-        while not self._pending:
+        when nothing arrived during one short read). A table snapshot queued
+        (:meth:`snapshot_table`) comes out before anything else, the stream read after it
+        included."""
+        while True:
+            while self._late and not (self._closed or self._stop):
+                late = self._next_late_group()
+                if late is not None:
+                    return late
+            if self._pending:
+                return self._pending.popleft()
             if self._snapshot is not None and not (self._closed or self._stop):
                 self._pump_snapshot()
                 continue
             if self._closed or self._stop:
                 self._finish_stream()
-                if self._pending:
-                    break
-                return None
+                return self._pending.popleft() if self._pending else None
             online = self._online
             if (online is not None and self.options.online_snapshot
                     and time.monotonic() - self._last_poll >= _PUBLICATION_POLL_S):
@@ -291,10 +293,11 @@ class LiveStream:
                     online.read()
                 except UnorderedKey as e:
                     self._fall_back(e.table, e.why)
+            if self._late:
+                continue  # its rows before the changes read from now on
             self._pump()
             if not wait and not self._pending:
                 return None
-        return self._pending.popleft()
 
     def open(self) -> None:
         """Connect, check the slot and publication (creating them if asked), and start
