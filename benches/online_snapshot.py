@@ -74,12 +74,14 @@ class Writer(threading.Thread):
         conn.close()
 
 
-def oldest_xmin_holder(cur: Any, exclude: list[int]) -> float:
+def oldest_xmin_holder(cur: Any, exclude: list[int], application: str | None = None) -> float:
     """Seconds the oldest open transaction that holds an xmin has been open (client sessions
-    other than ``exclude`` and the caller's own)."""
-    cur.execute("SELECT coalesce(extract(epoch FROM max(now() - xact_start)), 0) FROM pg_stat_activity "
+    other than ``exclude`` and the caller's own; with ``application``, only sessions of that
+    application_name)."""
+    cur.execute("SELECT coalesce(extract(epoch FROM max(clock_timestamp() - xact_start)), 0) FROM pg_stat_activity "
                 "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
-                "AND backend_type = 'client backend'", (exclude,))
+                "AND backend_type = 'client backend' AND (%s::text IS NULL OR application_name = %s)",
+                (exclude, application, application))
     return float(cur.fetchone()[0])
 
 

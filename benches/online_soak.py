@@ -32,7 +32,8 @@ Checked and reported:
   chunk, killed runs included) against the table's largest size: the excess in chunks per
   kill, at most 1 expected;
 * sampled every 100 ms from ``pg_stat_activity``: the oldest open transaction that holds an
-  xmin (the writer's and the sampler's sessions left out) against the longest chunk read, and
+  xmin among the runs' sessions (``PGAPPNAME=pgoutput-soak``; the harness's own queries, a
+  ``count(*)`` of the table among them, left out) against the longest chunk read, and
   the slot's lag (``pg_current_wal_lsn() - confirmed_flush_lsn``) while a run streams.
 
 Usage: ``python benches/online_soak.py [--versions 18,15] [--formats parquet,delta]
@@ -66,6 +67,8 @@ from online_snapshot import oldest_xmin_holder  # noqa: E402  (beside this file)
 SERVER_SETTINGS = {"shared_buffers": "'1GB'", "max_wal_size": "'8GB'", "checkpoint_timeout": "'30min'",
                    "max_replication_slots": "20", "max_wal_senders": "20", "wal_sender_timeout": "'0'"}
 LONG = "a value long enough to be stored out of line " * 150
+#: The application_name of the runs' sessions (PGAPPNAME): the xmin holders sampled are theirs.
+APPLICATION = "pgoutput-soak"
 CHUNK_LINE = re.compile(r"online snapshot of (\S+): read (\d+) rows after key .*?"
                         r"(?: and (\d+) rows read again)? in ([0-9.]+) s")
 
@@ -166,7 +169,7 @@ class Sampler(threading.Thread):
         conn.autocommit = True
         with conn.cursor() as cur:
             while not self.stop.is_set():
-                self.oldest = max(self.oldest, oldest_xmin_holder(cur, self.exclude))
+                self.oldest = max(self.oldest, oldest_xmin_holder(cur, self.exclude, APPLICATION))
                 cur.execute("SELECT active, (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
                             "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
                 row = cur.fetchone()
@@ -341,7 +344,8 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
             in_snapshot = not (before[0] and finished(before[0], fmt))
             err_path = work / f"pg{version}_{fmt}_run{i}.err"
             with open(err_path, "w") as err:
-                proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL)
+                proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL,
+                                        env={**os.environ, "PGAPPNAME": APPLICATION})
                 deadline = time.monotonic() + 600
                 stream_kill = i >= args.kills - args.stream_kills
                 while time.monotonic() < deadline and proc.poll() is None:
@@ -372,7 +376,8 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
     finally:
         writer.stop.set()
         writer.join(timeout=60)
-    last = subprocess.run([*cmd, "--idle-timeout", "5"], capture_output=True, text=True, timeout=3600)
+    last = subprocess.run([*cmd, "--idle-timeout", "5"], capture_output=True, text=True, timeout=3600,
+                          env={**os.environ, "PGAPPNAME": APPLICATION})
     sampler.stop.set()
     sampler.join()
     stderr_all.append(last.stderr)
