@@ -351,14 +351,14 @@ def test_a_change_committed_but_not_yet_visible_wins_over_the_chunk(version: int
 def read_state(out: Path, fmt: str = "parquet") -> Any:
     """The online snapshot's state kept with ``out`` (None: none yet)."""
     try:
-        if fmt == "delta":
+        if fmt in ("delta", "iceberg"):
             return json.loads((out / "_online_snapshot.json").read_text())
         return json.loads((out / "_checkpoint.json").read_text()).get("online_snapshot")
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+@pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str, tmp_path: Path,
                                                   fmt: str) -> None:
     """``pgoutput-dump --online-snapshot --format parquet|delta`` killed (-9) at random points
@@ -408,8 +408,8 @@ def test_cli_online_snapshot_resumes_after_kill_9(pg: PgServer, unique_name: str
     # The kills landed inside the snapshot: each resumed where the one before stood.
     progressed = [s for s in states if s is not None]
     assert len(progressed) >= 3 and any(not all(t["done"] for t in s["tables"].values()) for s in progressed), states
-    if fmt == "delta":
-        check_replicas(pg, p, out, "delta", tables=list(keys))
+    if fmt != "parquet":
+        check_replicas(pg, p, out, fmt, tables=list(keys))
         return
     replica = Replica()
     for t in keys:

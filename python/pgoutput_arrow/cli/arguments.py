@@ -379,9 +379,6 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
             raise UsageError("--snapshot-connections must be at least 1")
         if args.online_snapshot and args.snapshot:
             raise UsageError("--snapshot and --online-snapshot are two ways to take the snapshot: choose one")
-        if args.online_snapshot and fmt == "iceberg":
-            raise UsageError("--online-snapshot writes --format parquet, arrow, delta or text for now, not "
-                             f"{fmt}: take the snapshot with --snapshot")
         if args.snapshot_chunk_rows < 1:
             raise UsageError("--snapshot-chunk-rows must be at least 1")
     return fmt

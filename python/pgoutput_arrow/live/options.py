@@ -158,7 +158,7 @@ class StreamOptions:
                                    "snapshot",
                                    Flag("--online-snapshot", "bool", note="with --output its progress is kept "
                                         "with the output (_checkpoint.json of Parquet and Arrow files; "
-                                        "_online_snapshot.json beside Delta tables, written once they committed): "
+                                        "_online_snapshot.json beside Delta or Iceberg tables, written once they committed): "
                                         "the same command resumes at the next chunk"))
     snapshot_chunk_rows: int = option(20_000, "rows of a table each chunk of the online snapshot reads",
                                       "snapshot", Flag("--snapshot-chunk-rows", "int", "N"))
