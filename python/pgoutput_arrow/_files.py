@@ -25,7 +25,7 @@ import pyarrow as pa
 from ._internal import lsn_to_int as _lsn_to_int
 from .decoding import conform, unify_schemas
 
-__all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "read_file", "fsync_dir",
+__all__ = ["TableDirectory", "storable", "decoded", "write_atomically", "write_json_atomically", "read_file", "fsync_dir",
            "writable_directory", "read_snapshot_record", "SNAPSHOT_RECORD", "DATA_SUFFIXES"]
 
 #: The file in an output directory that records its initial snapshot (slot, consistent point).
@@ -389,8 +389,14 @@ def _write_journal(path: Path, held: pa.Schema, unified: pa.Schema, lsn: int | N
     data: dict[str, object] = {k: base64.b64encode(v.serialize().to_pybytes()).decode()
                                for k, v in (("held", held), ("unified", unified))}
     data["lsn"] = lsn
+    write_json_atomically(path, data)
+
+
+def write_json_atomically(path: Path, data: object) -> None:
+    """``path`` holds ``data`` as JSON, replaced atomically and durably: a hidden
+    ``.name.tmp`` written and fsynced, renamed into place, the directory fsynced."""
     text = json.dumps(data)
-    tmp = path.with_name(f"{path.name}.tmp")
+    tmp = path.with_name(f".{path.name.lstrip('.')}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()

@@ -23,7 +23,6 @@ the checkpoint.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from typing import Any
@@ -32,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._files import SNAPSHOT_RECORD, read_snapshot_record, TableDirectory, fsync_dir, storable, writable_directory, write_atomically
+from .._files import SNAPSHOT_RECORD, read_snapshot_record, TableDirectory, fsync_dir, storable, writable_directory, write_atomically, write_json_atomically
 from .._internal import lsn_to_int, lsn_to_str
 from .filters import Chunk
 
@@ -198,18 +197,11 @@ class LiveFileSink:
         return checkpoint
 
     def _write_checkpoint(self, lsn: int) -> None:
-        path = self.root / CHECKPOINT
-        tmp = self.root / f".{CHECKPOINT}.tmp"
-        with open(tmp, "w") as f:
-            record: dict[str, Any] = {"lsn": lsn_to_str(lsn), "written_at": time.time()}
-            state = getattr(self, "online_state", None)
-            if state is not None:
-                record["online_snapshot"] = state
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.root)
+        record: dict[str, Any] = {"lsn": lsn_to_str(lsn), "written_at": time.time()}
+        state = getattr(self, "online_state", None)
+        if state is not None:
+            record["online_snapshot"] = state
+        write_json_atomically(self.root / CHECKPOINT, record)
 
     # ------------------------------------------------------------------ the snapshot
 
@@ -225,14 +217,8 @@ class LiveFileSink:
     def begin_snapshot(self, slot: str, lsn: int | None) -> None:
         """Records, durably, the snapshot being taken: before its slot is created (``lsn``
         None), then with the slot's consistent point."""
-        record = {"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn)}
-        tmp = self.root / f".{SNAPSHOT_RECORD}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.root / SNAPSHOT_RECORD)
-        fsync_dir(self.root)
+        write_json_atomically(self.root / SNAPSHOT_RECORD,
+                              {"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn)})
         self._snapshot_lsn = lsn
 
     def discard_snapshot(self) -> int:

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._files import SNAPSHOT_RECORD, read_snapshot_record, fsync_dir, writable_directory
+from .._files import SNAPSHOT_RECORD, read_snapshot_record, fsync_dir, writable_directory, write_json_atomically
 from .._internal import lsn_to_int, lsn_to_str
 from .arguments import UsageError
 from .filters import Chunk
@@ -134,19 +133,9 @@ class LakeOutput:
         record["done"] = bool(record.get("done")) and record["lsn"] is not None
         return record
 
-    def _write_json(self, name: str, data: object) -> None:
-        """``DIR/name`` holds ``data``, replaced atomically and durably."""
-        tmp = self.root / f".{name}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.root / name)
-        fsync_dir(self.root)
-
     def _record(self, slot: str, lsn: int | None, done: bool) -> None:
-        self._write_json(SNAPSHOT_RECORD, {"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn),
-                                           "done": done})
+        write_json_atomically(self.root / SNAPSHOT_RECORD,
+                              {"slot": slot, "lsn": None if lsn is None else lsn_to_str(lsn), "done": done})
 
     def begin_snapshot(self, slot: str, lsn: int | None) -> None:
         """Records, durably, the snapshot being taken: before its slot is created (``lsn``
@@ -195,7 +184,7 @@ class LakeOutput:
             # lake holds. Behind it after a kill in between, the chunks since are read again
             # (their rows replace the same rows: a MERGE on the key) and the changes since
             # come again from the slot, skipped where a table holds them.
-            self._write_json(ONLINE_STATE, self.online_state)
+            write_json_atomically(self.root / ONLINE_STATE, self.online_state)
             self._written_state = self.online_state
         if self._snapshot_lsn is not None and self._end_lsn >= self._snapshot_lsn:
             # Its last group is committed: from now on a restart streams the slot.
