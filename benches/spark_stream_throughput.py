@@ -1,22 +1,24 @@
-"""Streaming source throughput: spark.readStream.format("pgoutput") on a live slot.
+"""Streaming source throughput: ``spark.readStream.format("pgoutput")`` draining a backlog, against
+``pgoutput_arrow.stream()`` draining the same slot contents, in the same run.
 
-    .venv/bin/python benches/spark_stream_throughput.py [--rows 200000] [--txns 200] [--master local[2]]
-        [--per-trigger ROWS]
+    .venv/bin/python benches/spark_stream_throughput.py [--rows 1000000] [--txns 1000]
+        [--master local[2]] [--runs 3] [--per-trigger ROWS]
 
-Starts its own PostgreSQL 18 (tests/pg_harness.py), inserts ``--rows`` rows in ``--txns``
-transactions into a published table, then drains the slot with a Trigger.AvailableNow query
-(``maxChangesPerTrigger`` = ``--per-trigger``, default a quarter of the rows, so several
-micro-batches) into the ``noop`` sink; wall clock from start() to the end of the query, session
-start excluded, and the steady state: the rows of the micro-batches after the first over their
-``triggerExecution`` time (the first pays for the query's start). For reference,
-the same ranges read in this process with the source's own peek-and-decode
-(``spark.stream.read_range``) on a second slot, without Spark.
+Starts its own PostgreSQL 18 (tests/pg_harness.py), creates ``2 * runs`` slots at one position,
+then writes the backlog: ``--rows`` inserts, updates and deletes in ``--txns`` transactions into
+a published table (a third of each: inserts, then updates of them, then deletes). Each run
+drains one slot with ``stream()`` (every group acknowledged, as a consumer would) and another
+with a Trigger.AvailableNow query into the ``noop`` sink (a checkpoint of its own; the session
+is warmed by a small query first), alternating which goes first. Wall clock per drain; medians
+and the ratio of the medians. The Spark figure includes the query's start and every
+micro-batch's commit (the slot moves when Spark commits).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,10 +26,11 @@ from pathlib import Path
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--txns", type=int, default=200)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--txns", type=int, default=1000)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--per-trigger", type=int, default=None)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--per-trigger", type=int, default=None, help="maxChangesPerTrigger (default: none)")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -35,8 +38,8 @@ def main() -> None:
     from pg_harness import PgServer
     from pyspark.sql import SparkSession
 
+    import pgoutput_arrow
     from pgoutput_arrow import spark as sp
-    from pgoutput_arrow.spark.stream import StreamSource, read_range
 
     spark = (SparkSession.builder.master(args.master).appName("pgoutput-stream-bench")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
@@ -47,43 +50,75 @@ def main() -> None:
         pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer int, amount numeric(10,2), "
                    "status text, placed_at timestamptz DEFAULT now()); "
                    "CREATE PUBLICATION pub FOR TABLE orders")
-        start = pg.create_slot("bench")
-        local_start = pg.create_slot("local")  # the same changes, for the in-process reference
-        per = args.rows // args.txns
-        for t in range(args.txns):
+        base = {"dsn": pg.dsn, "publication": "pub", "table": "public.orders"}
+        if args.per_trigger:
+            base["maxChangesPerTrigger"] = str(args.per_trigger)
+
+        def spark_drain(slot: str, checkpoint: str) -> tuple[float, int, int]:
+            t0 = time.perf_counter()
+            df = spark.readStream.format("pgoutput").options(**base, slot=slot).load()
+            query = (df.writeStream.format("noop").trigger(availableNow=True)
+                     .option("checkpointLocation", checkpoint).start())
+            query.awaitTermination()
+            seconds = time.perf_counter() - t0
+            progress = query.recentProgress
+            return seconds, sum(p["numInputRows"] for p in progress), sum(1 for p in progress if p["numInputRows"])
+
+        def live_drain(slot: str, end: int) -> tuple[float, int]:
+            t0 = time.perf_counter()
+            rows = 0
+            with pgoutput_arrow.stream(pg.dsn, slot=slot, publication="pub", stop_at_lsn=end,
+                                       binary=False, views=False, array_ndims=1,
+                                       datetime_range="pandas", time="time64") as s:
+                for batches, ack in s.groups():
+                    rows += sum(b.num_rows for b in batches if b.kind == "table")
+                    s.ack(ack)
+            return time.perf_counter() - t0, rows
+
+        # Warm the session: one small query end to end.
+        pg.create_slot("warm")
+        pg.execute("INSERT INTO orders (id, customer, amount, status) SELECT -g, 0, 0, 'warm' "
+                   "FROM generate_series(1, 1000) g")
+        spark_drain("warm", f"{pg.base_dir}/checkpoint-warm")
+        pg.execute("SELECT pg_drop_replication_slot('warm')")
+
+        for r in range(args.runs):
+            pg.create_slot(f"spark{r}")
+            pg.create_slot(f"live{r}")
+        third = args.rows // 3
+        per = max(1, third // max(1, args.txns // 3))
+        t0 = time.perf_counter()
+        for lo in range(0, third, per):
+            hi = min(third, lo + per) - 1
             pg.execute(f"INSERT INTO orders (id, customer, amount, status) SELECT g, g % 1000, "
-                       f"(g % 5000) / 4.0, 'new' FROM generate_series({t * per}, {(t + 1) * per - 1}) g")
-        wal = pg.current_wal_lsn() - start
-        options = {"dsn": pg.dsn, "slot": "bench", "publication": "pub", "table": "public.orders",
-                   "maxChangesPerTrigger": str(args.per_trigger or max(1, args.rows // 4))}
-
-        t0 = time.perf_counter()
-        stream = spark.readStream.format("pgoutput").options(**options).load()
-        query = (stream.writeStream.format("noop").trigger(availableNow=True)
-                 .option("checkpointLocation", f"{pg.base_dir}/checkpoint").start())
-        query.awaitTermination()
-        spark_s = time.perf_counter() - t0
-        rows = sum(p["numInputRows"] for p in query.recentProgress)
-        batches = sum(1 for p in query.recentProgress if p["numInputRows"])
-        later = [p for p in query.recentProgress if p["numInputRows"]][1:]
-        steady_ms = sum(p["durationMs"]["triggerExecution"] for p in later)
-        steady_rows = sum(p["numInputRows"] for p in later)
-        if os.environ.get("BENCH_VERBOSE"):
-            for p in query.recentProgress:
-                print(p["batchId"], p["numInputRows"], p["durationMs"])
-
+                       f"(g % 5000) / 4.0, 'new' FROM generate_series({lo}, {hi}) g")
+        for lo in range(0, third, per):
+            pg.execute(f"UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id BETWEEN {lo} AND {lo + per - 1}")
+        for lo in range(0, third, per):
+            pg.execute(f"DELETE FROM orders WHERE id BETWEEN {lo} AND {lo + per - 1}")
         end = pg.current_wal_lsn()
-        t0 = time.perf_counter()
-        local = read_range(StreamSource.from_options({**options, "slot": "local"}), local_start, end)
-        local_s = time.perf_counter() - t0
-        local_rows = local.tables["public.orders"].num_rows
+        wal_mb = pg.scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) / 1e6 "
+                           "FROM pg_replication_slots WHERE slot_name = 'spark0'")
+        print(f"backlog: {3 * third} changes in {args.txns} transactions, {float(wal_mb):.1f} MB of WAL "
+              f"(written in {time.perf_counter() - t0:.1f} s); Spark {args.master}", flush=True)
 
-    print(f"{args.rows} rows in {args.txns} transactions, {wal / 1e6:.1f} MB of WAL, Spark {args.master}")
-    print(f"readStream -> noop, AvailableNow:  {spark_s:6.2f} s  {rows / spark_s / 1e3:7.1f} k rows/s "
-          f"({rows} rows, {batches} micro-batches)")
-    if steady_ms:
-        print(f"  steady state (batches 2..{batches}):  {steady_rows / steady_ms:7.1f} k rows/s")
-    print(f"peek + decode in one process:     {local_s:6.2f} s  {local_rows / local_s / 1e3:7.1f} k rows/s")
+        spark_s, live_s = [], []
+        for r in range(args.runs):
+            order = ("spark", "live") if r % 2 == 0 else ("live", "spark")
+            for which in order:
+                if which == "spark":
+                    seconds, rows, batches = spark_drain(f"spark{r}", f"{pg.base_dir}/checkpoint{r}")
+                    spark_s.append(seconds)
+                    print(f"  run {r + 1}: readStream -> noop  {seconds:6.2f} s  {rows / seconds / 1e3:7.1f} k changes/s"
+                          f"  ({rows} rows, {batches} micro-batches)", flush=True)
+                else:
+                    seconds, rows = live_drain(f"live{r}", end)
+                    live_s.append(seconds)
+                    print(f"  run {r + 1}: stream() drain     {seconds:6.2f} s  {rows / seconds / 1e3:7.1f} k changes/s"
+                          f"  ({rows} rows)", flush=True)
+        s, l = statistics.median(spark_s), statistics.median(live_s)
+        print(f"medians of {args.runs}: readStream {s:.2f} s, stream() {l:.2f} s: "
+              f"the Spark source at {l / s:.0%} of stream()'s drain")
     spark.stop()
 
 

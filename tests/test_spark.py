@@ -828,11 +828,30 @@ def _read_range(reader: Any, start: dict, end: dict) -> list[dict]:
     return [r for part in reader.partitions(start, end) for b in reader.read(part) for r in b.to_pylist()]
 
 
+def _slot_reaches(pg: Any, slot: str, lsn: int, timeout: float = 10.0) -> int:
+    """The slot's position once it is ``lsn`` (the walsender applies a status update when it
+    reads it), or as it stands after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (position := _slot_position(pg, slot)) != lsn and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return position
+
+
+def _next_offset(reader: Any, start: dict, limit: Any, timeout: float = 20.0) -> dict:
+    """The reader's next offset past ``start``, polled as Spark polls (the stream may need a
+    moment to start sending)."""
+    deadline = time.monotonic() + timeout
+    while (end := reader.latestOffset(start, limit)) == start and time.monotonic() < deadline:
+        pass
+    return end
+
+
 def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) -> None:
     """The stream reader's driver and executor halves against a real slot: offsets cut at
     whole transactions (a transaction larger than the limit is not split), reading and polling
-    leave the slot alone, commit(end) advances it exactly to end, a range read again after
-    the slot moved gives the same rows, and an idle publication still lets the slot advance."""
+    leave the slot alone, commit(end) moves it exactly to end, the ranges planned before a
+    restart are read again from the slot with the same rows, and an idle publication still
+    lets the slot advance (through an empty batch Spark commits)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
     from pgoutput_arrow.exceptions import ReplicationError
@@ -840,7 +859,7 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
 
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
     pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); CREATE TABLE {t}_quiet (x text); "
-               f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+               f"CREATE TABLE {t}_other (id int); CREATE PUBLICATION {pub} FOR TABLE {t}, {t}_other")
     pg.create_slot(slot)
     initial = _slot_position(pg, slot)
     opts = {"dsn": pg.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
@@ -853,65 +872,69 @@ def test_stream_reader_moves_the_slot_only_on_commit(pg: Any, unique_name: str) 
     for i in (1, 2, 3):
         pg.execute(f"INSERT INTO {t} VALUES ({i}, 'one')")
     pg.execute(f"INSERT INTO {t} SELECT g, 'bulk' FROM generate_series(100, 149) g")  # 50 changes
-    pg.execute(f"BEGIN; UPDATE {t} SET v = 'two' WHERE id = 1; DELETE FROM {t} WHERE id = 2; COMMIT")
+    pg.execute(f"BEGIN; INSERT INTO {t}_other VALUES (7); UPDATE {t} SET v = 'two' WHERE id = 1; "
+               f"DELETE FROM {t} WHERE id = 2; COMMIT")
     pg.execute(f"BEGIN; INSERT INTO {t} VALUES (9, 'rolled back'); ROLLBACK")
+    time.sleep(0.5)
 
-    first = reader.latestOffset(start, ReadMaxRows(2))
-    second = reader.latestOffset(first, ReadMaxRows(2))
-    third = reader.latestOffset(second, ReadMaxRows(2))
-    # WAL written after the first poll (here an unpublished table's; on a server, anything)
-    # makes the last poll peek again: from the slot's position, so it still covers every range.
+    first = _next_offset(reader, start, ReadMaxRows(2))
+    second = _next_offset(reader, first, ReadMaxRows(2))
+    third = _next_offset(reader, second, ReadMaxRows(2))
     pg.execute(f"INSERT INTO {t}_quiet VALUES ('moves the WAL on')")
-    last = reader.latestOffset(third, ReadAllAvailable())
-    batches = [_read_range(reader, a, b) for a, b in ((start, first), (first, second), (second, third),
-                                                      (third, last))]
+    last = _next_offset(reader, third, ReadAllAvailable())
+    ranges = ((start, first), (first, second), (second, third), (third, last))
+    batches = [_read_range(reader, a, b) for a, b in ranges]
     assert [[(r["_op"], r["id"]) for r in b] for b in batches[:2]] == \
         [[("insert", 1), ("insert", 2)], [("insert", 3)]]
     assert [r["id"] for r in batches[2]] == list(range(100, 150))  # whole, over the limit
+    # _seq is the rank within the transaction across every table: the other table's insert
+    # came first.
     assert [(r["_op"], r["id"], r["v"], r["_seq"]) for r in batches[3]] == \
-        [("update", 1, "two", 0), ("delete", 2, None, 1)]
+        [("update", 1, "two", 1), ("delete", 2, None, 2)]
+    time.sleep(0.5)
     assert _slot_position(pg, slot) == initial  # polling and reading moved nothing
-    # The last poll's messages travel in the partition (the server decodes a batch once);
-    # without them (a restarted query's first batch) each range is peeked: the same rows.
-    ranges = ((start, first), (first, second), (second, third), (third, last))
-    assert all(reader.partitions(a, b)[0].messages is not None for a, b in ranges)
-    fresh = PgoutputStreamReader(opts, reader.schema)
-    assert fresh.partitions(third, last)[0].messages is None
-    assert [_read_range(fresh, a, b) for a, b in ranges] == batches
-    fresh.stop()
 
-    reader.commit(second)
+    # A restarted query: a new reader plans nothing itself and reads the batches its
+    # checkpoint names, from the slot: the same rows.
+    reader.stop()
+    fresh = PgoutputStreamReader(opts, reader.schema)
+    assert [_read_range(fresh, a, b) for a, b in ranges] == batches
+    fresh.commit(second)
+    assert _slot_reaches(pg, slot, sp.lsn_to_int(second["lsn"])) == sp.lsn_to_int(second["lsn"])
+    fresh.commit(first)  # older than the slot: nothing moves backwards, no error
     assert _slot_position(pg, slot) == sp.lsn_to_int(second["lsn"])
-    # After the slot moved, the same ranges read the same rows.
-    assert [_read_range(reader, a, b) for a, b in ((second, third), (third, last))] == batches[2:]
-    reader.commit(first)  # older than the slot: nothing moves backwards, no error
-    assert _slot_position(pg, slot) == sp.lsn_to_int(second["lsn"])
+    fresh.commit(last)
+    assert _slot_reaches(pg, slot, sp.lsn_to_int(last["lsn"])) == sp.lsn_to_int(last["lsn"])
 
     # Only an unpublished table changes: once the server wrote more than idleAdvanceBytes,
     # the offset moves past it (an empty batch) so that the slot need not hold that WAL.
     pg.execute(f"INSERT INTO {t}_quiet SELECT repeat('x', 200) FROM generate_series(1, 2000)")
-    idle = reader.latestOffset(last, ReadAllAvailable())
+    idle = _next_offset(fresh, last, ReadAllAvailable())
     assert sp.lsn_to_int(idle["lsn"]) - sp.lsn_to_int(last["lsn"]) >= 65536
-    assert _read_range(reader, last, idle) == []
-    reader.commit(idle)
-    assert _slot_position(pg, slot) == sp.lsn_to_int(idle["lsn"])
+    assert _read_range(fresh, last, idle) == []
+    time.sleep(0.3)
+    assert _slot_position(pg, slot) == sp.lsn_to_int(last["lsn"])  # only Spark's commit moves it
+    fresh.commit(idle)
+    assert _slot_reaches(pg, slot, sp.lsn_to_int(idle["lsn"])) == sp.lsn_to_int(idle["lsn"])
 
     # Someone else consumed the slot past a batch's start: a clear error, not a silent gap.
     pg.execute(f"INSERT INTO {t} VALUES (10, 'taken')")
-    taken = reader.latestOffset(idle, ReadAllAvailable())
+    taken = _next_offset(fresh, idle, ReadAllAvailable())
+    fresh.stop()
     pg.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, taken["lsn"]))
+    again = PgoutputStreamReader(opts, reader.schema)
     with pytest.raises(ReplicationError, match="consumed by someone else"):
-        _read_range(reader, idle, taken)
-    reader.stop()
+        _read_range(again, idle, taken)
+    again.stop()
 
 
-def test_stream_reader_keeps_a_prefix_of_a_large_peek(pg: Any, unique_name: str,
-                                                     monkeypatch: Any) -> None:
-    """A poll that peeked more than MAX_CARRIED_BYTES keeps the whole transactions that fit;
-    the batches past them are peeked again by their read: the same rows either way."""
-    from pyspark.sql.streaming.datasource import ReadMaxRows
+def test_stream_reader_holds_a_bounded_amount(pg: Any, unique_name: str, monkeypatch: Any) -> None:
+    """A poll stops reading the stream once the driver holds MAX_HELD_BYTES (the rest waits
+    in the slot), and a batch's rows travel in parts of about PART_BYTES: the same rows,
+    each once, in order."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from pgoutput_arrow.spark import stream
+    from pgoutput_arrow.spark import stream, stream_held
     from pgoutput_arrow.spark.stream import PgoutputStreamReader, stream_schema
 
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
@@ -920,18 +943,24 @@ def test_stream_reader_keeps_a_prefix_of_a_large_peek(pg: Any, unique_name: str,
     opts = {"dsn": pg.dsn, "slot": slot, "publication": pub, "table": f"public.{t}", "pollInterval": "0"}
     reader = PgoutputStreamReader(opts, stream_schema(opts))
     start = reader.initialOffset()
-    for i in range(1, 9):
-        pg.execute(f"INSERT INTO {t} VALUES ({i}, repeat('x', 100))")
-    monkeypatch.setattr(stream, "_FETCH_ROWS", 2)
-    monkeypatch.setattr(stream, "MAX_CARRIED_BYTES", 1200)
-    carried, got = [], []
-    while (end := reader.latestOffset(start, ReadMaxRows(1))) != start:  # as Spark does
-        parts = reader.partitions(start, end)
-        carried.append(parts[0].messages is not None)
-        got.append([r["id"] for p in parts for b in reader.read(p) for r in b.to_pylist()])
+    # 600 transactions of one row (more messages than the stream reads at once), then one
+    # of 300 rows.
+    pg.execute(f"DO $$ BEGIN FOR i IN 1..600 LOOP INSERT INTO {t} VALUES (i, repeat('x', 100)); COMMIT; "
+               "END LOOP; END $$")
+    pg.execute(f"INSERT INTO {t} SELECT g, repeat('y', 100) FROM generate_series(1000, 1299) g")
+    monkeypatch.setattr(stream, "MAX_HELD_BYTES", 1)
+    monkeypatch.setattr(stream_held, "PART_BYTES", 4096)
+    # Groups of the stream (decoder flushes) of a few messages: the bound applies between them.
+    monkeypatch.setattr(stream, "DECODER_OPTIONS", {**stream.DECODER_OPTIONS, "flush_messages": 20})
+    got, parts = [], []
+    while (end := _next_offset(reader, start, ReadAllAvailable(), timeout=5)) != start:  # as Spark does
+        planned = reader.partitions(start, end)
+        parts.append(len(planned))
+        got.append([r["id"] for p in planned for b in reader.read(p) for r in b.to_pylist()])
+        reader.commit(end)
         start = end
-    assert any(carried) and not all(carried), carried
-    assert got == [[i] for i in range(1, 9)]
+    assert [i for batch in got for i in batch] == [*range(1, 601), *range(1000, 1300)]
+    assert len(got) > 2 and max(parts) > 1, (got, parts)
     reader.stop()
 
 
@@ -950,20 +979,18 @@ def test_stream_reader_reconnects_after_a_server_restart(unique_name: str) -> No
         reader = PgoutputStreamReader(opts, stream_schema(opts))
         start = reader.initialOffset()
         server.execute("INSERT INTO t VALUES (1)")
-        end = reader.latestOffset(start, ReadAllAvailable())
+        end = _next_offset(reader, start, ReadAllAvailable())
         server.restart()
         reader.commit(end)
-        assert _slot_position(server, "s") == sp.lsn_to_int(end["lsn"])
+        assert _slot_reaches(server, "s", sp.lsn_to_int(end["lsn"])) == sp.lsn_to_int(end["lsn"])
         server.execute("INSERT INTO t VALUES (2)")
-        assert [r["id"] for r in _read_range(reader, end, reader.latestOffset(end, ReadAllAvailable()))] == [2]
+        assert [r["id"] for r in _read_range(reader, end, _next_offset(reader, end, ReadAllAvailable()))] == [2]
         reader.stop()
 
 
 def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_name: str) -> None:
-    """A walsender still holding the slot (the previous query's, exiting) makes a read wait
-    and then succeed, not fail. (A batch whose messages the driver's poll already peeked does
-    not touch the slot again: it is read at once. A restarted query's first batch, planned
-    without a poll, peeks: that read waits.)"""
+    """A walsender still holding the slot (the previous query's, exiting) makes the restarted
+    query's first read wait and then succeed, not fail."""
     import threading
 
     import psycopg2.extras
@@ -978,14 +1005,12 @@ def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_na
     reader = PgoutputStreamReader(opts, stream_schema(opts))
     start = reader.initialOffset()
     pg18.execute(f"INSERT INTO {t} VALUES (1)")
-    end = reader.latestOffset(start, ReadAllAvailable())
+    end = _next_offset(reader, start, ReadAllAvailable())
+    reader.stop()
     holder = psycopg2.connect(pg18.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
     holder.cursor().start_replication(slot_name=slot, decode=False, options={
         "proto_version": "1", "publication_names": pub})  # never confirms anything
     assert pg18.scalar("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-    t0 = time.monotonic()
-    assert [r["id"] for r in _read_range(reader, start, end)] == [1]  # carried: no peek
-    assert time.monotonic() - t0 < 1.0
     restarted = PgoutputStreamReader(opts, reader.schema)  # no poll of its own
     release = threading.Timer(1.5, holder.close)
     release.start()
@@ -994,7 +1019,6 @@ def test_stream_read_waits_while_the_slot_is_briefly_in_use(pg18: Any, unique_na
     assert time.monotonic() - t0 >= 1.0
     release.join()
     restarted.stop()
-    reader.stop()
 
 
 def test_stream_schema_from_catalog_equals_decoded(pg: Any, unique_name: str) -> None:

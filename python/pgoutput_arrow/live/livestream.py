@@ -151,6 +151,12 @@ class LiveStream:
         self.dsn = dsn
         # Where the stream ends; a caller may move it while the stream runs.
         self.stop_at_lsn: int | None = o.stop_at_lsn
+        #: Whether positions nothing was handed out for (an idle stream's WAL end, the
+        #: transactions that touched no published table) are acknowledged on their own, once
+        #: everything handed out before them is. A consumer that acknowledges every position
+        #: itself (Spark's streaming source: the slot moves only where Spark committed) sets
+        #: it False and takes the idle positions with :meth:`hand_out_idle`.
+        self.follow_idle = True
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -264,6 +270,40 @@ class LiveStream:
             self._positions.yielded(ack)
             self._counters.given(len(batches), sum(b.num_rows for b in batches))
             yield batches, ack
+
+    def poll(self, wait: bool = False) -> tuple[list[LiveBatch], int] | None:
+        """The next group as :meth:`groups` gives it, ``(batches, ack_lsn)``; None at the end
+        of the stream, or (``wait`` False) when none is ready after one short read."""
+        if not self._started:
+            self.open()
+        group = self._next_group(wait)
+        if group is not None:
+            self._positions.yielded(group[1])
+            self._counters.given(len(group[0]), sum(b.num_rows for b in group[0]))
+        return group
+
+    def hand_out_idle(self) -> int | None:
+        """With :attr:`follow_idle` False: when nothing is in flight, decoded or waiting, the
+        server's WAL end is handed out, to be acknowledged like a group's position; returns
+        the position handed out, or None when something is in flight."""
+        if (not self._txns.idle or self._pending or self._current or self._fed_since_flush
+                or self._late or self._snapshot is not None):
+            return None
+        positions = self._positions
+        positions.handed_out(positions.wal_end, self._txns.prepared_floor(), False)
+        positions.yielded(positions.emitted)
+        return int(positions.emitted)
+
+    def confirm(self) -> None:
+        """Send the acknowledged position to the server now, rather than at the next
+        status update (reconnecting first if the connection was lost)."""
+        if self._copy is None:
+            self._reconnect(ConnectionLost("not connected"))
+        try:
+            self._send_status(force=True)
+        except CopyBothEnded as e:
+            self._reconnect(e)
+            self._send_status(force=True)
 
     def _next_group(self, wait: bool) -> tuple[list[LiveBatch], int] | None:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
@@ -726,7 +766,7 @@ class LiveStream:
             if end:
                 positions.server_end(end)
             if reply:
-                self._send_status(force=True)
+                self._send_status(force=True, answering=True)
             if status == -1:
                 raise copy.ended()
             if status == -2:
@@ -769,7 +809,8 @@ class LiveStream:
         self._counters.tick(now)
         if self._pending:
             return
-        self._idle_advance()
+        if self.follow_idle:
+            self._idle_advance()
         self._sidecar.heartbeat(now)
         if self._positions.dirty or now - self._last_status >= self.options.status_interval:
             self._send_status(force=True)
@@ -818,7 +859,7 @@ class LiveStream:
         (e.g. transactions that touched no published table) the position is handled as
         soon as everything handed out before it is."""
         previous, group_ack = self._positions.handed_out(safe, self._txns.prepared_floor(),
-                                                         not batches)
+                                                         not batches and self.follow_idle)
         last = len(batches) - 1
         group = [LiveBatch(kind, table, version, batch, group_ack if i == last else previous,
                            snapshot=snapshot, snapshot_state=state if i == last else None)
@@ -888,12 +929,22 @@ class LiveStream:
         end, so an idle publication does not hold WAL."""
         self._positions.idle_advance(self._txns.idle and not self._pending and not self._current)
 
-    def _send_status(self, force: bool = False) -> None:
+    def _send_status(self, force: bool = False, answering: bool = False) -> None:
         copy = self._copy
         if copy is None:
             return
-        written, flush = self._positions.status(self._txns.prepared_floor())
-        copy.send_status(written, flush, flush)
+        positions = self._positions
+        new_ack = positions.dirty
+        written, flush = positions.status(self._txns.prepared_floor())
+        if answering and not new_ack and flush < written:
+            # The server asked for an answer and there is nothing new to confirm: the answer
+            # carries no flush position (the slot keeps the one confirmed before). A
+            # walsender that is shutting down asks until the client's flush position (or,
+            # without one, its write position) reaches what it sent: a consumer still
+            # holding batches it has not acknowledged would hold up the server's shutdown.
+            copy.send_status(written, 0, 0)
+        else:
+            copy.send_status(written, flush, flush)
         self._last_status = time.monotonic()
 
     def _finish_stream(self) -> None:

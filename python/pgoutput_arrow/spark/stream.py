@@ -15,22 +15,22 @@ How a micro-batch is cut and read (docs/spark.md, "Streaming from a replication 
   ``X/Y`` has been delivered. A micro-batch ``[start, end)`` holds exactly the transactions whose
   commit LSN lies in it. This is the rule the server itself applies to a slot: decoding skips
   the transactions whose commit record starts before the slot's ``confirmed_flush_lsn``.
-* ``latestOffset`` reads the slot with ``pg_logical_slot_peek_binary_changes`` up to the
-  server's flushed WAL position (peeking does not consume), and returns that position, or the
-  end of the last whole transaction that fits the read limit. It keeps the messages it
-  peeked (under a limit, READ_AHEAD batches' worth: the next polls cut their batches from
-  them without a peek), and ``partitions`` hands those of the batch to the executor inside
-  the partition: the server decodes a micro-batch's WAL once. A batch planned without that peek (a query
-  restarted from its checkpoint re-runs its last batch) is read by peeking again up to the
-  batch's end. Either way ``read`` decodes the transactions that commit inside the batch,
-  with the same code: re-reading a batch after a restart gives the same rows.
+* The driver streams the slot through the package's one replication session
+  (:class:`~pgoutput_arrow.live.LiveStream`, as ``stream()`` and ``pgoutput-dump`` do), started
+  at the query's offset: the server decodes each change once, and a poll costs what arrived
+  since the last one, however large the backlog. ``latestOffset`` takes what the stream has
+  ready (read limits cut at whole transactions) and holds it (:mod:`.stream_held`);
+  ``partitions`` hands a batch's rows to the executors inside its partitions, which cast them
+  for Spark. A batch planned again after a restart (a query re-runs its last uncommitted
+  batch) is read again from the slot, which has not moved past its start.
 * ``commit(end)`` — called by Spark once the micro-batch is in its commit log — is the only
-  place the slot moves: ``pg_replication_slot_advance(slot, end)``. The server may then
-  discard the WAL before ``end``.
+  place the slot moves: the session acknowledges ``end`` and confirms it to the server, which
+  may then discard the WAL before it. Positions the stream passes without changes for the
+  query (other tables, an idle server) are handed to Spark as an empty micro-batch once
+  ``idleAdvanceBytes`` of WAL went by, so that they too are confirmed only by Spark.
 
-Transactions are sent whole, at their commit (pgoutput without ``streaming``), so a batch never
-holds part of one. Slots created with ``two_phase`` are refused: their prepared transactions
-would be decoded at PREPARE, and a slot advanced past a PREPARE does not send its changes again.
+Slots created with ``two_phase`` are refused: their prepared transactions would be decoded at
+PREPARE, and a slot advanced past a PREPARE does not send its changes again.
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ import dataclasses
 import time
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -50,23 +48,23 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from .. import _internal
 from .._internal import lsn_to_int as parse_lsn
 from .._internal import lsn_to_str
 from .._catalog import relation_definition
-from .._pg import classify_connect_error, close_quietly, quote_ident, with_output_settings
+from .._pg import classify_connect_error, close_quietly, with_output_settings
 from ..exceptions import ReplicationError, SlotInUse, SlotNotFound
+from ..live import LiveStream
 from ..live.slot import check_publications, check_usable, slot_row
 from ..live.slot_guard import drop_unused_slot
 from ..live.snapshot import SnapshotChunk, SnapshotGone
-from ._common import from_executor, is_table_column, ranked_seq, spark_schema, with_seq
+from ._common import from_executor, is_table_column, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .snapshot import SparkSnapshot, read_chunk_batches
 from .snapshot import snapshot as take_snapshot
+from .stream_held import Held, RangeChanges, StreamPump, from_ipc, split
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, to_spark_arrow_schema
 
-__all__ = ["PgoutputStreamReader", "StreamSource", "LsnRange", "SnapshotRange", "Peeked", "stream_schema",
-           "read_range", "decode_range"]
+__all__ = ["PgoutputStreamReader", "StreamSource", "ChangesRange", "SnapshotRange", "stream_schema"]
 
 #: Without changes to the publication, the offset still moves once the server has written
 #: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
@@ -75,27 +73,19 @@ DEFAULT_IDLE_ADVANCE_BYTES = 16 << 20
 #: After a poll that found nothing, the next one waits this long (Spark polls every 10 ms).
 DEFAULT_POLL_INTERVAL_S = 1.0
 
-#: The stream asks for text tuple data (``peek_options``): say so, so that enum and composite
+#: The stream asks for text tuple data (``binary`` off): say so, so that enum and composite
 #: columns are typed the same in the schema (built before any data) and in every batch.
 #: Arrays nest one level (the schema is built before any data): a micro-batch must not learn
 #: another depth from its own first array; arrays of another depth are kept in _special.
 DECODER_OPTIONS: dict[str, Any] = {"views": False, "binary": False, "array_ndims": 1, **SPARK_DECODER_OPTIONS}
 
-#: Change messages (Insert, Update, Delete, Truncate), counted for read limits.
-#: describe_messages' `kind` names of the row changes, and of a Commit.
-_CHANGE_KIND_NAMES = pa.array(["insert", "update", "delete", "truncate"])
-_COMMIT = "commit"
+#: The driver holds at most about this many bytes of decoded rows that Spark has not
+#: committed: its stream stops reading there (the rest waits in the slot).
+MAX_HELD_BYTES = 256 << 20
 
-#: ``latestOffset`` keeps what it peeked for the batch's partition up to this many bytes of
-#: messages; a bigger batch is peeked again by its executor (driver memory stays bounded).
-MAX_CARRIED_BYTES = 256 << 20
-
-#: Under maxChangesPerTrigger a poll peeks this many batches' worth of changes ahead (within
-#: MAX_CARRIED_BYTES), and the next polls cut their batches from what it kept.
-READ_AHEAD = 4
-
-#: The messages of a peek are fetched from the server in chunks of this many.
-_FETCH_ROWS = 20000
+#: A batch waits at most this long for the stream to reach its end without the stream moving
+#: at all.
+REPLAY_STALL_S = 300.0
 
 _T = TypeVar("_T")
 
@@ -154,11 +144,6 @@ class StreamSource:
             raise classify_connect_error(e, "pgoutput stream: cannot connect") from None
         conn.autocommit = autocommit
         return conn
-
-    def peek_options(self) -> list[str]:
-        # Protocol 1 without streaming: every transaction arrives whole at its commit.
-        return ["proto_version", "1",
-                "publication_names", ",".join(quote_ident(p) for p in self.publications)]
 
     def check(self, cur: Any) -> int | None:
         """Clear errors before anything is read: the slot exists, is a pgoutput slot of
@@ -257,18 +242,21 @@ def _float_option(opts: Mapping[str, str], key: str, default: float) -> float:
     return value
 
 
-def _retry_in_use(fn: Any, *args: Any, attempts: int = 50) -> Any:
+def _retry_in_use(fn: Callable[..., _T], *args: Any, attempts: int = 50) -> _T:
     """Run a slot function, waiting out a short overlap with another user of the slot (the
-    previous query's backend still releasing it): ``55006`` object in use."""
+    previous query's walsender still releasing it): ``55006`` object in use."""
     import psycopg2
 
     for attempt in range(attempts):
         try:
             return fn(*args)
+        except SlotInUse:
+            if attempt == attempts - 1:
+                raise
         except psycopg2.Error as e:
             if getattr(e, "pgcode", None) != "55006" or attempt == attempts - 1:
                 raise classify_connect_error(e, "pgoutput stream") from None
-            time.sleep(0.2)
+        time.sleep(0.2)
     raise AssertionError("unreachable")
 
 
@@ -296,7 +284,7 @@ def stream_schema(options: Mapping[str, str], time_type: bool = False) -> Any:
     conn = source.connect()
     try:
         cur = conn.cursor()
-        source.check(cur)
+        _retry_in_use(source.check, cur)
         if source.table is None:
             return UDTF_SCHEMA
         schema = _relation_schema(cur, source.table, source.publications)
@@ -305,19 +293,23 @@ def stream_schema(options: Mapping[str, str], time_type: bool = False) -> Any:
     return spark_schema(to_spark_arrow_schema(schema, time_type))
 
 
+
 # --------------------------------------------------------------------------- the reader
 
-class LsnRange(InputPartition):
-    """One micro-batch: the transactions whose commit LSN is in ``[start, end)``, with the
-    slot's messages for it (``lsn``, ``data``) when the driver peeked them already, or None
-    (then ``read`` peeks the slot)."""
+class ChangesRange(InputPartition):
+    """A part of one micro-batch: the decoded rows of transactions whose commit LSN is in
+    ``[start, end)``, as Arrow IPC streams: ``tables`` by name, and the TRUNCATEs (or None)."""
 
-    def __init__(self, start: int, end: int, messages: pa.RecordBatch | None = None) -> None:
-        super().__init__((start, end))
+    def __init__(self, start: int, end: int, part: int, tables: dict[str, bytes], truncates: bytes | None) -> None:
+        super().__init__((start, end, part))
         self.start = start
         self.end = end
-        self.messages = messages
+        self.tables = tables
+        self.truncates = truncates
 
+    def changes(self) -> RangeChanges:
+        return RangeChanges({name: from_ipc(data) for name, data in self.tables.items()},
+                            from_ipc(self.truncates) if self.truncates is not None else pa.table({}))
 
 class SnapshotRange(InputPartition):
     """A chunk of the snapshot's micro-batch, read inside the exported snapshot."""
@@ -326,73 +318,6 @@ class SnapshotRange(InputPartition):
         super().__init__(chunk.index)
         self.snapshot_name = snapshot_name
         self.chunk = chunk
-
-
-@dataclasses.dataclass(frozen=True)
-class Peeked:
-    """What ``latestOffset`` read from the slot: every message of the transactions committing
-    from the slot's position (at most ``first``) up to ``covered`` (exclusive), in order, and
-    where each transaction's Commit is: ``commit_rows`` (row numbers), ``commit_lsns``,
-    ``end_lsns`` and ``changes`` (changes up to and including it, counted from the first)."""
-
-    first: int
-    covered: int
-    messages: pa.RecordBatch
-    commit_rows: np.ndarray
-    commit_lsns: np.ndarray
-    end_lsns: np.ndarray
-    changes: np.ndarray
-
-    def commits(self, begin: int, upto: int) -> list[tuple[int, int, int]] | None:
-        """What a peek up to ``upto`` would say of the transactions from ``begin`` on (as
-        ``_commits``), if this one holds them all; else None."""
-        if begin < self.first or upto > self.covered:
-            return None
-        return self.commits_before(upto)
-
-    def commits_before(self, upto: int) -> list[tuple[int, int, int]]:
-        n = int(np.searchsorted(self.commit_lsns, upto, side="left"))
-        return list(zip(self.commit_lsns[:n].tolist(), self.end_lsns[:n].tolist(),
-                        self.changes[:n].tolist()))
-
-    def cut(self, start: int, end: int) -> pa.RecordBatch | None:
-        """The messages a batch ``[start, end)`` needs, or None if this peek does not hold it:
-        up to the Commit of its last transaction; the changes of the transactions before
-        ``start`` left out (their Begin, Relation, Type and Commit messages stay, so that the
-        decoder knows the relations the batch's changes refer to)."""
-        if start < self.first or end > self.covered:
-            return None
-        last = int(np.searchsorted(self.commit_lsns, end, side="left"))  # commits before end
-        if last == 0 or self.commit_lsns[last - 1] < start:
-            return self.messages.slice(0, 0)
-        upto = int(self.commit_rows[last - 1]) + 1
-        batch = self.messages.slice(0, upto)
-        before = int(np.searchsorted(self.commit_lsns, start, side="left"))
-        if before == 0:
-            return batch
-        # Rows up to the Commit of the last transaction before start: keep all but changes.
-        split = int(self.commit_rows[before - 1]) + 1
-        kinds = _described(batch.column(1).slice(0, split)).column("kind")
-        keep = np.r_[~_is_change(kinds), np.ones(upto - split, bool)]
-        return batch.filter(pa.array(keep))
-
-
-def _described(data: pa.Array) -> pa.Table:
-    """Each message's kind name, and a commit's LSNs, as the crates read them."""
-    return pa.table(_internal.describe_messages(pa.table({"data": data})))
-
-
-def _is_change(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    mask = pc.is_in(kinds, value_set=_CHANGE_KIND_NAMES).fill_null(False)
-    return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _after(commits: list[tuple[int, int, int]], begin: int
-           ) -> tuple[list[tuple[int, int, int]], int]:
-    """The transactions committing at or after ``begin``, and the change count before them."""
-    pending = [(c, e, n) for c, e, n in commits if c >= begin]
-    before = max((n for c, _, n in commits if c < begin), default=0)
-    return pending, before
 
 
 def _dropped_if_unused(cur: Any, slot: str, lsn: int) -> bool:
@@ -425,7 +350,8 @@ def _offset_lsn(offset: Mapping[str, Any]) -> int:
 
 class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The micro-batch reader behind ``spark.readStream.format("pgoutput")``; see the module
-    docstring. The driver-side methods keep one SQL connection; ``read`` opens its own."""
+    docstring. The driver-side methods keep the replication stream, what it holds for Spark, and
+    one SQL connection (checks, and moving a slot no stream holds)."""
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         self.source = StreamSource.from_options(options)
@@ -433,7 +359,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._conn: Any = None
         self._target: int | None = None  # Trigger.AvailableNow: never past this LSN
         self._next_poll = 0.0
-        self._peeked: Peeked | None = None  # the last poll's messages, for partitions()
+        # The replication stream, read by a thread into what it holds for Spark.
+        self._pump: StreamPump | None = None
+        self._initial: int | None = None  # the first initialOffset's answer
         # With the option snapshot: the snapshot this query exported when it created the
         # slot, until Spark commits the micro-batch that reads it.
         self._snapshot: SparkSnapshot | None = None
@@ -441,7 +369,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_conn"] = None
-        state["_peeked"] = None  # the executors get theirs in the partition
+        state["_pump"] = None  # the executors get their rows in the partition
         state["_snapshot"] = None
         return state
 
@@ -468,7 +396,10 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         of the snapshot (C: the slot's consistent point), and the changes follow from C."""
         if self._snapshot is not None:  # Spark asks more than once
             return {**_offset(self._snapshot.lsn), "snapshot": "pending"}
-        confirmed = self._on_server(self.source.check)
+        if self._initial is not None:  # and meanwhile this reader may stream the slot
+            return _offset(self._initial)
+        # The previous query's walsender may still be releasing the slot.
+        confirmed = _retry_in_use(self._on_server, self.source.check)
         source = self.source
         if confirmed is not None and source.snapshot:
             raise ReplicationError(
@@ -477,6 +408,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "slot (or name a new one) for a snapshot, or leave snapshot off to stream "
                 "from the slot's position")
         if confirmed is not None:
+            self._initial = confirmed
             return _offset(confirmed)
         self._snapshot = take_snapshot(
             None, source.dsn, slot=source.slot, publication=list(source.publications),
@@ -498,157 +430,86 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wait = self._next_poll - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-
-        def poll(cur: Any) -> tuple[int, list[tuple[int, int, int]], bool]:
-            slot_at = self.source.check_not_consumed(cur, begin)
-            upto = _flushed_wal(cur)
-            if self._target is not None:
-                upto = min(upto, self._target)
-            if upto <= begin:
-                return upto, [], False
-            peeked = self._peeked
-            if peeked is not None and peeked.first <= begin:
-                # The last poll read ahead: if what it holds decides this cut, no new peek.
-                known = peeked.commits(begin, upto)
-                if known is not None:
-                    return upto, known, False
-                if max_rows is not None and begin <= peeked.covered:
-                    held = peeked.commits_before(min(upto, peeked.covered))
-                    pending, before = _after(held, begin)
-                    if pending and pending[-1][2] - before > max_rows:
-                        return upto, held, True
-            if max_rows is None:
-                return upto, self._commits(cur, slot_at, upto, None)[0], False
-            # With a limit, the server is asked to stop after the transaction in which the
-            # bound-th message falls, so that a poll does not decode the whole backlog. The
-            # bound grows until the peek either reached `upto` or saw a transaction that
-            # no longer fits: then the cut is the same as with everything read. (A quarter
-            # more than the limit, for Begin, Commit and Relation messages and the next
-            # transaction, usually does it at once.)
-            # The slot trails the query by a batch (Spark commits batch N when it plans N+1):
-            # the messages before `begin` that the last poll saw count on top, or the first
-            # peek would mostly read the batch before and have to be done again.
-            # It reads READ_AHEAD batches' worth, so that the next polls are answered from
-            # what it kept, and the server decodes the batch before again only once in a while.
-            bound = READ_AHEAD * (max_rows + max_rows // 4 + 16) + self._rows_before(begin)
-            while True:
-                commits, messages = self._commits(cur, slot_at, upto, bound)
-                pending, before = _after(commits, begin)
-                limited = messages >= bound
-                if not limited or (pending and pending[-1][2] - before > max_rows):
-                    return upto, commits, limited
-                bound *= 2
-
-        upto, commits, limited = self._on_server(poll)
-        if upto <= begin:
+        pump = self._stream_from(begin)
+        target = self._target
+        if target is not None:
+            # Trigger.AvailableNow: the batches reach what the server had written when the
+            # query started (unless the driver holds all it may).
+            self._wait_for(pump, lambda: pump.upto >= target or pump.held.nbytes >= MAX_HELD_BYTES)
+        with pump.lock:
+            end = pump.upto
+            if target is not None:
+                end = max(begin, min(end, target))
+            if isinstance(limit, ReadMaxRows):
+                end = pump.held.cut(begin, end, limit.max_rows)
+            if (not len(pump.held.commits(begin, end)) and target is None
+                    and end - begin < self.source.idle_advance_bytes):
+                end = begin  # nothing for the query, and not yet worth an empty batch
+        if end <= begin:
+            self._next_poll = time.monotonic() + self.source.poll_interval
             return _offset(begin)
-        pending, before = _after(commits, begin)
-        end = upto
-        if max_rows is not None and pending and (limited or pending[-1][2] - before > max_rows):
-            # Whole transactions, at least one: up to the end of the last that fits.
-            taken = [p for p in pending if p[2] - before <= max_rows] or pending[:1]
-            end = taken[-1][1]
-        elif not pending and upto - begin < self.source.idle_advance_bytes:
-            end = begin
-        self._next_poll = time.monotonic() + (self.source.poll_interval if end == begin else 0.0)
         return _offset(end)
 
-    def _rows_before(self, lsn: int) -> int:
-        """How many messages the last poll read before the transactions committing at or
-        after ``lsn`` (0 if it did not reach ``lsn``)."""
-        peeked = self._peeked
-        if peeked is None or peeked.covered < lsn:
-            return 0
-        n = int(np.searchsorted(peeked.commit_lsns, lsn, side="left"))
-        return int(peeked.commit_rows[n - 1]) + 1 if n else 0
+    def _stream_from(self, begin: int) -> StreamPump:
+        """The driver's replication stream, holding every transaction committed from ``begin``
+        on that it has read: the running one, or one started at ``begin`` (after checking that
+        nobody consumed the slot past it)."""
+        pump = self._pump
+        if pump is not None:
+            pump.check()
+            if pump.start <= begin <= pump.upto:
+                return pump
+        self._close_stream()
+        self._on_server(lambda cur: self.source.check_not_consumed(cur, begin))
+        source = self.source
 
-    def _commits(self, cur: Any, slot_at: int, upto: int, bound: int | None
-                 ) -> tuple[list[tuple[int, int, int]], int]:
-        """The transactions the slot (at ``slot_at``) has before ``upto`` (at most up to the one in which the
-        ``bound``-th message falls): (commit LSN, end LSN, changes up to and including it,
-        counted from the slot's position) each, and the number of messages read. The messages
-        are kept in ``self._peeked`` (if they fit MAX_CARRIED_BYTES) for ``partitions``."""
-        conn = cur.connection
+        def started() -> LiveStream:
+            live = LiveStream(source.dsn, slot=source.slot, publication=list(source.publications),
+                              start_lsn=begin, connect_timeout=source.connect_timeout, **DECODER_OPTIONS)
+            live.follow_idle = False  # the slot moves where Spark commits, nowhere else
+            live.open()
+            return live
 
-        def run() -> tuple[list[tuple[int, int, int]], int]:
-            self._peeked = None
-            chunks: list[pa.RecordBatch] = []
-            carried = 0
-            commit_rows: list[np.ndarray] = []
-            commit_lsns: list[np.ndarray] = []
-            end_lsns: list[np.ndarray] = []
-            counts: list[np.ndarray] = []
-            changes = rows_read = 0
-            # A server-side cursor (it needs a transaction): the messages come in chunks.
-            conn.autocommit = False
-            try:
-                named = conn.cursor(name="pgoutput_stream_poll")
-                named.execute(
-                    "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM "
-                    "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, VARIADIC %s)",
-                    (self.source.slot, lsn_to_str(upto), bound, self.source.peek_options()))
-                while rows := named.fetchmany(_FETCH_ROWS):
-                    batch = pa.record_batch(
-                        [pa.array([r[0] for r in rows], pa.int64()),
-                         pa.array([bytes(r[1]) for r in rows], pa.binary())], names=["lsn", "data"])
-                    described = _described(batch.column(1))
-                    kinds = described.column("kind")
-                    cumulative = changes + np.cumsum(_is_change(kinds))
-                    is_commit = pc.equal(kinds, _COMMIT).fill_null(False).to_numpy(zero_copy_only=False)
-                    at = np.flatnonzero(np.asarray(is_commit, dtype=bool))
-                    if len(at):
-                        ends = described.take(pa.array(at))
-                        commit_rows.append(at + rows_read)
-                        commit_lsns.append(ends.column("commit_lsn").to_numpy())
-                        end_lsns.append(ends.column("end_lsn").to_numpy())
-                        counts.append(cumulative[at])
-                    changes = int(cumulative[-1])
-                    rows_read += len(rows)
-                    carried += batch.nbytes
-                    if carried <= MAX_CARRIED_BYTES:
-                        chunks.append(batch)
-                named.close()
-            finally:
-                conn.rollback()  # read only: ends the transaction, failed or not
-                conn.autocommit = True
-            if not commit_rows:
-                return [], rows_read
-            c_rows, c_lsns = np.concatenate(commit_rows), np.concatenate(commit_lsns)
-            e_lsns, c_counts = np.concatenate(end_lsns), np.concatenate(counts)
-            commits = list(zip(c_lsns.tolist(), e_lsns.tolist(), c_counts.tolist()))
-            kept = sum(c.num_rows for c in chunks)
-            whole = int(np.searchsorted(c_rows, kept, side="left"))  # commits among them
-            if whole:
-                # Whole transactions: the last message is a Commit. Without a bound the peek
-                # holds every transaction committing before upto; with one, up to its last;
-                # past MAX_CARRIED_BYTES, up to the last one kept.
-                if whole < len(c_rows):
-                    covered = int(e_lsns[whole - 1])
-                else:
-                    covered = upto if bound is None or rows_read < bound else int(e_lsns[-1])
-                upto_row = int(c_rows[whole - 1]) + 1
-                batch = pa.Table.from_batches(chunks).slice(0, upto_row).combine_chunks().to_batches()[0]
-                self._peeked = Peeked(slot_at, covered, batch, c_rows[:whole], c_lsns[:whole],
-                                      e_lsns[:whole], c_counts[:whole])
-            return commits, rows_read
+        self._pump = StreamPump(_retry_in_use(started), begin, Held(source.table), MAX_HELD_BYTES)
+        return self._pump
 
-        result: tuple[list[tuple[int, int, int]], int] = _retry_in_use(run)
-        return result
+    def _close_stream(self) -> None:
+        pump, self._pump = self._pump, None
+        if pump is not None:
+            pump.close()
+
+    def _wait_for(self, pump: StreamPump, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` (read under the pump's lock) while the stream moves; a
+        stream that stops moving for REPLAY_STALL_S is an error."""
+        seen, moved = -1, time.monotonic()
+        while True:
+            pump.check()
+            with pump.lock:
+                if ready():
+                    return
+                upto = pump.upto
+            if upto != seen:
+                seen, moved = upto, time.monotonic()
+            elif time.monotonic() - moved > REPLAY_STALL_S:
+                raise ReplicationError(
+                    f'pgoutput stream: replication slot "{self.source.slot}" did not move for '
+                    f"{REPLAY_STALL_S:.0f} s (the stream stands at {lsn_to_str(upto)})")
+            time.sleep(0.01)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if "snapshot" in start:
             return self._snapshot_partitions(_offset_lsn(start))
-        # One partition: the slot is one ordered stream, read by one peek.
         first, last = _offset_lsn(start), _offset_lsn(end)
         if last <= first:
             return []
-        messages = self._peeked.cut(first, last) if self._peeked is not None else None
-        if messages is not None:
-            # The executor will not look at the slot: check here that nobody consumed it.
-            self._on_server(lambda cur: self.source.check_not_consumed(cur, first))
-        return [LsnRange(first, last, messages)]
+        # At once after this reader's own poll; a batch planned before a restart is read
+        # again from the slot.
+        pump = self._stream_from(first)
+        self._wait_for(pump, lambda: pump.upto >= last)
+        with pump.lock:
+            changes = pump.held.take(first, last)
+        return [ChangesRange(first, last, i, tables, truncates)
+                for i, (tables, truncates) in enumerate(split(changes))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -658,15 +519,10 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             changes = RangeChanges({partition.chunk.table: pa.Table.from_batches(
                 list(read_chunk_batches(self.source.dsn, partition.snapshot_name, partition.chunk,
                                         None, self.source.connect_timeout)))}, pa.table({}))
-            yield from (_generic_batches(changes, target) if self.source.table is None
-                        else _table_batches(self.source, changes, target))
-            return
-        if not isinstance(partition, LsnRange):
-            raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
-        if partition.messages is None:
-            changes = read_range(self.source, partition.start, partition.end)
+        elif isinstance(partition, ChangesRange):
+            changes = partition.changes()
         else:
-            changes = decode_range([partition.messages], partition.start, partition.end)
+            raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
         if self.source.table is None:
             yield from _generic_batches(changes, target)
         else:
@@ -680,8 +536,15 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._snapshot is not None:
             self._snapshot.close()  # its micro-batch is committed: the rows are not read again
             self._snapshot = None
+        pump = self._pump
+        if pump is not None and pump.start <= lsn:
+            self._wait_for(pump, lambda: pump.upto >= lsn)
+            pump.ack(lsn)
+            return
 
         def advance(cur: Any) -> None:
+            # No stream open (a query restarted after its last batch was committed, before
+            # the slot was told): move the slot here.
             if self.source.confirmed_flush(cur) < lsn:
                 _retry_in_use(cur.execute, "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
                               (self.source.slot, lsn_to_str(lsn)))
@@ -709,83 +572,12 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._snapshot is not None:
             self._snapshot.close()
             self._snapshot = None
+        self._close_stream()
         conn, self._conn = self._conn, None
         close_quietly(conn)
 
 
 # --------------------------------------------------------------------------- reading a batch
-
-@dataclasses.dataclass
-class RangeChanges:
-    """The decoded changes of one micro-batch: ``tables`` (only rows of transactions that
-    commit in the batch, ``_seq`` renumbered), and the TRUNCATEs (same rule)."""
-
-    tables: dict[str, pa.Table]
-    truncates: pa.Table
-
-
-def read_range(source: StreamSource, start: int, end: int) -> RangeChanges:
-    """Peek the slot up to ``end`` and decode the transactions whose commit LSN is in
-    ``[start, end)`` (``decode_range``); on an executor."""
-    with from_executor(source.dsn, "a micro-batch the driver did not peek"):
-        conn = source.connect(autocommit=False)
-    try:
-        cur = conn.cursor()
-        source.check_not_consumed(cur, start)
-        conn.commit()
-
-        def peek() -> list[pa.RecordBatch]:
-            chunks = []  # gathered anew for each attempt
-            try:
-                # A server-side cursor: the rows come in chunks, not all at once.
-                named = conn.cursor(name="pgoutput_stream_peek")
-                named.execute(
-                    "SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM "
-                    "pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, VARIADIC %s)",
-                    (source.slot, lsn_to_str(end), source.peek_options()))
-                while rows := named.fetchmany(_FETCH_ROWS):
-                    chunks.append(pa.record_batch(
-                        [pa.array([r[0] for r in rows], pa.int64()),
-                         pa.array([bytes(r[1]) for r in rows], pa.binary())], names=["lsn", "data"]))
-                named.close()
-            finally:
-                conn.rollback()  # read only: ends the transaction, failed or not
-            return chunks
-
-        messages: list[pa.RecordBatch] = _retry_in_use(peek)
-    finally:
-        conn.close()
-    return decode_range(messages, start, end)
-
-
-def decode_range(messages: list[pa.RecordBatch], start: int, end: int) -> RangeChanges:
-    """Decode the slot's messages (``lsn``, ``data``, from the slot's position on, whole
-    transactions) and keep the transactions whose commit LSN is in ``[start, end)``.
-    ``_seq`` becomes the row's rank within its transaction (:func:`ranked_seq`: in the
-    decoder's order, which is the transaction's), so that a batch read again after a restart gives the same rows
-    whatever the slot's position was when it was read."""
-    import pgoutput_arrow
-
-    decoder = pgoutput_arrow.Decoder(**DECODER_OPTIONS)
-    for batch in messages:
-        decoder.feed_batch(batch)
-    decoded = decoder.finish()
-
-    def inside(t: pa.Table) -> pa.Table:
-        commit = t.column("_commit_lsn")
-        keep = pc.and_(pc.greater_equal(commit, pa.scalar(start, commit.type)),
-                       pc.less(commit, pa.scalar(end, commit.type)))
-        return t.filter(pc.fill_null(keep, False))
-
-    tables = {name: inside(t) for name, t in decoded.tables.items()}
-    tables = {name: t for name, t in tables.items() if t.num_rows}
-    truncates = inside(decoded.truncates)
-    seqs = ranked_seq(tables, truncates)
-    tables = {name: with_seq(t, seqs[name]) for name, t in tables.items()}
-    if truncates.num_rows:
-        truncates = with_seq(truncates, seqs[""])
-    return RangeChanges(tables, truncates)
-
 
 def _table_batches(source: StreamSource, changes: RangeChanges,
                    target: pa.Schema) -> Iterator[pa.RecordBatch]:
