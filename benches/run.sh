@@ -9,7 +9,9 @@
 # the 1.3 GB table), PGOUTPUT_SNAPSHOT_WIDE_ROWS (default 1000000), PGOUTPUT_BENCH_DATA
 # (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
-# BENCH_STEPS (default "gen criterion compare cli live delta snapshot online profile spark report"),
+# BENCH_STEPS (default "gen criterion compare cli live delta snapshot online profile spark
+# sparkstream report"; sparkstream: the Spark streaming source against stream() on a backlog of
+# PGOUTPUT_STREAM_CHANGES changes, default 1000000, its output in bench-data/spark_stream.txt),
 # BENCH_COMMAND (what BENCHMARKS.md says was run).
 #
 # `benches/run.sh spark` runs only the Spark part (issue 22): the Spark captures (made once,
@@ -25,7 +27,7 @@ PY=${PY:-.venv/bin/python}
 export PGOUTPUT_BENCH_DATA=${PGOUTPUT_BENCH_DATA:-$PWD/bench-data}
 export PGOUTPUT_BENCH_MB=${PGOUTPUT_BENCH_MB:-30}
 CRITERION_ARGS=${CRITERION_ARGS:---warm-up-time 1 --measurement-time 3}
-STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot online profile spark report}
+STEPS=${BENCH_STEPS:-gen criterion compare cli live delta snapshot online profile spark sparkstream report}
 if [[ "${1:-}" == spark ]]; then
   STEPS="spark"
   COMMAND=${BENCH_COMMAND:-"benches/run.sh spark"}
@@ -111,6 +113,11 @@ if step spark; then
     "$PY" benches/report.py --data "$PGOUTPUT_BENCH_DATA" --spark-only BENCHMARKS.md
     echo "== rewrote BENCHMARKS.md's Spark section"
   fi
+fi
+if step sparkstream; then
+  echo "== Spark streaming source against stream() on a backlog"
+  "$PY" benches/spark_stream_throughput.py --rows "${PGOUTPUT_STREAM_CHANGES:-1000000}" --runs 3 \
+    | tee "$PGOUTPUT_BENCH_DATA/spark_stream.txt"
 fi
 if step report; then
   "$PY" benches/report.py --data "$PGOUTPUT_BENCH_DATA" --criterion "$TARGET_DIR/criterion" \

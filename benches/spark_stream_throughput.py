@@ -62,6 +62,9 @@ def main() -> None:
             query.awaitTermination()
             seconds = time.perf_counter() - t0
             progress = query.recentProgress
+            if os.environ.get("BENCH_VERBOSE"):
+                for p in progress:
+                    print("   ", p["batchId"], p["numInputRows"], p["durationMs"], flush=True)
             return seconds, sum(p["numInputRows"] for p in progress), sum(1 for p in progress if p["numInputRows"])
 
         def live_drain(slot: str, end: int) -> tuple[float, int]:

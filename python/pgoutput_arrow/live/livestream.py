@@ -286,13 +286,21 @@ class LiveStream:
         """With :attr:`follow_idle` False: when nothing is in flight, decoded or waiting, the
         server's WAL end is handed out, to be acknowledged like a group's position; returns
         the position handed out, or None when something is in flight."""
+        waiting_chunk = self._online is not None and self._online.chunk is not None
         if (not self._txns.idle or self._pending or self._current or self._fed_since_flush
-                or self._late or self._snapshot is not None):
+                or self._late or self._snapshot is not None or waiting_chunk):
             return None
         positions = self._positions
         positions.handed_out(positions.wal_end, self._txns.prepared_floor(), False)
         positions.yielded(positions.emitted)
         return int(positions.emitted)
+
+    @property
+    def snapshot_pending(self) -> bool:
+        """Whether a snapshot (the initial one, a table's, or the online snapshot) still has
+        rows to hand out."""
+        return bool(self._late) or self._snapshot is not None or (
+            self._online is not None and not self._online.finished)
 
     def confirm(self) -> None:
         """Send the acknowledged position to the server now, rather than at the next

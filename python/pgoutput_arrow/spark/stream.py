@@ -17,12 +17,14 @@ How a micro-batch is cut and read (docs/spark.md, "Streaming from a replication 
   the transactions whose commit record starts before the slot's ``confirmed_flush_lsn``.
 * The driver streams the slot through the package's one replication session
   (:class:`~pgoutput_arrow.live.LiveStream`, as ``stream()`` and ``pgoutput-dump`` do), started
-  at the query's offset: the server decodes each change once, and a poll costs what arrived
-  since the last one, however large the backlog. ``latestOffset`` takes what the stream has
-  ready (read limits cut at whole transactions) and holds it (:mod:`.stream_held`);
-  ``partitions`` hands a batch's rows to the executors inside its partitions, which cast them
-  for Spark. A batch planned again after a restart (a query re-runs its last uncommitted
-  batch) is read again from the slot, which has not moved past its start.
+  at the query's offset and read by a thread of its own between Spark's calls
+  (:class:`~.stream_held.StreamPump`): the server decodes each change once, the next batches
+  are decoded while the executors work on the last, and a poll costs what arrived since the
+  last one, however large the backlog. ``latestOffset`` cuts a batch from what the stream
+  holds now (read limits cut at whole transactions); ``partitions`` hands its rows to the
+  executors inside its partitions, which cast them for Spark. A batch planned again after a
+  restart (a query re-runs its last uncommitted batch) is read again from the slot, which has
+  not moved past its start.
 * ``commit(end)`` — called by Spark once the micro-batch is in its commit log — is the only
   place the slot moves: the session acknowledges ``end`` and confirms it to the server, which
   may then discard the WAL before it. Positions the stream passes without changes for the
@@ -70,6 +72,9 @@ __all__ = ["PgoutputStreamReader", "StreamSource", "ChangesRange", "SnapshotRang
 #: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
 DEFAULT_IDLE_ADVANCE_BYTES = 16 << 20
 
+#: The key of an offset that carries the online snapshot's progress (``onlineSnapshot``).
+ONLINE = "online"
+
 #: After a poll that found nothing, the next one waits this long (Spark polls every 10 ms).
 DEFAULT_POLL_INTERVAL_S = 1.0
 
@@ -106,6 +111,8 @@ class StreamSource:
     poll_interval: float
     connect_timeout: int
     snapshot: bool = False
+    online_snapshot: bool = False
+    chunk_rows: int = 20_000
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "StreamSource":
@@ -129,13 +136,15 @@ class StreamSource:
             poll_interval=_float_option(opts, "pollInterval", DEFAULT_POLL_INTERVAL_S),
             connect_timeout=_int_option(opts, "connectTimeout", 10, minimum=1) or 10,
             snapshot=_bool_option(opts, "snapshot"),
+            online_snapshot=_online_option(opts),
+            chunk_rows=_int_option(opts, "snapshotChunkRows", 20_000, minimum=1) or 20_000,
         )
 
     # ---------------------------------------------------------------- SQL
 
     def connect(self, autocommit: bool = True) -> Any:
-        """A connection of the driver or of an executor; the peeks print text-mode values
-        under its session's settings, so it carries the package's output settings."""
+        """A connection of the driver or of an executor, with the package's output
+        settings."""
         import psycopg2
 
         try:
@@ -148,12 +157,12 @@ class StreamSource:
     def check(self, cur: Any) -> int | None:
         """Clear errors before anything is read: the slot exists, is a pgoutput slot of
         this database without two_phase, no walsender streams it, the publications exist and
-        publish ``table``. Returns the slot's ``confirmed_flush_lsn``; with ``snapshot``, None
-        if the slot does not exist yet (the query creates it)."""
+        publish ``table``. Returns the slot's ``confirmed_flush_lsn``; with either snapshot,
+        None if the slot does not exist yet (the query creates it)."""
         cur.execute("SELECT current_database()")
         dbname = cur.fetchone()[0]
         row = slot_row(cur, self.slot)
-        if row is None and self.snapshot:
+        if row is None and (self.snapshot or self.online_snapshot):
             self._check_publications(cur, dbname)
             return None
         if row is None:
@@ -220,6 +229,13 @@ def _int_option(opts: Mapping[str, str], key: str, default: int | None,
     if value < minimum:
         raise ValueError(f"option {key} must be at least {minimum}, not {value}")
     return value
+
+
+def _online_option(opts: Mapping[str, str]) -> bool:
+    online = _bool_option(opts, "onlineSnapshot")
+    if online and _bool_option(opts, "snapshot"):
+        raise ValueError("options snapshot and onlineSnapshot are two ways to take the snapshot: choose one")
+    return online
 
 
 def _bool_option(opts: Mapping[str, str], key: str) -> bool:
@@ -361,7 +377,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._next_poll = 0.0
         # The replication stream, read by a thread into what it holds for Spark.
         self._pump: StreamPump | None = None
-        self._initial: int | None = None  # the first initialOffset's answer
+        self._initial: dict[str, Any] | None = None  # the first initialOffset's answer
+        # With onlineSnapshot: the progress each planned batch reaches, by its end.
+        self._progress: dict[int, Any] = {}
         # With the option snapshot: the snapshot this query exported when it created the
         # slot, until Spark commits the micro-batch that reads it.
         self._snapshot: SparkSnapshot | None = None
@@ -397,7 +415,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._snapshot is not None:  # Spark asks more than once
             return {**_offset(self._snapshot.lsn), "snapshot": "pending"}
         if self._initial is not None:  # and meanwhile this reader may stream the slot
-            return _offset(self._initial)
+            return self._initial
         # The previous query's walsender may still be releasing the slot.
         confirmed = _retry_in_use(self._on_server, self.source.check)
         source = self.source
@@ -407,13 +425,24 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "already, and a snapshot is exported only by the slot's creation: drop the "
                 "slot (or name a new one) for a snapshot, or leave snapshot off to stream "
                 "from the slot's position")
+        if source.online_snapshot:
+            if confirmed is None:
+                confirmed = self._on_server(self._create_slot)
+            # The online snapshot's progress rides on the offsets: none yet.
+            self._initial = {**_offset(confirmed), ONLINE: None}
+            return self._initial
         if confirmed is not None:
-            self._initial = confirmed
-            return _offset(confirmed)
+            self._initial = _offset(confirmed)
+            return self._initial
         self._snapshot = take_snapshot(
             None, source.dsn, slot=source.slot, publication=list(source.publications),
             tables=[source.table] if source.table else None, connect_timeout=source.connect_timeout)
         return {**_offset(self._snapshot.lsn), "snapshot": "pending"}
+
+    def _create_slot(self, cur: Any) -> int:
+        cur.execute("SELECT (lsn - '0/0'::pg_lsn)::int8 FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                    (self.source.slot,))
+        return int(cur.fetchone()[0])
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.source.max_changes is None:
@@ -423,37 +452,55 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._on_server(_flushed_wal)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, str]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = _offset_lsn(start)
         if "snapshot" in start:
             return _offset(begin)  # the whole snapshot, one micro-batch
         wait = self._next_poll - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        pump = self._stream_from(begin)
+        pump = self._stream_from(begin, start.get(ONLINE))
         target = self._target
         if target is not None:
-            # Trigger.AvailableNow: the batches reach what the server had written when the
-            # query started (unless the driver holds all it may).
-            self._wait_for(pump, lambda: pump.upto >= target or pump.held.nbytes >= MAX_HELD_BYTES)
+            # Trigger.AvailableNow ends at the first poll that finds nothing: until the stream
+            # reached what the server had written when the query started, and the online
+            # snapshot is read to its end, wait for something. (The batch is what the stream
+            # holds now: the executors work on it while the stream reads on.)
+            self._wait_for(pump, lambda: (pump.upto >= target and not self._snapshot_ahead(pump, target))
+                           or len(pump.held.commits(begin)) > 0)
         with pump.lock:
             end = pump.upto
-            if target is not None:
+            if target is not None and not self._snapshot_ahead(pump, target):
                 end = max(begin, min(end, target))
             if isinstance(limit, ReadMaxRows):
                 end = pump.held.cut(begin, end, limit.max_rows)
             if (not len(pump.held.commits(begin, end)) and target is None
                     and end - begin < self.source.idle_advance_bytes):
                 end = begin  # nothing for the query, and not yet worth an empty batch
+            reached = pump.held.state_at(end) if end > begin else None
         if end <= begin:
             self._next_poll = time.monotonic() + self.source.poll_interval
-            return _offset(begin)
-        return _offset(end)
+            return start
+        if ONLINE not in start:
+            return _offset(end)
+        # The online snapshot's progress that batches before this one delivered: a batch run
+        # again after a restart cannot give the same chunk rows (the table moved on), so its
+        # offset claims none of its own chunks; they are read again after it. The progress
+        # this batch reaches goes in the next offset, once Spark logged this batch as done.
+        before = self._progress.pop(begin, start[ONLINE])
+        self._progress[end] = reached if reached is not None else before
+        return {**_offset(end), ONLINE: before}
 
-    def _stream_from(self, begin: int) -> StreamPump:
+    @staticmethod
+    def _snapshot_ahead(pump: StreamPump, target: int) -> bool:
+        """Whether the online snapshot still has rows to give at or past ``target``: chunks
+        not read yet, or read and held there (under the pump's lock)."""
+        return pump.snapshot_pending or any(last >= target for last, _ in pump.held.states)
+
+    def _stream_from(self, begin: int, state: Mapping[str, Any] | None = None) -> StreamPump:
         """The driver's replication stream, holding every transaction committed from ``begin``
         on that it has read: the running one, or one started at ``begin`` (after checking that
-        nobody consumed the slot past it)."""
+        nobody consumed the slot past it), with the online snapshot at ``state``."""
         pump = self._pump
         if pump is not None:
             pump.check()
@@ -464,8 +511,11 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         source = self.source
 
         def started() -> LiveStream:
+            online = {"online_snapshot": True, "snapshot_state": state,
+                      "snapshot_chunk_rows": source.chunk_rows} if source.online_snapshot else {}
             live = LiveStream(source.dsn, slot=source.slot, publication=list(source.publications),
-                              start_lsn=begin, connect_timeout=source.connect_timeout, **DECODER_OPTIONS)
+                              start_lsn=begin, connect_timeout=source.connect_timeout, **online,
+                              **DECODER_OPTIONS)
             live.follow_idle = False  # the slot moves where Spark commits, nowhere else
             live.open()
             return live
@@ -504,7 +554,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         # At once after this reader's own poll; a batch planned before a restart is read
         # again from the slot.
-        pump = self._stream_from(first)
+        pump = self._stream_from(first, end.get(ONLINE))
         self._wait_for(pump, lambda: pump.upto >= last)
         with pump.lock:
             changes = pump.held.take(first, last)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +58,10 @@ class Held:
     def __init__(self, table: str | None) -> None:
         self.table = table
         self.items: list[tuple[str, pa.RecordBatch]] = []
+        #: The online snapshot's progress after each group that carried it, with the last
+        #: commit LSN of the group's rows: a batch that holds all of them holds that progress.
+        self.states: list[tuple[int, Mapping[str, Any]]] = []
+        self._last = -1  # the highest commit LSN of the rows added
 
     @property
     def nbytes(self) -> int:
@@ -66,7 +70,10 @@ class Held:
     def add(self, batches: Iterable[LiveBatch]) -> None:
         """A group of the live stream: its tables' rows and TRUNCATEs; other kinds are not
         part of a Spark stream."""
+        state = None
         for item in batches:
+            if item.snapshot_state is not None:
+                state = item.snapshot_state
             batch = item.batch
             if item.kind == "table" and item.table:
                 name = item.table
@@ -78,6 +85,19 @@ class Held:
                 continue
             if batch.num_rows:
                 self.items.append((name, batch))
+                self._last = max(self._last, int(_commits(batch).max()))
+        if state is not None:
+            # It rides on the group's last batch: it holds once every row so far is stored.
+            self.states.append((self._last, state))
+
+    def state_at(self, end: int) -> Mapping[str, Any] | None:
+        """The online snapshot's progress after the last group whose rows all commit before
+        ``end`` (None when no such group carried one)."""
+        found = None
+        for last, state in self.states:
+            if last < end:
+                found = state
+        return found
 
     def commits(self, start: int, end: int | None = None) -> np.ndarray:
         """The commit LSN of every change held in ``[start, end)``, sorted."""
@@ -108,6 +128,7 @@ class Held:
             if at < batch.num_rows:
                 kept.append((name, batch.slice(at)))
         self.items = kept
+        self.states = [(last, state) for last, state in self.states if last >= upto]
 
     def take(self, start: int, end: int) -> RangeChanges:
         """The rows of the transactions committing in ``[start, end)``, ``_seq`` ranked within
@@ -196,6 +217,8 @@ class StreamPump:
         #: Every transaction committing before this (from ``start`` on) is in ``held``, or
         #: was committed by Spark.
         self.upto = start
+        #: Whether the stream's snapshot (the online one) still has rows to hand out.
+        self.snapshot_pending = live.snapshot_pending
         self.lock = threading.Lock()
         self.error: BaseException | None = None
         self._ack: int | None = None
@@ -215,6 +238,7 @@ class StreamPump:
                     continue
                 group = live.poll(wait=False)
                 with self.lock:
+                    self.snapshot_pending = live.snapshot_pending
                     if group is not None:
                         self.held.add(group[0])
                         self.upto = max(self.upto, group[1])
