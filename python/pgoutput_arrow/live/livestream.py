@@ -157,6 +157,10 @@ class LiveStream:
         #: itself (Spark's streaming source: the slot moves only where Spark committed) sets
         #: it False and takes the idle positions with :meth:`hand_out_idle`.
         self.follow_idle = True
+        #: Whether the online snapshot reads its next chunk once the last one went out. A
+        #: consumer that holds what it was handed before storing it (Spark's streaming
+        #: source) pauses it, so that a kill loses few chunks read ahead.
+        self.read_chunks = True
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -335,7 +339,8 @@ class LiveStream:
             if (online is not None and self.options.online_snapshot
                     and time.monotonic() - self._last_poll >= _PUBLICATION_POLL_S):
                 self._sync_publications()  # a table added to the publication is read online
-            if online is not None and online.chunk is None and not self._late and not online.finished:
+            if (online is not None and online.chunk is None and not self._late and not online.finished
+                    and self.read_chunks):
                 # The next chunk: it comes out where its watermark passes in the stream.
                 try:
                     online.read()

@@ -31,6 +31,10 @@ __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTE
 #: work of casting them).
 PART_BYTES = 32 << 20
 
+#: The online snapshot's chunks the driver holds at most before Spark commits them; then the
+#: stream reads changes only, until Spark commits.
+MAX_HELD_CHUNKS = 2
+
 #: The columns a row of another table keeps when the query reads one table: they count for
 #: read limits and rank ``_seq``, the rank within the transaction across every table.
 _RANKING = ["_commit_lsn", "_seq"]
@@ -62,6 +66,8 @@ class Held:
         #: commit LSN of the group's rows: a batch that holds all of them holds that progress.
         self.states: list[tuple[int, Mapping[str, Any]]] = []
         self._last = -1  # the highest commit LSN of the rows added
+        #: The watermark (commit LSN) of each online snapshot chunk held.
+        self.chunks: list[int] = []
 
     @property
     def nbytes(self) -> int:
@@ -74,6 +80,8 @@ class Held:
         for item in batches:
             if item.snapshot_state is not None:
                 state = item.snapshot_state
+            if item.snapshot and item.batch.num_rows:
+                self.chunks.append(int(_commits(item.batch).max()))
             batch = item.batch
             if item.kind == "table" and item.table:
                 name = item.table
@@ -129,6 +137,7 @@ class Held:
                 kept.append((name, batch.slice(at)))
         self.items = kept
         self.states = [(last, state) for last, state in self.states if last >= upto]
+        self.chunks = [w for w in self.chunks if w >= upto]
 
     def take(self, start: int, end: int) -> RangeChanges:
         """The rows of the transactions committing in ``[start, end)``, ``_seq`` ranked within
@@ -233,6 +242,9 @@ class StreamPump:
                 self._apply_ack()
                 with self.lock:
                     full = self.held.nbytes >= self.max_bytes
+                    # The online snapshot reads ahead of Spark's commits by at most this many
+                    # chunks: a kill loses them with the batch in flight.
+                    live.read_chunks = len(self.held.chunks) < MAX_HELD_CHUNKS
                 if full:
                     self._stopping.wait(0.05)
                     continue
