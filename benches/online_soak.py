@@ -181,10 +181,14 @@ class Sampler(threading.Thread):
 
 def read_state(out: Path, fmt: str) -> Any:
     try:
+        if fmt == "spark":  # the latest offset Spark logged
+            logged = [f for f in (out / "_checkpoint" / "offsets").iterdir() if f.name.isdigit()]
+            latest = max(logged, key=lambda f: int(f.name)) if logged else None
+            return json.loads(latest.read_text().splitlines()[-1]) if latest else None
         if fmt == "delta":
             return json.loads((out / "_online_snapshot.json").read_text())
         return json.loads((out / "_checkpoint.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, json.JSONDecodeError, IndexError):
         return None
 
 
@@ -195,6 +199,8 @@ def progress(pg: Any, out: Path, fmt: str, slot: str) -> tuple[Any, Any]:
 
 
 def _online(state: Any, fmt: str) -> Any:
+    if fmt == "spark":
+        return state.get("online") if state else None
     return state.get("online_snapshot") if fmt != "delta" and state else state
 
 
@@ -321,9 +327,15 @@ def compare(server: Any, replica: Any) -> tuple[int, int, list[Any], list[Any]]:
 def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Path, seed: int) -> dict[str, Any]:
     slot = f"soak_{fmt}"
     out = work / f"pg{version}_{fmt}"
-    cmd = [sys.executable, "-m", "pgoutput_arrow.cli", "-v", "--dsn", pg.dsn, "--slot", slot, "--create-slot",
-           "--publication", "soak", "--online-snapshot", "--snapshot-chunk-rows", str(args.chunk_rows),
-           "--format", fmt, "--output", str(out), "--commit-interval", "0.5"]
+    if fmt == "spark":  # Spark's streaming source, its progress in the query's checkpoint
+        cmd = [sys.executable, str(Path(__file__).with_name("spark_online_job.py")), "--dsn", pg.dsn,
+               "--slot", slot, "--out", str(out), "--chunk-rows", str(args.chunk_rows)]
+        last_cmd = [*cmd, "--trigger", "available-now"]
+    else:
+        cmd = [sys.executable, "-m", "pgoutput_arrow.cli", "-v", "--dsn", pg.dsn, "--slot", slot, "--create-slot",
+               "--publication", "soak", "--online-snapshot", "--snapshot-chunk-rows", str(args.chunk_rows),
+               "--format", fmt, "--output", str(out), "--commit-interval", "0.5"]
+        last_cmd = [*cmd, "--idle-timeout", "5"]
     rng = random.Random(seed)
     writer = Writer(pg, args.rows, args.writes_per_s, seed)
     writer.chunk_rows = args.chunk_rows
@@ -344,7 +356,9 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
             in_snapshot = not (before[0] and finished(before[0], fmt))
             err_path = work / f"pg{version}_{fmt}_run{i}.err"
             with open(err_path, "w") as err:
-                proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL,
+                # A session of its own: the kill takes the whole run (Spark's JVM and its
+                # Python workers too), as a node's death would.
+                proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL, start_new_session=True,
                                         env={**os.environ, "PGAPPNAME": APPLICATION})
                 deadline = time.monotonic() + 600
                 stream_kill = i >= args.kills - args.stream_kills
@@ -357,7 +371,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
                 if proc.poll() is not None:
                     raise AssertionError(f"run {i} ended with {proc.returncode}: {err_path.read_text()[-2000:]}")
                 time.sleep(rng.uniform(0.0, args.max_kill_delay if in_snapshot else 4 * args.max_kill_delay))
-                proc.send_signal(signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=60)
             stderr_all.append(err_path.read_text())
             in_snapshot = in_snapshot and not stream_kill
@@ -376,7 +390,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
     finally:
         writer.stop.set()
         writer.join(timeout=60)
-    last = subprocess.run([*cmd, "--idle-timeout", "5"], capture_output=True, text=True, timeout=3600,
+    last = subprocess.run(last_cmd, capture_output=True, text=True, timeout=3600,
                           env={**os.environ, "PGAPPNAME": APPLICATION})
     sampler.stop.set()
     sampler.join()
@@ -390,7 +404,8 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
     most_rows = max(most_rows, size)
     log(f"pg{version} {fmt}: comparing {size} rows with the replica")
     server = server_table(pg, work / f"pg{version}_{fmt}_server.csv")
-    replica, changes = parquet_replica(out) if fmt == "parquet" else delta_replica(out)
+    replica, changes = (parquet_replica(out) if fmt == "parquet" else spark_replica(out) if fmt == "spark"
+                        else delta_replica(out))
     missing, extra, s_missing, s_extra = compare(server, replica)
     spark_equal = None
     if fmt == "parquet" and args.spark:
@@ -432,7 +447,9 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--versions", default="18,15")
-    p.add_argument("--formats", default="parquet,delta")
+    p.add_argument("--formats", default="parquet,delta",
+                   help="parquet, delta (pgoutput-dump's outputs), spark (Spark's streaming source, "
+                        "benches/spark_online_job.py, its replica by pgspark.apply_changes)")
     p.add_argument("--rows", type=int, default=5_000_000)
     p.add_argument("--toast-every", type=int, default=500)
     p.add_argument("--kills", type=int, default=20)

@@ -113,6 +113,7 @@ class StreamSource:
     snapshot: bool = False
     online_snapshot: bool = False
     chunk_rows: int = 20_000
+    verbose: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "StreamSource":
@@ -138,6 +139,7 @@ class StreamSource:
             snapshot=_bool_option(opts, "snapshot"),
             online_snapshot=_online_option(opts),
             chunk_rows=_int_option(opts, "snapshotChunkRows", 20_000, minimum=1) or 20_000,
+            verbose=_bool_option(opts, "verbose"),
         )
 
     # ---------------------------------------------------------------- SQL
@@ -213,6 +215,22 @@ class StreamSource:
                 "pg_replication_slot_advance / pg_logical_slot_get_changes); exactly-once output "
                 "is no longer possible from this checkpoint")
         return confirmed
+
+
+def _log_to_stderr() -> None:
+    """The package's INFO lines (each online snapshot chunk read, reconnects) on the driver's
+    stderr, as ``pgoutput-dump -v`` shows them: the source's driver side runs in a Python
+    process of its own, whose logging nobody configured."""
+    import logging
+    import sys
+
+    logger = logging.getLogger("pgoutput_arrow")
+    if not any(getattr(h, "_pgoutput_stream", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        handler._pgoutput_stream = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def _int_option(opts: Mapping[str, str], key: str, default: int | None,
@@ -509,6 +527,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._close_stream()
         self._on_server(lambda cur: self.source.check_not_consumed(cur, begin))
         source = self.source
+        if source.verbose:
+            _log_to_stderr()
 
         def started() -> LiveStream:
             online = {"online_snapshot": True, "snapshot_state": state,
