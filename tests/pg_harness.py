@@ -699,7 +699,13 @@ class PgServer:
             (name, temporary, two_phase))
         return lsn_to_int(row[0][0])
 
-    def drop_slot(self, name: str) -> None:
+    def drop_slot(self, name: str, wait: float = 10.0) -> None:
+        """Drop a slot once no walsender holds it: a client that just closed its stream (a
+        finished Spark query's) leaves a walsender that exits a moment later."""
+        deadline = time.monotonic() + wait
+        while (self.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", (name,))
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         self.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
     def get_binary_changes(

@@ -1584,7 +1584,7 @@ def test_stream_source_snapshot_first_then_changes(spark: Any, pg18: Any, unique
     written = spark.read.parquet(str(out))
     assert _replica(spark, [written.drop("batch")], ["id"]) == \
         [tuple(r) for r in pg18.query(f"SELECT id, v, n, big FROM {t} ORDER BY id")]
-    pg18.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+    pg18.drop_slot(slot)
 
     # The driver that exported the snapshot is gone before its batch was committed.
     reader = PgoutputStreamReader(options, stream_schema(options))
