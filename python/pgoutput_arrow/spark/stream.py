@@ -485,7 +485,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # snapshot is read to its end, wait for something. (The batch is what the stream
             # holds now: the executors work on it while the stream reads on.)
             self._wait_for(pump, lambda: (pump.upto >= target and not self._snapshot_ahead(pump, target))
-                           or len(pump.held.commits(begin)) > 0)
+                           or pump.held.any_from(begin))
         with pump.lock:
             end = pump.upto
             if target is not None and not self._snapshot_ahead(pump, target):

@@ -117,6 +117,11 @@ class Held:
             parts.append(c[lo:hi])
         return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
+    def any_from(self, start: int) -> bool:
+        """Whether a change committing at or after ``start`` is held (each batch's rows are in
+        commit order: its last row tells)."""
+        return any(_commits(batch)[-1] >= start for _, batch in self.items)
+
     def cut(self, start: int, end: int, max_rows: int) -> int:
         """Where a micro-batch from ``start`` ends under a limit of ``max_rows`` changes: at
         ``end``, or at the commit LSN of the first transaction that does not fit (at least
