@@ -32,8 +32,12 @@ __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTE
 PART_BYTES = 32 << 20
 
 #: The online snapshot's chunks the driver holds at most before Spark commits them; then the
-#: stream reads changes only, until Spark commits.
-MAX_HELD_CHUNKS = 2
+#: stream reads changes only, until Spark commits. A chunk held and not committed is read again
+#: after a kill (the offsets claim a batch's chunks one batch late), so one held chunk bounds
+#: the rows a kill costs to one chunk. (Spark commits batch N to the source only when it plans
+#: batch N + 1, so a chunk read then lands in batch N + 2: a snapshot read through Spark takes
+#: about two micro-batches per chunk.)
+MAX_HELD_CHUNKS = 1
 
 #: The columns a row of another table keeps when the query reads one table: they count for
 #: read limits and rank ``_seq``, the rank within the transaction across every table.
