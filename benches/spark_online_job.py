@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+from pathlib import Path
 
 
 def main() -> int:
@@ -24,6 +26,11 @@ def main() -> int:
     p.add_argument("--trigger", choices=["processing", "available-now"], default="processing")
     args = p.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    checkpoint = Path(args.out) / "_checkpoint"
+    if (checkpoint / "offsets").is_dir() and not any(f.name.isdigit() for f in (checkpoint / "offsets").iterdir()):
+        # Killed while Spark wrote its first offset file: Spark refuses the checkpoint
+        # ("offsets should be empty on batch 0"), and no batch was planned: start it afresh.
+        shutil.rmtree(checkpoint)
     from pyspark.sql import SparkSession
 
     from pgoutput_arrow import spark as pgspark
@@ -43,7 +50,7 @@ def main() -> int:
         batch.write.mode("overwrite").parquet(f"{args.out}/public.soak/batch={batch_id}")
 
     trigger = {"availableNow": True} if args.trigger == "available-now" else {"processingTime": "0.5 seconds"}
-    query = (df.writeStream.foreachBatch(store).option("checkpointLocation", f"{args.out}/_checkpoint")
+    query = (df.writeStream.foreachBatch(store).option("checkpointLocation", str(checkpoint))
              .trigger(**trigger).start())
     query.awaitTermination()
     spark.stop()

@@ -236,6 +236,45 @@ def test_a_table_without_a_key_is_taken_by_an_exported_snapshot(pg: PgServer, un
     assert_replica_equals_server(pg, replica, keys)
 
 
+def test_snapshot_tables_takes_only_the_tables_named(pg: PgServer, unique_name: str) -> None:
+    """``snapshot_tables``: the online snapshot (and the exported one) reads only the tables
+    named, while every published table's changes stream; a table not published, or the
+    option without a snapshot, fails before anything is created on the server."""
+    p, rows = unique_name, 300
+    make_tables(pg, p, rows)
+    pg.create_slot(p)
+    pg.execute(f"INSERT INTO {p}_uuid VALUES (gen_random_uuid(), -1)")
+    replica = Replica()
+    s = stream_until_finished(pg, p, replica, snapshot_tables=f"public.{p}_main", snapshot_chunk_rows=100)
+    changes = replica.changes()
+    main = changes.tables[f"public.{p}_main"]
+    assert main.filter(pa.compute.equal(main.column("_op"), "snapshot")).num_rows == rows
+    uuid_ops = changes.tables[f"public.{p}_uuid"].column("_op").to_pylist()
+    assert uuid_ops == ["insert"], uuid_ops  # its change, none of its rows
+    assert f"public.{p}_comp" not in changes.tables
+    assert list(replica.state["tables"]) == [f"public.{p}_main"], replica.state
+    assert s.snapshot_tables == (f"public.{p}_main",)
+
+    slot = f"{p}_x"
+    with pytest.raises(pgoutput_arrow.ReplicationError, match=rf"public.nope not published by {p}"):
+        pgoutput_arrow.stream(pg.dsn, slot=slot, publication=p, create_slot=True, online_snapshot=True,
+                              snapshot_tables=["public.nope"]).open()
+    with pytest.raises(ValueError, match="snapshot_tables names the tables of a snapshot"):
+        pgoutput_arrow.stream(pg.dsn, slot=slot, publication=p, snapshot_tables=[f"public.{p}_main"])
+    with pytest.raises(ValueError, match=r"tables as \"schema.table\", not 'main'"):
+        pgoutput_arrow.stream(pg.dsn, slot=slot, publication=p, online_snapshot=True, snapshot_tables="main")
+
+    got: dict[str, int] = {}
+    with pgoutput_arrow.stream(pg.dsn, slot=slot, publication=p, create_slot=True, snapshot=True,
+                               snapshot_tables=[f"public.{p}_comp"], idle_timeout=1) as s:
+        for batch in s:
+            if batch.kind == "table" and batch.snapshot:
+                got[batch.table] = got.get(batch.table, 0) + batch.num_rows
+            s.ack(batch.ack_lsn)
+    assert got == {f"public.{p}_comp": rows // 4}, got
+    pg.drop_slot(slot)
+
+
 def stream_until_finished(pg: PgServer, p: str, replica: Replica, on_group: Any = None, **options: Any) -> Any:
     """Streams the online snapshot of publication ``p`` into ``replica`` until it finished
     and the stream reached the server's WAL end of that moment; ``on_group(replica)`` after

@@ -46,6 +46,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from .._catalog import published_tables
 from .._files import without_column_ids
 from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder, conform, unify_schemas
@@ -367,6 +368,7 @@ class LiveStream:
                                           port=self.options.metrics_port,
                                           connect_timeout=self.options.connect_timeout)
         try:
+            self._check_snapshot_tables()
             if self.options.snapshot:
                 self._start_snapshot()
             else:
@@ -451,6 +453,19 @@ class LiveStream:
 
     # ------------------------------------------------------------------ the snapshot
 
+    def _check_snapshot_tables(self) -> None:
+        """Each of ``snapshot_tables`` is published, or an error names those that are not,
+        before anything is created on the server (a publication this stream creates is
+        checked once created, as the snapshot is planned)."""
+        o = self.options
+        if o.snapshot_tables is None or o.create_publication is not None:
+            return
+        conn = connect(self.dsn, o.connect_timeout, replication=False)
+        try:
+            published_tables(conn.cursor(), o.publications, o.snapshot_tables)
+        finally:
+            close_quietly(conn)
+
     def _start_snapshot(self) -> None:
         """Creates the slot exporting its snapshot and starts reading it (see
         :mod:`.snapshot`); the stream starts at its consistent point once it is read."""
@@ -460,7 +475,7 @@ class LiveStream:
             if o.on_snapshot is not None:
                 o.on_snapshot(exported.slot, exported.lsn)
             plan = plan_snapshot(self.dsn, exported, o.publications, chunk_bytes=o.snapshot_chunk_bytes,
-                                 connect_timeout=o.connect_timeout)
+                                 tables=o.snapshot_tables, connect_timeout=o.connect_timeout)
             options = {"binary": o.binary, **o.decoder_options}
             self._snapshot = SnapshotReader(self.dsn, plan, o.snapshot_connections, o.connect_timeout,
                                             **options)
@@ -548,7 +563,12 @@ class LiveStream:
         return self._online
 
     def _start_online(self) -> None:
-        """Plans the online snapshot of every published table (resuming a stored state)."""
+        """Plans the online snapshot of every published table, or of ``snapshot_tables``,
+        resuming a stored state."""
+        o = self.options
+        if o.snapshot_tables is not None and o.create_publication is not None:
+            with self._online_snapshot().conn.cursor() as cur:  # the publication this stream created
+                published_tables(cur, o.publications, o.snapshot_tables)
         self._sync_publications()
 
     def _sync_publications(self) -> None:
@@ -559,7 +579,7 @@ class LiveStream:
         online = self._online_snapshot()
         self._last_poll = time.monotonic()
         with online.conn.cursor() as cur:
-            fallback = online.sync(cur, self.options.publications)
+            fallback = online.sync(cur, self.options.publications, self.options.snapshot_tables)
         for name, why in fallback.items():
             self._fall_back(name, why)
 

@@ -10,7 +10,7 @@ import dataclasses
 import datetime
 import decimal
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -180,11 +180,14 @@ def _key_of(cur: Any, rel: RelationDefinition, db_collation: str) -> tuple[list[
     return key, ""
 
 
-def plan_online(cur: Any, publications: Sequence[str], tables: Sequence[str] | None = None
-                ) -> tuple[list[OnlineTable], dict[str, str]]:
-    """The tables the publications publish (or only ``tables``) that the online snapshot
-    reads, and the others with why not (they fall back to an exported snapshot)."""
+def plan_online(cur: Any, publications: Sequence[str], tables: Sequence[str] | None = None, *,
+                only: Collection[str] | None = None) -> tuple[list[OnlineTable], dict[str, str]]:
+    """The tables the publications publish (or only ``tables``: each must be published; or
+    those of ``only`` that are) that the online snapshot reads, and the others with why not
+    (they fall back to an exported snapshot)."""
     published = published_tables(cur, publications, tables)
+    if only is not None:
+        published = {t: v for t, v in published.items() if t in only}
     cur.execute("SELECT datcollate FROM pg_database WHERE datname = current_database()")
     db_collation = str(cur.fetchone()[0])
     plans: list[OnlineTable] = []

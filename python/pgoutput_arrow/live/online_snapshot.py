@@ -363,13 +363,13 @@ class OnlineSnapshot:
 
     # ------------------------------------------------------------------ the stream
 
-    def sync(self, cur: Any, publications: Sequence[str]) -> dict[str, str]:
+    def sync(self, cur: Any, publications: Sequence[str], only: Sequence[str] | None = None) -> dict[str, str]:
         """Reads every published table it does not know yet (a table added to the
         publication: from its first key; at the start, from the stored state), and forgets
-        those no longer published. Returns the tables newly published that it cannot chunk
+        those no longer published; with ``only``, of those tables only. Returns the tables newly published that it cannot chunk
         in key order, with why: the caller takes them by an exported snapshot (they are
         :attr:`fallback` from now on)."""
-        tables, fallback = plan_online(cur, publications)
+        tables, fallback = plan_online(cur, publications, only=only)
         published = {t.table for t in tables} | set(fallback)
         for gone in [t for t in (set(self.tables) | self.fallback | self.exported) if t not in published]:
             self.remove(gone)

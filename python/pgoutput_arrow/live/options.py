@@ -162,6 +162,10 @@ class StreamOptions:
                                         "the same command resumes at the next chunk"))
     snapshot_chunk_rows: int = option(20_000, "rows of a table each chunk of the online snapshot reads",
                                       "snapshot", Flag("--snapshot-chunk-rows", "int", "N"))
+    snapshot_tables: tuple[str, ...] | None = option(
+        None, "only these published tables (\"schema.table\", comma-separated or a list) are in the snapshot, "
+        "the initial or the online one (every published table's changes still stream)", "snapshot",
+        Flag("--snapshot-tables", "str", "T1,T2"))
     snapshot_state: Mapping[str, Any] | None = option(
         None, "the online snapshot's progress to resume from: the snapshot_state of the last chunk "
         "stored (LiveBatch.snapshot_state); without it the online snapshot starts over", "snapshot")
@@ -206,6 +210,11 @@ class StreamOptions:
             raise ValueError("snapshot and online_snapshot are two ways to take the snapshot: choose one")
         if known.get("snapshot_state") is not None and not known.get("online_snapshot"):
             raise ValueError("snapshot_state resumes an online snapshot: it needs online_snapshot=True")
+        if known.get("snapshot_tables") is not None:
+            known["snapshot_tables"] = _table_list(known["snapshot_tables"])
+            if not (known.get("snapshot") or known.get("online_snapshot")):
+                raise ValueError("snapshot_tables names the tables of a snapshot: it needs snapshot=True or "
+                                 "online_snapshot=True")
         if int(known.get("snapshot_chunk_rows", 1)) < 1:
             raise ValueError("snapshot_chunk_rows must be at least 1")
         if known.get("snapshot") and int(known.get("snapshot_connections", 4)) < 1:
@@ -223,6 +232,16 @@ class StreamOptions:
             decoder_options=decoder,
             **known,
         )
+
+
+def _table_list(value: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a.t1,b.t2"`` or ``["a.t1", "b.t2"]`` → ``("a.t1", "b.t2")``; each ``schema.table``."""
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    names = tuple(dict.fromkeys(str(p).strip() for p in parts if str(p).strip()))
+    wrong = [n for n in names if n.count(".") != 1]
+    if not names or wrong:
+        raise ValueError(f"snapshot_tables: tables as \"schema.table\", not {', '.join(map(repr, wrong)) or repr(value)}")
+    return names
 
 
 def flagged() -> list[tuple[dataclasses.Field[Any], Flag]]:

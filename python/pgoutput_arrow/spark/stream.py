@@ -531,8 +531,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _log_to_stderr()
 
         def started() -> LiveStream:
-            online = {"online_snapshot": True, "snapshot_state": state,
-                      "snapshot_chunk_rows": source.chunk_rows} if source.online_snapshot else {}
+            online = {"online_snapshot": True, "snapshot_state": state, "snapshot_chunk_rows": source.chunk_rows,
+                      "snapshot_tables": [source.table] if source.table else None} if source.online_snapshot else {}
             live = LiveStream(source.dsn, slot=source.slot, publication=list(source.publications),
                               start_lsn=begin, connect_timeout=source.connect_timeout, **online,
                               **DECODER_OPTIONS)
