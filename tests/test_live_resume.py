@@ -14,6 +14,7 @@ import pytest
 import pgoutput_arrow
 from pgoutput_arrow import exceptions as exc
 from pgoutput_arrow._internal import TxnTracker
+from pgoutput_arrow.live.batches import drop_handled
 from pg_harness import PgServer
 from threads import CheckedThread
 
@@ -39,13 +40,12 @@ def test_rows_handled_before_a_resume_are_dropped_from_view_columns(
     assert pa.types.is_binary_view(batch.schema.field("raw").type)
     commits = batch.column("_commit_lsn").to_pylist()
     assert len(set(commits)) == 3
-    s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name)  # not opened
     # As after resuming where the first transaction was handled already:
-    kept = s._drop_already_handled(batch, commits[1])
+    kept = drop_handled(batch, commits[1])
     assert kept.column("id").to_pylist() == [2, 3]
     assert kept.column("note").to_pylist() == batch.column("note").to_pylist()[1:]
-    assert s._drop_already_handled(batch, commits[2] + 1).num_rows == 0
-    assert s._drop_already_handled(batch, commits[0]).num_rows == 3
+    assert drop_handled(batch, commits[2] + 1).num_rows == 0
+    assert drop_handled(batch, commits[0]).num_rows == 3
 
 
 def test_a_slot_dropped_while_streaming_is_an_error_not_a_new_slot(

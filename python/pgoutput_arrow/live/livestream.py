@@ -47,9 +47,8 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from .._catalog import published_tables
-from .._files import without_column_ids
 from .._internal import SessionPositions, TxnTracker
-from ..decoding import Decoder, conform, unify_schemas
+from ..decoding import Decoder
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import (
     AuthenticationFailed,
@@ -62,70 +61,22 @@ from ..exceptions import (
     SlotNotFound,
     WalLevelNotLogical,
 )
+from .batches import LiveBatch, TableSchemas, drop_handled
 from .connection import CopyBoth, CopyBothEnded, connect
 from .online_snapshot import Item, OnlineSnapshot, UnorderedKey
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
-from .snapshot import ExportedSnapshot, SnapshotReader, export_snapshot, plan_snapshot, snapshot_table
+from .snapshot_feed import SnapshotFeed
 from .stats import StreamCounters, StreamStats
 
-__all__ = ["stream", "LiveStream", "LiveBatch", "StreamStats", "HEARTBEAT_PREFIX"]
+__all__ = ["stream", "LiveStream", "StreamStats", "HEARTBEAT_PREFIX"]
 
 #: Seconds between two looks of the online snapshot for tables added to the publication.
 _PUBLICATION_POLL_S = 10.0
 
 #: StreamOptions' fields, readable as attributes of a LiveStream.
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(StreamOptions))
-
-
-@dataclasses.dataclass(frozen=True)
-class LiveBatch:
-    """One decoded batch of the live stream.
-
-    ``kind`` is ``'table'`` (then ``table`` is ``"schema.table"`` and ``version`` its schema
-    version), ``'truncates'``, ``'messages'`` or ``'transactions'``. ``ack_lsn`` may be passed
-    to :meth:`LiveStream.ack` once this batch and every batch before it are durable.
-    """
-
-    kind: str
-    table: str | None
-    version: int | None
-    batch: pa.RecordBatch
-    ack_lsn: int
-    #: Rows of the initial snapshot (``_op = 'snapshot'``), not changes.
-    snapshot: bool = False
-    #: On the last batch of each chunk of the online snapshot: its progress, to store with
-    #: the chunk and give back as ``snapshot_state`` to resume there.
-    snapshot_state: Mapping[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        """The table name for changes, else the kind (``truncates``, ``messages``, ...)."""
-        return self.table if self.kind == "table" and self.table else self.kind
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.batch.num_rows)
-
-    def commit_lsn_range(self) -> tuple[int, int] | None:
-        """The smallest and largest ``_commit_lsn`` in the batch, when it has that column."""
-        col = _commit_column(self.batch)
-        if col is None or self.batch.num_rows == 0:
-            return None
-        import pyarrow.compute as pc
-
-        mm = pc.min_max(self.batch.column(col))
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        return None if lo is None else (int(lo), int(hi))
-
-
-def _commit_column(batch: pa.RecordBatch) -> str | None:
-    names = batch.schema.names
-    for name in ("_commit_lsn", "commit_lsn"):
-        if name in names:
-            return name
-    return None
 
 
 class LiveStream:
@@ -185,27 +136,14 @@ class LiveStream:
         # server; where to resume): pgoutput-proto's SessionPositions. The start LSN says
         # everything before it is handled already (for the CLI: the checkpoint of its output).
         self._positions = SessionPositions(o.start_lsn)
-        # Per table: each version's schema seen so far (in the order last in force) and
-        # their unified schema, which every batch of the table is brought to.
-        self._versions: dict[str, dict[bytes, pa.Schema]] = {}
-        self._unified: dict[str, pa.Schema] = {}
+        # Every batch of a table under one schema, whatever its versions.
+        self._schemas = TableSchemas()
         self._last_status = 0.0
 
         self._counters = StreamCounters()
         self._last_data = self._counters.t0
-        # The initial snapshot while it is read (see _start_snapshot), its exporting
-        # connection, and the last chunk's batches, held until the next one shows whether
-        # it is the last (its last batch then carries the consistent point as ack_lsn).
-        self._snapshot: SnapshotReader | None = None
-        self._exported: ExportedSnapshot | None = None
-        self._held: list[LiveBatch] | None = None
-        #: Per table: rows of transactions committed below this LSN are dropped (a table
-        #: whose own snapshot was taken at that point, see snapshot_table).
-        self._table_floors: dict[str, int] = {}
-        #: Snapshots of tables added later (snapshot_table), handed out before anything else.
-        #: Each is [table, its batches, the next non-empty one read ahead (its last batch
-        #: carries the online snapshot's state that records the table as taken)].
-        self._late: collections.deque[list[Any]] = collections.deque()
+        # The initial snapshot while it is read, and tables' own snapshots (snapshot_table).
+        self._feed = SnapshotFeed(dsn, o, self._schemas)
         #: The online snapshot (online_snapshot=True, or resnapshot()), and when it last
         #: looked for tables added to the publication.
         self._online: OnlineSnapshot | None = None
@@ -263,7 +201,7 @@ class LiveStream:
             t_first = time.monotonic()
             # A snapshot's chunk stays a group of its own (a sink names its files apart).
             while (linger > 0 and time.monotonic() - t_first < linger and not self._stop
-                   and not any(b.snapshot for b in batches) and self._snapshot is None):
+                   and not any(b.snapshot for b in batches) and self._feed.initial is None):
                 more = self._next_group(wait=False)
                 if more is None:
                     continue
@@ -293,7 +231,7 @@ class LiveStream:
         the position handed out, or None when something is in flight."""
         waiting_chunk = self._online is not None and self._online.chunk is not None
         if (not self._txns.idle or self._pending or self._current or self._fed_since_flush
-                or self._late or self._snapshot is not None or waiting_chunk):
+                or self._feed.late or self._feed.initial is not None or waiting_chunk):
             return None
         positions = self._positions
         positions.handed_out(positions.wal_end, self._txns.prepared_floor(), False)
@@ -304,7 +242,7 @@ class LiveStream:
     def snapshot_pending(self) -> bool:
         """Whether a snapshot (the initial one, a table's, or the online snapshot) still has
         rows to hand out."""
-        return bool(self._late) or self._snapshot is not None or (
+        return bool(self._feed.late) or self._feed.initial is not None or (
             self._online is not None and not self._online.finished)
 
     def confirm(self) -> None:
@@ -324,13 +262,13 @@ class LiveStream:
         (:meth:`snapshot_table`) comes out before anything else, the stream read after it
         included."""
         while True:
-            while self._late and not (self._closed or self._stop):
-                late = self._next_late_group()
+            while self._feed.late and not (self._closed or self._stop):
+                late = self._feed.next_table_group(self._positions.emitted, self._online)
                 if late is not None:
                     return late
             if self._pending:
                 return self._pending.popleft()
-            if self._snapshot is not None and not (self._closed or self._stop):
+            if self._feed.initial is not None and not (self._closed or self._stop):
                 self._pump_snapshot()
                 continue
             if self._closed or self._stop:
@@ -340,14 +278,14 @@ class LiveStream:
             if (online is not None and self.options.online_snapshot
                     and time.monotonic() - self._last_poll >= _PUBLICATION_POLL_S):
                 self._sync_publications()  # a table added to the publication is read online
-            if (online is not None and online.chunk is None and not self._late and not online.finished
+            if (online is not None and online.chunk is None and not self._feed.late and not online.finished
                     and self.read_chunks):
                 # The next chunk: it comes out where its watermark passes in the stream.
                 try:
                     online.read()
                 except UnorderedKey as e:
                     self._fall_back(e.table, e.why)
-            if self._late:
+            if self._feed.late:
                 continue  # its rows before the changes read from now on
             self._pump()
             if not wait and not self._pending:
@@ -370,7 +308,7 @@ class LiveStream:
         try:
             self._check_snapshot_tables()
             if self.options.snapshot:
-                self._start_snapshot()
+                self._feed.start_initial()
             else:
                 self._connect_and_start(first=True)
                 if self.options.online_snapshot:
@@ -395,18 +333,9 @@ class LiveStream:
         if self._closed:
             return
         self._closed = True
-        if self._snapshot is not None:
-            self._snapshot.close()
-            self._snapshot = None
-        if self._exported is not None:
-            self._exported.close()
-            self._exported = None
+        self._feed.close()
         if self._online is not None:
             close_quietly(self._online.conn)
-        while self._late:  # a table snapshot not read to its end: its slot and connections
-            close = getattr(self._late.popleft()[1], "close", None)
-            if close is not None:
-                close()
         if self._copy is not None:
             try:
                 self._send_status(force=True)
@@ -466,60 +395,15 @@ class LiveStream:
         finally:
             close_quietly(conn)
 
-    def _start_snapshot(self) -> None:
-        """Creates the slot exporting its snapshot and starts reading it (see
-        :mod:`.snapshot`); the stream starts at its consistent point once it is read."""
-        o = self.options
-        exported = export_snapshot(self.dsn, o)
-        try:
-            if o.on_snapshot is not None:
-                o.on_snapshot(exported.slot, exported.lsn)
-            plan = plan_snapshot(self.dsn, exported, o.publications, chunk_bytes=o.snapshot_chunk_bytes,
-                                 tables=o.snapshot_tables, connect_timeout=o.connect_timeout)
-            options = {"binary": o.binary, **o.decoder_options}
-            self._snapshot = SnapshotReader(self.dsn, plan, o.snapshot_connections, o.connect_timeout,
-                                            **options)
-        except BaseException:
-            exported.close()
-            raise
-        self._exported = exported
-
     def _pump_snapshot(self) -> None:
-        """The next chunk of the snapshot as a group; after the last, the stream starts."""
-        reader, exported = self._snapshot, self._exported
-        assert reader is not None and exported is not None
-        try:
-            chunk, batches = next(reader)
-        except StopIteration:
-            self._snapshot = None
-            self._end_snapshot(exported)
-            return
-        group = []
-        for b in batches:
-            if b.num_rows:
-                group.append(LiveBatch("table", chunk.table, None, self._unify(chunk.table, b),
-                                       self._positions.emitted, snapshot=True))
-        if not group:
-            return
-        if self._held is not None:
-            self._pending.append((self._held, self._positions.emitted))
-        self._held = group
-
-    def _end_snapshot(self, exported: ExportedSnapshot) -> None:
-        """Every chunk was read: the last one's last batch, or an empty group, hands out the
-        consistent point; then the stream starts there on the exporting connection."""
-        lsn = exported.lsn
-        held, self._held = self._held, None
-        if held:
-            last = held[-1]
-            held[-1] = dataclasses.replace(last, ack_lsn=lsn)
-            self._pending.append((held, lsn))
-        else:
-            self._pending.append(([], lsn))
-        self._positions.snapshot_done(lsn, not held)
-        conn, self._exported = exported.conn, None
-        exported.conn = None
-        self._connect_and_start(first=True, conn=conn)
+        """The initial snapshot's next chunk as a group; after the last, the stream starts
+        at its consistent point on the exporting connection."""
+        group, end = self._feed.next_initial(self._positions.emitted)
+        if group is not None:
+            self._pending.append(group)
+        if end is not None:
+            self._positions.snapshot_done(end.lsn, end.empty)
+            self._connect_and_start(first=True, conn=end.conn)
 
     def snapshot_table(self, table: str, connections: int = 2) -> int:
         """Takes the snapshot of ``table``, added to the publication after this stream's slot
@@ -529,22 +413,17 @@ class LiveStream:
         from now on (the snapshot holds them), those decoded but not handed out yet
         included. Changes of the table handed out before this call committed before that
         LSN too: ordered by ``_commit_lsn, _seq`` the snapshot's rows come after them."""
-        o = self.options
-        lsn, batches = snapshot_table(self.dsn, table, publication=o.publications, connections=connections,
-                                      chunk_bytes=o.snapshot_chunk_bytes, connect_timeout=o.connect_timeout,
-                                      **{"binary": o.binary, **o.decoder_options})
-        self._table_floors[table] = lsn
+        lsn = self._feed.add_table(table, connections)
 
         def below(item: LiveBatch) -> LiveBatch | None:
             if item.table != table or item.kind != "table" or item.snapshot:
                 return item
-            kept = self._drop_already_handled(item.batch, lsn)
+            kept = drop_handled(item.batch, lsn)
             return dataclasses.replace(item, batch=kept) if kept.num_rows else None
 
         self._current = collections.deque(b for b in map(below, self._current) if b is not None)
         self._pending = collections.deque(
             ([b for b in map(below, group) if b is not None], ack) for group, ack in self._pending)
-        self._late.append([table, batches, None])
         return lsn
 
     # ------------------------------------------------------------------ the online snapshot
@@ -628,32 +507,10 @@ class LiveStream:
         self._hand_out(flush.pre, flush.cut, state=flush.pre_state)
         name = flush.chunk.table.table
         rows = flush.chunk.batches or [flush.chunk.empty]
-        self._hand_out([("table", name, None, self._unify(name, b)) for b in rows], flush.cut + 1, snapshot=True,
+        self._hand_out([("table", name, None, self._schemas.unify(name, b)) for b in rows], flush.cut + 1, snapshot=True,
                        state=flush.state)
         self._hand_out(flush.post, safe, state=flush.post_state)
         return True
-
-    def _next_late_group(self) -> tuple[list[LiveBatch], int] | None:
-        """The next batch of the first table snapshot that :meth:`snapshot_table` queued, as a
-        group; None once that snapshot is exhausted (it is then dropped from the queue). A
-        table the online snapshot took this way is recorded in the state that its last
-        batch carries (read one ahead to know it)."""
-        late = self._late[0]
-        table, batches = late[0], late[1]
-        emitted = self._positions.emitted
-        batch = late[2] if late[2] is not None else next((b for b in batches if b.num_rows), None)
-        late[2] = next((b for b in batches if b.num_rows), None) if batch is not None else None
-        online = self._online
-        state = None
-        if late[2] is None and online is not None and table in online.fallback:
-            online.exported.add(table)
-            online.dirty = True
-            state = online.changed_state() if batch is not None else None
-        if batch is None:
-            self._late.popleft()
-            return None
-        return [LiveBatch("table", table, None, self._unify(table, batch), emitted, snapshot=True,
-                          snapshot_state=state)], emitted
 
     # ------------------------------------------------------------------ connecting
 
@@ -700,12 +557,7 @@ class LiveStream:
     def _new_decoder(self) -> None:
         # The stream's mode is known here: no need to detect it from the first change.
         self._decoder = Decoder(**{"binary": self.options.binary, **self.options.decoder_options})
-        # Column ids (pg.column_id) are one decoder's own: what earlier decoders' batches
-        # had becomes one version without ids, matched by name to the new decoder's.
-        for table, versions in self._versions.items():
-            if versions:
-                earlier = unify_schemas(list(versions.values()))
-                self._versions[table] = {b"earlier": without_column_ids(earlier)}
+        self._schemas.new_decoder()
         self._txns = TxnTracker()
         self._fed_since_flush = 0
 
@@ -908,54 +760,17 @@ class LiveStream:
             version, batch = getattr(item, "version", None), item.batch
         if not isinstance(batch, pa.RecordBatch):
             batch = pa.record_batch(batch)
-        batch = self._drop_already_handled(batch)
+        batch = drop_handled(batch, self._positions.floor)
         if batch.num_rows == 0:
             return None
         if kind == "table" and table is not None:
-            floor = self._table_floors.get(table)
+            floor = self._feed.floors.get(table)
             if floor is not None:
-                batch = self._drop_already_handled(batch, floor)
+                batch = drop_handled(batch, floor)
                 if batch.num_rows == 0:
                     return None
-            batch = self._unify(table, batch)
+            batch = self._schemas.unify(table, batch)
         return kind, table, version, batch
-
-    def _unify(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``batch`` under the unified schema of every version of ``table`` this stream has
-        seen: a table's schema only grows (columns added, dropped ones kept, a renamed one
-        under its newest name, retyped ones widened), as in :attr:`Changes.tables`."""
-
-        key = (batch.schema.metadata or {}).get(b"pg.version", b"")
-        versions = self._versions.setdefault(table, {})
-        if not versions or next(reversed(versions)) != key:
-            versions.pop(key, None)
-            versions[key] = batch.schema
-            self._unified[table] = unify_schemas(list(versions.values()))
-        unified = self._unified[table]
-        if batch.schema == unified:
-            return batch
-        return conform(batch, unified).combine_chunks().to_batches()[0]
-
-    def _drop_already_handled(self, batch: pa.RecordBatch, floor: int | None = None) -> pa.RecordBatch:
-        """Second guard against duplicates after a resume: rows of transactions that
-        committed before the resume point (or ``floor``) were handled already."""
-        floor = self._positions.floor if floor is None else floor
-        if floor <= 0:
-            return batch
-        col = _commit_column(batch)
-        if col is None or batch.num_rows == 0:
-            return batch
-        import pyarrow.compute as pc
-
-        values = batch.column(col)
-        if pc.min(values).as_py() is None or pc.min(values).as_py() >= floor:
-            return batch
-        # Rows come in commit order: those already handled are the batch's first ones. A
-        # slice, since pyarrow's filter has no kernel for the view columns of text and bytea.
-        commits = values.to_pylist()
-        first_new = next((i for i, c in enumerate(commits) if c is None or c >= floor),
-                         len(commits))
-        return batch.slice(first_new)
 
     def _idle_advance(self) -> None:
         """Nothing pending and everything handed out acknowledged: confirm the server's WAL

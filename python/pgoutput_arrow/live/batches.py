@@ -1,0 +1,121 @@
+"""The live stream's batches: :class:`LiveBatch`, what every live path hands out, and what is
+done to each decoded batch before it goes out: the rows already handled dropped
+(:func:`drop_handled`), and each table's versions brought to one schema
+(:class:`TableSchemas`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from .._files import without_column_ids
+from ..decoding import conform, unify_schemas
+
+__all__ = ["LiveBatch", "TableSchemas", "drop_handled", "commit_column"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveBatch:
+    """One decoded batch of the live stream.
+
+    ``kind`` is ``'table'`` (then ``table`` is ``"schema.table"`` and ``version`` its schema
+    version), ``'truncates'``, ``'messages'`` or ``'transactions'``. ``ack_lsn`` may be passed
+    to :meth:`LiveStream.ack` once this batch and every batch before it are durable.
+    """
+
+    kind: str
+    table: str | None
+    version: int | None
+    batch: pa.RecordBatch
+    ack_lsn: int
+    #: Rows of the initial snapshot (``_op = 'snapshot'``), not changes.
+    snapshot: bool = False
+    #: On the last batch of each chunk of the online snapshot: its progress, to store with
+    #: the chunk and give back as ``snapshot_state`` to resume there.
+    snapshot_state: Mapping[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """The table name for changes, else the kind (``truncates``, ``messages``, ...)."""
+        return self.table if self.kind == "table" and self.table else self.kind
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.batch.num_rows)
+
+    def commit_lsn_range(self) -> tuple[int, int] | None:
+        """The smallest and largest ``_commit_lsn`` in the batch, when it has that column."""
+        col = commit_column(self.batch)
+        if col is None or self.batch.num_rows == 0:
+            return None
+        import pyarrow.compute as pc
+
+        mm = pc.min_max(self.batch.column(col))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        return None if lo is None else (int(lo), int(hi))
+
+
+def commit_column(batch: pa.RecordBatch) -> str | None:
+    """The column of ``batch`` that holds each row's commit LSN, if it has one."""
+    names = batch.schema.names
+    for name in ("_commit_lsn", "commit_lsn"):
+        if name in names:
+            return name
+    return None
+
+
+def drop_handled(batch: pa.RecordBatch, floor: int) -> pa.RecordBatch:
+    """``batch`` without the rows of transactions that committed before ``floor`` (handled
+    already: the second guard against duplicates after a resume, or a table whose own
+    snapshot was taken at ``floor``)."""
+    if floor <= 0:
+        return batch
+    col = commit_column(batch)
+    if col is None or batch.num_rows == 0:
+        return batch
+    import pyarrow.compute as pc
+
+    values = batch.column(col)
+    if pc.min(values).as_py() is None or pc.min(values).as_py() >= floor:
+        return batch
+    # Rows come in commit order: those already handled are the batch's first ones. A
+    # slice, since pyarrow's filter has no kernel for the view columns of text and bytea.
+    commits = values.to_pylist()
+    first_new = next((i for i, c in enumerate(commits) if c is None or c >= floor), len(commits))
+    return batch.slice(first_new)
+
+
+class TableSchemas:
+    """Per table, each version's schema seen so far (in the order last in force) and their
+    unified schema, which every batch of the table is brought to: a table's schema only grows
+    (columns added, dropped ones kept, a renamed one under its newest name, retyped ones
+    widened), as in :attr:`Changes.tables`."""
+
+    def __init__(self) -> None:
+        self._versions: dict[str, dict[bytes, pa.Schema]] = {}
+        self._unified: dict[str, pa.Schema] = {}
+
+    def unify(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` under the unified schema of every version of ``table`` seen."""
+        key = (batch.schema.metadata or {}).get(b"pg.version", b"")
+        versions = self._versions.setdefault(table, {})
+        if not versions or next(reversed(versions)) != key:
+            versions.pop(key, None)
+            versions[key] = batch.schema
+            self._unified[table] = unify_schemas(list(versions.values()))
+        unified = self._unified[table]
+        if batch.schema == unified:
+            return batch
+        return conform(batch, unified).combine_chunks().to_batches()[0]
+
+    def new_decoder(self) -> None:
+        """A new decoder starts (after a reconnect). Column ids (``pg.column_id``) are one
+        decoder's own: what earlier decoders' batches had becomes one version without ids,
+        matched by name to the new decoder's."""
+        for table, versions in self._versions.items():
+            if versions:
+                earlier = unify_schemas(list(versions.values()))
+                self._versions[table] = {b"earlier": without_column_ids(earlier)}
