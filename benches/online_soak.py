@@ -14,8 +14,8 @@ the chunk being read (just past the last key the output holds), and once, a thir
 ``ALTER TABLE soak ADD COLUMN extra int`` (set by later updates).
 
 Kills: ``--kills`` runs of the same command line, each killed (SIGKILL) once its output stored
-progress of its own (a chunk's state, or a later confirmed position; the last
-``--stream-kills`` once the snapshot is done: kills of the stream) and a
+progress of its own (in the snapshot: the snapshot's stored state moved; in the stream, the last
+``--stream-kills`` once the snapshot is done: the state or the slot's confirmed position) and a
 random 0 to ``--max-kill-delay`` seconds more (4 times that once the snapshot is done); then the writer stops and the same command
 runs with ``--idle-timeout`` to the end.
 
@@ -365,7 +365,12 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
                 while time.monotonic() < deadline and proc.poll() is None:
                     now = progress(pg, out, fmt, slot)
                     writer.hot_after = last_key(now[0], fmt)
-                    if now != before and (not stream_kill or (now[0] and finished(now[0], fmt))):
+                    # In the snapshot: once the snapshot's stored progress moved (a slot
+                    # confirmed further by changes alone would kill Spark's runs before any
+                    # chunk is claimed: every run would read the same first chunk).
+                    moved = _online(now[0], fmt) != _online(before[0], fmt) if in_snapshot and not stream_kill \
+                        else now != before
+                    if moved and (not stream_kill or (now[0] and finished(now[0], fmt))):
                         break
                     time.sleep(0.05)
                 if proc.poll() is not None:
