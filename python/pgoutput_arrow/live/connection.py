@@ -19,12 +19,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from .._pg import classify_connect_error, one_line, with_output_settings
-from ..exceptions import ReplicationError
+from ..exceptions import (AuthenticationFailed, ConnectionFailed, ConnectionLost, PublicationNotFound,
+                          ReplicationError, SlotInUse, SlotInvalidated, SlotNotFound, WalLevelNotLogical)
+from .options import StreamOptions
 
-__all__ = ["connect", "CopyBoth", "CopyBothEnded", "load_libpq", "copy_out_functions"]
+__all__ = ["connect", "reconnect", "CopyBoth", "CopyBothEnded", "load_libpq", "copy_out_functions"]
 
 _PGRES_COPY_BOTH = 8
 _PGRES_COMMAND_OK = 1
@@ -63,6 +67,37 @@ def connect(dsn: str, connect_timeout: float, *, replication: bool = True) -> An
     if not replication:
         conn.autocommit = True
     return conn
+
+
+def reconnect(start: Callable[[], None], options: StreamOptions, cause: BaseException,
+              stopping: Callable[[], bool]) -> None:
+    """Calls ``start`` (connect and stream again) until it succeeds, with exponential backoff:
+    at most ``reconnect_attempts`` tries within ``reconnect_timeout`` seconds, the first after
+    ``reconnect_initial_delay``, the delay doubling up to ``reconnect_max_delay``; none once
+    ``stopping()``. A failure that waiting cannot mend (a wrong password, the slot or the
+    publication gone, ``wal_level``) is raised at once; when the tries run out,
+    :class:`ConnectionLost` names ``cause`` and the last failure."""
+    deadline = time.monotonic() + options.reconnect_timeout
+    delay = options.reconnect_initial_delay
+    last: BaseException = cause
+    for _ in range(options.reconnect_attempts):
+        if stopping() or time.monotonic() > deadline:
+            break
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, options.reconnect_max_delay)
+        try:
+            start()
+            return
+        except (AuthenticationFailed, SlotNotFound, SlotInvalidated, PublicationNotFound, WalLevelNotLogical):
+            raise
+        except (ConnectionFailed, SlotInUse) as e:  # server restarting, old walsender
+            last = e
+        except Exception as e:  # noqa: BLE001 - any other transient failure: try again
+            last = e
+    raise ConnectionLost(
+        f"lost the replication connection ({one_line(str(cause))}) and could not "
+        f"resume within {options.reconnect_attempts} attempts / {options.reconnect_timeout:.0f}s: "
+        f"{one_line(str(last))}") from None
 
 
 class CopyBothEnded(Exception):

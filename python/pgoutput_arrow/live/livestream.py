@@ -50,19 +50,9 @@ from .._catalog import published_tables
 from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
-from ..exceptions import (
-    AuthenticationFailed,
-    ConnectionFailed,
-    ConnectionLost,
-    PublicationNotFound,
-    ReplicationError,
-    SlotInUse,
-    SlotInvalidated,
-    SlotNotFound,
-    WalLevelNotLogical,
-)
+from ..exceptions import ConnectionLost, ReplicationError
 from .batches import LiveBatch, TableSchemas, drop_handled
-from .connection import CopyBoth, CopyBothEnded, connect
+from .connection import CopyBoth, CopyBothEnded, connect, reconnect
 from .online_snapshot import Item, OnlineSnapshot, UnorderedKey
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
@@ -577,36 +567,20 @@ class LiveStream:
             self._decoder.column_attnums(relid, by_name)
 
     def _reconnect(self, cause: BaseException) -> None:
-        """Reconnect with exponential backoff, resuming after what was handed out."""
+        """Reconnect (:func:`.connection.reconnect`: with backoff), resuming after what was
+        handed out."""
         self._disconnect()
         if self.options.temporary_slot:
             raise ConnectionLost(
                 f"the replication connection was lost ({one_line(str(cause))}) and the "
                 f'temporary slot "{self.options.slot}" went with it: cannot resume') from None
-        deadline = time.monotonic() + self.options.reconnect_timeout
-        delay = self.options.reconnect_initial_delay
-        last: BaseException = cause
-        for attempt in range(1, self.options.reconnect_attempts + 1):
-            if self._stop or time.monotonic() > deadline:
-                break
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, self.options.reconnect_max_delay)
-            try:
-                self._positions.reconnecting()
-                self._connect_and_start(first=False)
-                self._counters.reconnects += 1
-                return
-            except (AuthenticationFailed, SlotNotFound, SlotInvalidated, PublicationNotFound,
-                    WalLevelNotLogical):
-                raise
-            except (ConnectionFailed, SlotInUse) as e:  # server restarting, old walsender
-                last = e
-            except Exception as e:  # noqa: BLE001 - any other transient failure: try again
-                last = e
-        raise ConnectionLost(
-            f"lost the replication connection ({one_line(str(cause))}) and could not "
-            f"resume within {self.options.reconnect_attempts} attempts / {self.options.reconnect_timeout:.0f}s: "
-            f"{one_line(str(last))}") from None
+
+        def start() -> None:
+            self._positions.reconnecting()
+            self._connect_and_start(first=False)
+
+        reconnect(start, self.options, cause, lambda: self._stop)
+        self._counters.reconnects += 1
 
     # ------------------------------------------------------------------ streaming
 
