@@ -289,6 +289,7 @@ def spark_replica(out: Path) -> Any:
 
     spark = (SparkSession.builder.master("local[2]").appName("online-soak")
              .config("spark.driver.memory", "6g").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.maxResultSize", "0")  # the replica (over 1 GiB) comes back whole
              .config("spark.ui.enabled", "false").getOrCreate())
     try:
         changes = spark.read.option("mergeSchema", "true").parquet(str(out / "public.soak"))
