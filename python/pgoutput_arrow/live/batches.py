@@ -79,7 +79,8 @@ def drop_handled(batch: pa.RecordBatch, floor: int) -> pa.RecordBatch:
     import pyarrow.compute as pc
 
     values = batch.column(col)
-    if pc.min(values).as_py() is None or pc.min(values).as_py() >= floor:
+    lowest = pc.min(values).as_py()
+    if lowest is None or lowest >= floor:
         return batch
     # Rows come in commit order: those already handled are the batch's first ones. A
     # slice, since pyarrow's filter has no kernel for the view columns of text and bytea.

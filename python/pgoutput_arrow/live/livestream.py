@@ -221,7 +221,7 @@ class LiveStream:
         the position handed out, or None when something is in flight."""
         waiting_chunk = self._online is not None and self._online.chunk is not None
         if (not self._txns.idle or self._pending or self._current or self._fed_since_flush
-                or self._feed.late or self._feed.initial is not None or waiting_chunk):
+                or self._feed.pending or waiting_chunk):
             return None
         positions = self._positions
         positions.handed_out(positions.wal_end, self._txns.prepared_floor(), False)
@@ -232,7 +232,7 @@ class LiveStream:
     def snapshot_pending(self) -> bool:
         """Whether a snapshot (the initial one, a table's, or the online snapshot) still has
         rows to hand out."""
-        return bool(self._feed.late) or self._feed.initial is not None or (
+        return self._feed.pending or (
             self._online is not None and not self._online.finished)
 
     def confirm(self) -> None:

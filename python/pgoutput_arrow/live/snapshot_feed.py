@@ -55,6 +55,11 @@ class SnapshotFeed:
         #: snapshot's state that records the table as taken)].
         self.late: collections.deque[list[Any]] = collections.deque()
 
+    @property
+    def pending(self) -> bool:
+        """Whether the initial snapshot or a table's still has rows to hand out."""
+        return bool(self.late) or self.initial is not None
+
     def start_initial(self) -> None:
         """Creates the slot exporting its snapshot and plans the reading of its chunks."""
         o = self.options
