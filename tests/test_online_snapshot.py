@@ -292,6 +292,46 @@ def stream_until_finished(pg: PgServer, p: str, replica: Replica, on_group: Any 
     return s
 
 
+def test_columns_added_with_defaults_and_dropped_during_the_snapshot(pg: PgServer, unique_name: str) -> None:
+    """``ADD COLUMN ... DEFAULT`` (a value every row has without a change to carry it) and
+    ``DROP COLUMN`` between two chunks: each chunk reads the table's columns as they are when
+    it is read, so every row read after the ADD has the default, and the chunks after the
+    DROP are read at all. (Rows handed out before the ADD keep null there, as in any change
+    stream: the ADD is no change of theirs.) The replica equals the table on every other
+    column."""
+    p, rows = unique_name, 600
+    make_tables(pg, p, rows)
+    pg.create_slot(p)
+    altered: list[int] = []
+
+    def alter(replica: Replica) -> None:
+        if replica.chunks == 2 and not altered:
+            pg.execute(f"ALTER TABLE {p}_main ADD COLUMN flag text DEFAULT 'new', ADD COLUMN w int DEFAULT 5")
+            altered.append(pgoutput_arrow.lsn_to_int(str(pg.scalar("SELECT pg_current_wal_lsn()::text"))))
+        elif replica.chunks == 4 and len(altered) == 1:
+            pg.execute(f"ALTER TABLE {p}_main DROP COLUMN n")
+            pg.execute(f"UPDATE {p}_main SET w = 6 WHERE id % 50 = 0")
+            altered.append(0)
+
+    replica = Replica()
+    stream_until_finished(pg, p, replica, on_group=alter, snapshot_chunk_rows=100,
+                          snapshot_tables=f"public.{p}_main")
+    assert len(altered) == 2
+    name = f"public.{p}_main"
+    changes = replica.changes()
+    main = changes.tables[name]
+    snap = main.filter(pa.compute.equal(main.column("_op"), "snapshot")).to_pylist()
+    after = [r for r in snap if r["_lsn"] > altered[0]]
+    assert len(after) >= 300 and all(r["flag"] == "new" and r["w"] in (5, 6) for r in after), [(r["id"], r["flag"], r["w"]) for r in after if r["flag"] != "new" or r["w"] not in (5, 6)][:5]
+    assert all(r["flag"] is None for r in snap if r["_lsn"] < altered[0])
+    states = replay(changes, {name: ["id"]}, online=True)
+    conn = pg.connect()
+    try:
+        compare_state(states[name], server_rows(conn, name, main, columns=["id", "name", "at", "doc"]), name)
+    finally:
+        conn.close()
+
+
 @pytest.mark.parametrize("stop", [False, True], ids=["through", "stopped-after-the-change"])
 def test_a_row_moved_into_the_part_read_with_its_toast_value_unsent_is_read_again(
         pg: PgServer, unique_name: str, stop: bool) -> None:

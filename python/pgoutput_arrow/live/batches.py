@@ -96,12 +96,14 @@ class TableSchemas:
     widened), as in :attr:`Changes.tables`."""
 
     def __init__(self) -> None:
-        self._versions: dict[str, dict[bytes, pa.Schema]] = {}
+        self._versions: dict[str, dict[tuple[bytes, pa.Schema], pa.Schema]] = {}
         self._unified: dict[str, pa.Schema] = {}
 
     def unify(self, table: str, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` under the unified schema of every version of ``table`` seen."""
-        key = (batch.schema.metadata or {}).get(b"pg.version", b"")
+        # The decoder's version, and the schema itself: the online snapshot's chunks carry
+        # none, and a chunk read after an ALTER TABLE has columns the one before had not.
+        key = ((batch.schema.metadata or {}).get(b"pg.version", b""), batch.schema)
         versions = self._versions.setdefault(table, {})
         if not versions or next(reversed(versions)) != key:
             versions.pop(key, None)
@@ -110,7 +112,11 @@ class TableSchemas:
         unified = self._unified[table]
         if batch.schema == unified:
             return batch
-        return conform(batch, unified).combine_chunks().to_batches()[0]
+        whole = conform(batch, unified).combine_chunks()
+        batches = whole.to_batches()
+        # A table of no rows has no batch: one of no rows (a chunk that kept none).
+        return batches[0] if batches else pa.record_batch([pa.array([], f.type) for f in whole.schema],
+                                                          schema=whole.schema)
 
     def new_decoder(self) -> None:
         """A new decoder starts (after a reconnect). Column ids (``pg.column_id``) are one
@@ -119,4 +125,5 @@ class TableSchemas:
         for table, versions in self._versions.items():
             if versions:
                 earlier = unify_schemas(list(versions.values()))
-                self._versions[table] = {b"earlier": without_column_ids(earlier)}
+                earlier = without_column_ids(earlier)
+                self._versions[table] = {(b"earlier", earlier): earlier}

@@ -62,6 +62,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
+from .._catalog import relation_definition
+from .._files import without_column_ids
 from .._pg import one_line, quote_ident
 from ..exceptions import ReplicationError
 from .connection import copy_out_functions
@@ -165,6 +167,9 @@ class OnlineSnapshot:
         self._options = type_options(dict(decoder_options or {}))
         self._run = secrets.token_hex(6)
         self._seq = 0
+        #: The publications read (set by :meth:`sync`): each chunk reads its table's columns
+        #: as they publish them when the chunk is read.
+        self.publications: tuple[str, ...] = ()
         #: The stored state's tables (resumed as each is added), and the tables it took by
         #: an exported snapshot to the end.
         self.saved, exported = _read_state(state)
@@ -253,6 +258,7 @@ class OnlineSnapshot:
             # after every commit before it and before every commit after it.
             lsn = _internal.lsn_to_int(lsn_text) - 1
             xmin, xmax, xip = str(snap).split(":")
+            table = self._as_published(cur, table)
             first_seq = SEQ_BASE + (self.chunks % (1 << 25)) * SEQ_PER_CHUNK
             read: list[pa.RecordBatch] = []
             range_rows = 0
@@ -323,6 +329,17 @@ class OnlineSnapshot:
             self._recent.append((name, unseen))
         return self.chunk
 
+    def _as_published(self, cur: Any, table: OnlineTable) -> OnlineTable:
+        """``table`` with its columns as published in the chunk's snapshot (a column added
+        since it was planned, maybe with a default every row has; one dropped)."""
+        if not self.publications:
+            return table
+        rel = relation_definition(cur, table.table, self.publications)
+        if rel.columns == table.relation.columns and rel.types == table.relation.types:
+            return table
+        table = self.tables[table.table] = dataclasses.replace(table, relation=rel)
+        return table
+
     def _range_sql(self, cur: Any, table: OnlineTable, after: Key | None) -> str:
         key = ", ".join(quote_ident(k) for k in table.key)
         where = []
@@ -359,7 +376,11 @@ class OnlineSnapshot:
         if not out:
             schema = pa.RecordBatchReader.from_stream(decoder.schema).schema
             out = [pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)]
-        return [b for b in out if b.num_rows] or out[:1]
+        # Column ids are one decoder's own numbering (the stream's decoder keeps its own
+        # across the table's versions): the chunk's columns are matched to them by name.
+        by_name = without_column_ids(out[0].schema)
+        return [pa.RecordBatch.from_arrays(b.columns, schema=by_name) for b in out if b.num_rows] \
+            or [out[0].cast(by_name)]
 
     # ------------------------------------------------------------------ the stream
 
@@ -369,6 +390,7 @@ class OnlineSnapshot:
         those no longer published; with ``only``, of those tables only. Returns the tables newly published that it cannot chunk
         in key order, with why: the caller takes them by an exported snapshot (they are
         :attr:`fallback` from now on)."""
+        self.publications = tuple(publications)
         tables, fallback = plan_online(cur, publications, only=only)
         published = {t.table for t in tables} | set(fallback)
         for gone in [t for t in (set(self.tables) | self.fallback | self.exported) if t not in published]:
@@ -385,6 +407,7 @@ class OnlineSnapshot:
     def read_again(self, cur: Any, publications: Sequence[str], table: str) -> None:
         """Reads ``table`` (published) again from its first key; an error if it cannot be
         chunked in key order."""
+        self.publications = tuple(publications)
         tables, fallback = plan_online(cur, publications, [table])
         if fallback:
             raise ReplicationError(f"{table} cannot be read online: {fallback[table]}; "
