@@ -1540,6 +1540,73 @@ def test_stream_source_online_snapshot_resumes_from_the_checkpoint(spark: Any, v
         [tuple(r) for r in pg.query(f"SELECT id, v, n, big FROM {t} ORDER BY id")]
 
 
+def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: Any, unique_name: str) -> None:
+    """With onlineSnapshot, a chunk reaches the executors as partitions of key ranges (no rows
+    through the driver): each part is read under the chunk's exported snapshot, which stays
+    open until Spark commits the batch, then ends (a part read after that fails,
+    SnapshotGone), and the next chunk is read."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pgoutput_arrow.live.snapshot import SnapshotGone
+    from pgoutput_arrow.spark.stream import ChangesRange, ChunkRange, PgoutputStreamReader, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); "
+                 f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 25000) g; "
+                 f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    options = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
+               "onlineSnapshot": "true", "snapshotChunkRows": "24000", "pollInterval": "0.1"}
+    reader = PgoutputStreamReader(options, stream_schema(options))
+    try:
+        start = reader.initialOffset()
+        rows: list[int] = []
+        deadline = time.monotonic() + 60
+        while True:
+            end = reader.latestOffset(start, ReadAllAvailable())
+            parts = reader.partitions(start, end) if end != start else []
+            chunks = [p for p in parts if isinstance(p, ChunkRange)]
+            if chunks:
+                break
+            assert time.monotonic() < deadline
+            start = end
+        assert all(isinstance(p, ChangesRange) for p in parts if p not in chunks)
+        # 24 000 keys: parts of 10 000, 10 000 and 4 000 keys, read where Spark reads them.
+        assert len(chunks) == 3, chunks
+        def exporting() -> int:  # the chunk's transaction, holding its exported snapshot
+            return int(pg18.scalar("SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND "
+                                   "state = 'idle in transaction' AND datname = current_database()"))
+
+        assert exporting() == 1
+        for p in chunks:
+            batches = list(reader.read(p))
+            rows += [i for b in batches for i in b.column("id").to_pylist()]
+            assert all(set(b.column("_op").to_pylist()) <= {"snapshot"} for b in batches)
+        assert sorted(rows) == list(range(1, 24001))
+        reader.commit(end)  # Spark committed the batch: the snapshot ends (on the stream's thread)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                list(reader.read(chunks[0]))
+            except SnapshotGone:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # The next chunk (the last 1 000 keys) comes once that one was committed.
+        start, deadline = end, time.monotonic() + 60
+        while True:
+            end = reader.latestOffset(start, ReadAllAvailable())
+            nxt = [p for p in (reader.partitions(start, end) if end != start else []) if isinstance(p, ChunkRange)]
+            if nxt:
+                break
+            assert time.monotonic() < deadline
+            start = end
+        assert [i for p in nxt for b in reader.read(p) for i in b.column("id").to_pylist()] == \
+            list(range(24001, 25001))
+    finally:
+        reader.stop()
+    pg18.drop_slot(slot)
+
+
 def test_stream_source_snapshot_first_then_changes(spark: Any, pg18: Any, unique_name: str,
                                                    tmp_path: Any) -> None:
     """readStream.format("pgoutput").option("snapshot", "true"): the query creates the slot

@@ -36,6 +36,10 @@ class LiveBatch:
     #: On the last batch of each chunk of the online snapshot: its progress, to store with
     #: the chunk and give back as ``snapshot_state`` to resume there.
     snapshot_state: Mapping[str, Any] | None = None
+    #: A chunk of the online snapshot whose rows are not in ``batch`` (no rows) but read
+    #: under its exported snapshot by whoever takes it (``LiveStream.export_chunks``:
+    #: Spark's executors); :class:`~.online_export.ExportedChunk`.
+    read_elsewhere: Any = None
 
     @property
     def name(self) -> str:

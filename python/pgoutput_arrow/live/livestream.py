@@ -53,6 +53,7 @@ from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import ConnectionLost, ReplicationError
 from .batches import LiveBatch, TableSchemas, drop_handled
 from .connection import CopyBoth, CopyBothEnded, connect, reconnect
+from .online_export import ExportedChunk
 from .online_snapshot import Item, OnlineSnapshot, UnorderedKey
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
@@ -103,6 +104,11 @@ class LiveStream:
         #: consumer that holds what it was handed before storing it (Spark's streaming
         #: source) pauses it, so that a kill loses few chunks read ahead.
         self.read_chunks = True
+        #: Whether the online snapshot's chunks are handed out with their rows to be read
+        #: elsewhere (``LiveBatch.read_elsewhere``: Spark's executors) under each chunk's
+        #: exported snapshot, which stays open until :meth:`release_exported` (set before
+        #: :meth:`open`).
+        self.export_chunks = False
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -325,7 +331,7 @@ class LiveStream:
         self._closed = True
         self._feed.close()
         if self._online is not None:
-            close_quietly(self._online.conn)
+            self._online.close()
         if self._copy is not None:
             try:
                 self._send_status(force=True)
@@ -423,9 +429,11 @@ class LiveStream:
             o = self.options
             conn = connect(self.dsn, o.connect_timeout, replication=False)
             try:
-                self._online = OnlineSnapshot(conn, [], chunk_rows=o.snapshot_chunk_rows,
-                                              state=o.snapshot_state,
-                                              decoder_options={"binary": o.binary, **o.decoder_options})
+                self._online = OnlineSnapshot(
+                    conn, [], chunk_rows=o.snapshot_chunk_rows, state=o.snapshot_state,
+                    decoder_options={"binary": o.binary, **o.decoder_options},
+                    export_connect=(lambda: connect(self.dsn, o.connect_timeout, replication=False))
+                    if self.export_chunks else None)
             except BaseException:
                 close_quietly(conn)
                 raise
@@ -482,6 +490,12 @@ class LiveStream:
         with online.conn.cursor() as cur:
             online.read_again(cur, self.options.publications, table)
 
+    def release_exported(self, upto: int) -> None:
+        """The online snapshot's exported chunks handed out below ``upto`` were read
+        (``export_chunks``): their snapshots end."""
+        if self._online is not None:
+            self._online.end_exports(upto)
+
     def _flush_online(self, batches: list[Item], safe: int) -> bool:
         """A decoder flush while the online snapshot runs, handed out as it cuts it
         (:meth:`OnlineSnapshot.cut_flush`). False: nothing of the chunk in this flush (the
@@ -496,9 +510,12 @@ class LiveStream:
             return False
         self._hand_out(flush.pre, flush.cut, state=flush.pre_state)
         name = flush.chunk.table.table
-        rows = flush.chunk.batches or [flush.chunk.empty]
-        self._hand_out([("table", name, None, self._schemas.unify(name, b)) for b in rows], flush.cut + 1, snapshot=True,
-                       state=flush.state)
+        rows: list[Item] = [("table", name, None, self._schemas.unify(name, b))
+                            for b in flush.chunk.batches or [flush.chunk.empty]]
+        exported = flush.chunk.exported
+        if exported is not None:  # its rows are read elsewhere, as rows of the table's schema now
+            exported = dataclasses.replace(exported, schema=rows[-1][3].schema)
+        self._hand_out(rows, flush.cut + 1, snapshot=True, state=flush.state, read_elsewhere=exported)
         self._hand_out(flush.post, safe, state=flush.post_state)
         return True
 
@@ -712,8 +729,8 @@ class LiveStream:
             return
         self._hand_out(batches, safe, state=online.changed_state() if online is not None and batches else None)
 
-    def _hand_out(self, batches: list[Item], safe: int,
-                  snapshot: bool = False, state: Mapping[str, Any] | None = None) -> None:
+    def _hand_out(self, batches: list[Item], safe: int, snapshot: bool = False,
+                  state: Mapping[str, Any] | None = None, read_elsewhere: ExportedChunk | None = None) -> None:
         """``batches``, complete up to ``safe``, as the next group. With nothing to store
         (e.g. transactions that touched no published table) the position is handled as
         soon as everything handed out before it is."""
@@ -721,7 +738,8 @@ class LiveStream:
                                                          not batches and self.follow_idle)
         last = len(batches) - 1
         group = [LiveBatch(kind, table, version, batch, group_ack if i == last else previous,
-                           snapshot=snapshot, snapshot_state=state if i == last else None)
+                           snapshot=snapshot, snapshot_state=state if i == last else None,
+                           read_elsewhere=read_elsewhere if i == last else None)
                  for i, (kind, table, version, batch) in enumerate(batches)]
         if group:
             self._pending.append((group, group_ack))

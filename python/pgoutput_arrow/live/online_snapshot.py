@@ -55,7 +55,7 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -64,9 +64,10 @@ import pyarrow.compute as pc
 from .. import _internal
 from .._catalog import relation_definition
 from .._files import without_column_ids
-from .._pg import one_line, quote_ident
+from .._pg import close_quietly, one_line, quote_ident
 from ..exceptions import ReplicationError
 from .connection import copy_out_functions
+from .online_export import ChunkPart, ExportedChunk, Exports, by_name, columns_sql, key_bounds, key_condition, keys_condition
 from .online_plan import Key, OnlineTable, key_rows, plan_online
 from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
 
@@ -138,6 +139,13 @@ class Chunk:
     #: A batch of no rows of the table's schema (a chunk that keeps none still goes out).
     empty: pa.RecordBatch
     again: set[Key] = dataclasses.field(default_factory=set)
+    #: An exported chunk (:mod:`.online_export`): its parts, its snapshot's name, the keys
+    #: it counted, the keys it leaves out, and (once released) what reads its rows.
+    parts: tuple[ChunkPart, ...] = ()
+    snapshot_name: str = ""
+    counted: int = 0
+    drop: set[Key] = dataclasses.field(default_factory=set)
+    exported: ExportedChunk | None = None
 
     def invisible(self, xids: pa.Array) -> pa.BooleanArray:
         """Which of these (32-bit) xids the chunk's snapshot does not see: at or past its
@@ -152,8 +160,12 @@ class OnlineSnapshot:
     one). See the module documentation."""
 
     def __init__(self, conn: Any, tables: Iterable[OnlineTable], *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                 state: Mapping[str, Any] | None = None, decoder_options: Mapping[str, Any] | None = None) -> None:
+                 state: Mapping[str, Any] | None = None, decoder_options: Mapping[str, Any] | None = None,
+                 export_connect: Callable[[], Any] | None = None) -> None:
         self.conn = conn
+        #: With ``export_connect`` (a new plain connection each call): the chunks' rows are
+        #: read elsewhere, under their exported snapshots (:mod:`.online_export`).
+        self.exports = Exports(export_connect) if export_connect is not None else None
         self.chunk_rows = max(1, int(chunk_rows))
         self.tables: dict[str, OnlineTable] = {}
         self.progress: dict[str, _Progress] = {}
@@ -229,7 +241,8 @@ class OnlineSnapshot:
 
     def read(self) -> Chunk | None:
         """Reads the next chunk (see the module documentation); None when every table is
-        read. The chunk waits in :attr:`chunk` for its watermark."""
+        read. The chunk waits in :attr:`chunk` for its watermark. With exports, the chunk's
+        rows are left to be read under its exported snapshot (:mod:`.online_export`)."""
         assert self.chunk is None
         table = self.next_table()
         if table is None:
@@ -238,42 +251,41 @@ class OnlineSnapshot:
         started = time.monotonic()
         token = f"{self._run}:{self._seq}"
         self._seq += 1
-        cur = self.conn.cursor()
+        exports = self.exports
+        conn = exports.begin() if exports is not None else self.conn
+        cur = conn.cursor()
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        snapshot_name = ""
+        parts: tuple[ChunkPart, ...] = ()
         try:
-            # The watermark reaches the stream once the WAL is flushed past it: at once on 17+
-            # (the message's flush argument); before, by this transaction's commit (an xid
-            # makes it write and flush one; locally: a synchronous standby is not waited
-            # for), not by the WAL writer's next round.
-            if self.conn.server_version >= 170000:
-                cur.execute("SELECT pg_current_snapshot()::text, "
-                            "pg_logical_emit_message(false, %s, %s, true)::text", (WATERMARK_PREFIX, token))
-            else:
-                cur.execute("SELECT pg_current_snapshot()::text, pg_logical_emit_message(false, %s, %s)::text, "
-                            "pg_current_xact_id(), set_config('synchronous_commit', 'local', true)",
-                            (WATERMARK_PREFIX, token))
-            snap, lsn_text = cur.fetchone()[:2]
-            # The function returns the end of the message's WAL record, where the next record
-            # (maybe a commit) starts: the chunk is placed one byte below, inside the record,
-            # after every commit before it and before every commit after it.
-            lsn = _internal.lsn_to_int(lsn_text) - 1
-            xmin, xmax, xip = str(snap).split(":")
+            snap, lsn, snapshot_name = self._watermark(cur, token, exports is not None)
+            xmin, xmax, xip = snap.split(":")
             table = self._as_published(cur, table)
             first_seq = SEQ_BASE + (self.chunks % (1 << 25)) * SEQ_PER_CHUNK
             read: list[pa.RecordBatch] = []
             range_rows = 0
-            if not p.done:
-                read += self._copy(cur, table, lsn, first_seq, self._range_sql(cur, table, p.after))
-                range_rows = sum(b.num_rows for b in read)
             again = set(p.again)
-            if again:
-                read += self._copy(cur, table, lsn, first_seq + range_rows, self._keys_sql(cur, table, again))
-            cur.execute("COMMIT")
+            if exports is None:
+                if not p.done:
+                    read += self._copy(cur, table, lsn, first_seq, self._range_sql(cur, table, p.after))
+                    range_rows = sum(b.num_rows for b in read)
+                if again:
+                    read += self._copy(cur, table, lsn, first_seq + range_rows, self._keys_sql(cur, table, again))
+                cur.execute("COMMIT")
+                again_rows = sum(b.num_rows for b in read) - range_rows
+            else:
+                # Exported rows are ranked in the chunk from 0 (as Spark ranks _seq).
+                parts, range_rows, last_key = self._export_parts(cur, table, p, again, 0)
+                read = [self._empty(table)]
+                again_rows = len(again)
+                exports.opened(lsn, conn)
         except BaseException as e:
             try:
                 cur.execute("ROLLBACK")
             except Exception:  # noqa: BLE001  (the error that matters is raised)
                 pass
+            if exports is not None:
+                exports.failed(conn)
             code = getattr(e, "pgcode", None)
             if code is not None:  # the server's: which chunk, and why
                 raise ReplicationError(f"the online snapshot cannot read a chunk of {table.table}: "
@@ -293,7 +305,9 @@ class OnlineSnapshot:
                 raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that is not "
                                    "ordered here (a BC date, a year past 9999)")
         last = None
-        if range_rows:
+        if exports is not None:
+            last = last_key
+        elif range_rows:
             # The range's rows come in key order: its last row has the last key read.
             at = range_rows - 1
             for b in batches:
@@ -307,11 +321,13 @@ class OnlineSnapshot:
         self.chunk = Chunk(table, token, lsn, batches, None, last,
                            not p.done and range_rows < self.chunk_rows, again, p, int(xmax) & 0xFFFFFFFF,
                            pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
-                           read[0].slice(0, 0))
+                           read[0].slice(0, 0), parts=parts, snapshot_name=snapshot_name,
+                           counted=range_rows + again_rows)
         self.chunks += 1
-        log.info("online snapshot of %s: read %d rows after key %s%s in %.2f s%s", table.table, range_rows,
+        log.info("online snapshot of %s: %s %d rows after key %s%s in %.2f s%s", table.table,
+                 "read" if exports is None else "exported (keys read)", range_rows,
                  "(none)" if p.after is None else ", ".join(table.to_text(p.after)),
-                 f" and {sum(b.num_rows for b in read) - range_rows} rows read again" if again else "",
+                 f" and {again_rows} rows read again" if again else "",
                  time.monotonic() - started, ", to its end" if self.chunk.ends else "")
         # Changes handed out before this chunk by transactions its snapshot does not see
         # (committed, but not yet visible: PostgreSQL writes a commit before it shows it, and
@@ -328,6 +344,69 @@ class OnlineSnapshot:
                 self._against_chunk(self.chunk, unseen, pa.array([True] * unseen.num_rows))
             self._recent.append((name, unseen))
         return self.chunk
+
+    def _watermark(self, cur: Any, token: str, export: bool) -> tuple[str, int, str]:
+        """In the chunk's transaction just begun on ``cur``: its snapshot (``pg_current_snapshot``
+        text), the chunk's position (its watermark written after the snapshot was taken), and
+        with ``export`` the snapshot's exported name."""
+        # The watermark reaches the stream once the WAL is flushed past it: at once on 17+
+        # (the message's flush argument); before, by a transaction's commit (an xid makes it
+        # write and flush one; locally: a synchronous standby is not waited for), not by the
+        # WAL writer's next round: this transaction's own, or, when it stays open for its
+        # exported snapshot, one of its own on the snapshot's other connection, after it.
+        exported = ", pg_export_snapshot()" if export else ", ''"
+        if self.conn.server_version >= 170000:
+            cur.execute(f"SELECT pg_current_snapshot()::text{exported}, "
+                        "pg_logical_emit_message(false, %s, %s, true)::text", (WATERMARK_PREFIX, token))
+            snap, name, lsn_text = cur.fetchone()[:3]
+        elif export:
+            cur.execute(f"SELECT pg_current_snapshot()::text{exported}")
+            snap, name = cur.fetchone()
+            with self.conn.cursor() as other:  # autocommit: a transaction of its own
+                other.execute("SELECT pg_logical_emit_message(false, %s, %s)::text, pg_current_xact_id(), "
+                              "set_config('synchronous_commit', 'local', true)", (WATERMARK_PREFIX, token))
+                lsn_text = other.fetchone()[0]
+        else:
+            cur.execute(f"SELECT pg_current_snapshot()::text{exported}, pg_logical_emit_message(false, %s, %s)::text, "
+                        "pg_current_xact_id(), set_config('synchronous_commit', 'local', true)",
+                        (WATERMARK_PREFIX, token))
+            snap, name, lsn_text = cur.fetchone()[:3]
+        # The function returns the end of the message's WAL record, where the next record
+        # (maybe a commit) starts: the chunk is placed one byte below, inside the record,
+        # after every commit before it and before every commit after it.
+        return str(snap), _internal.lsn_to_int(lsn_text) - 1, str(name)
+
+    def _export_parts(self, cur: Any, table: OnlineTable, p: _Progress, again: set[Key], first_seq: int
+                      ) -> tuple[tuple[ChunkPart, ...], int, Key | None]:
+        """An exported chunk's parts (their conditions before the keys left out are known),
+        the rows of its key range, and the range's last key."""
+        filters = (f"({table.row_filter})",) if table.row_filter else ()
+        parts: list[ChunkPart] = []
+        total, last = 0, None
+        if not p.done:
+            try:
+                total, last, cuts = key_bounds(cur, table, self._range_sql(cur, table, p.after), self.chunk_rows)
+            except ValueError as e:
+                raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that is not "
+                                   f"ordered here (a BC date, a year past 9999: {e})") from None
+            lower, rank = p.after, 0
+            for upto, key in [*cuts, *([(total, last)] if last is not None else [])]:
+                where = [key_condition(cur, table, "<=", key)]
+                if lower is not None:
+                    where.insert(0, key_condition(cur, table, ">", lower))
+                parts.append(ChunkPart((*where, *filters), first_seq + rank))
+                lower, rank = key, upto
+        cond = keys_condition(cur, table, again)
+        if cond is not None:
+            parts.append(ChunkPart((cond, *filters), first_seq + total))
+        return tuple(parts), total, last
+
+    def _empty(self, table: OnlineTable) -> pa.RecordBatch:
+        """A batch of no rows of ``table``'s chunks."""
+        decoder = _internal.CopyDecoder(*table.relation.native_args(), lsn=0, commit_ts=0, first_seq=0,
+                                        **self._options)
+        schema = without_column_ids(pa.RecordBatchReader.from_stream(decoder.schema).schema)
+        return pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)
 
     def _as_published(self, cur: Any, table: OnlineTable) -> OnlineTable:
         """``table`` with its columns as published in the chunk's snapshot (a column added
@@ -366,9 +445,8 @@ class OnlineSnapshot:
         rel = table.relation
         decoder = _internal.CopyDecoder(*rel.native_args(), lsn=lsn, commit_ts=int(time.time() * 1e6),
                                         first_seq=first_seq, **self._options)
-        cols = ", ".join(quote_ident(c[0]) + ("::text" if text else "")
-                         for c, text in zip(rel.columns, decoder.text_columns))
-        decoder.start(self.conn.pgconn_ptr, f"COPY ({select.format(cols=cols)}) TO STDOUT (FORMAT binary)",
+        cols = columns_sql(rel, decoder.text_columns)
+        decoder.start(self.conn.pgconn_ptr, f"COPY ({select.replace('{cols}', cols, 1)}) TO STDOUT (FORMAT binary)",
                       copy_out_functions(self.conn))
         out: list[pa.RecordBatch] = []
         while not decoder.done:
@@ -376,11 +454,7 @@ class OnlineSnapshot:
         if not out:
             schema = pa.RecordBatchReader.from_stream(decoder.schema).schema
             out = [pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)]
-        # Column ids are one decoder's own numbering (the stream's decoder keeps its own
-        # across the table's versions): the chunk's columns are matched to them by name.
-        by_name = without_column_ids(out[0].schema)
-        return [pa.RecordBatch.from_arrays(b.columns, schema=by_name) for b in out if b.num_rows] \
-            or [out[0].cast(by_name)]
+        return by_name([b for b in out if b.num_rows] or out[:1])
 
     # ------------------------------------------------------------------ the stream
 
@@ -594,6 +668,12 @@ class OnlineSnapshot:
         touched = {k for k in key_rows(t, changes) if k is not None}
         if "_before" in changes.schema.names:
             touched |= {k for k in key_rows(t, changes, struct="_before") if k is not None}
+        if chunk.snapshot_name:  # exported: its rows are read later, without these keys
+            new = {k for k in touched - chunk.drop
+                   if k in chunk.reread or self._in_range(t, chunk.progress, chunk, k)}
+            chunk.drop |= new
+            self.dropped += len(new)
+            return
         keys = chunk.keys
         if keys is None:  # the chunk's keys, read once a change may drop some
             keys = chunk.keys = [k for b in chunk.batches for k in key_rows(t, b)]
@@ -642,9 +722,35 @@ class OnlineSnapshot:
         if chunk.ends:
             p.done = True
         p.again = (p.again - chunk.reread) | chunk.again
-        self.rows += sum(b.num_rows for b in chunk.batches)
+        if chunk.snapshot_name:
+            chunk.exported = self._exported(chunk)
+            self.rows += chunk.exported.rows
+        else:
+            self.rows += sum(b.num_rows for b in chunk.batches)
         self.dirty = False
         return chunk, self.state
+
+    def _exported(self, chunk: Chunk) -> ExportedChunk:
+        """What reads an exported chunk's rows, the keys it leaves out known."""
+        t = chunk.table
+        parts = chunk.parts
+        if chunk.drop:
+            with self.conn.cursor() as cur:
+                left_out = keys_condition(cur, t, sorted(chunk.drop, key=t.sort_key), negate=True) or "true"
+            parts = tuple(ChunkPart((*part.where, left_out), part.first_seq) for part in parts)
+        return ExportedChunk(t.table, chunk.snapshot_name, t.relation, t.source, parts, chunk.lsn,
+                             int(time.time() * 1e6), dict(self._options), max(0, chunk.counted - len(chunk.drop)))
+
+    def end_exports(self, upto: int) -> None:
+        """The exported chunks handed out below ``upto`` were read: their transactions end."""
+        if self.exports is not None:
+            self.exports.end(upto)
+
+    def close(self) -> None:
+        """Closes its connections (an exported chunk's transaction ends with its own)."""
+        if self.exports is not None:
+            self.exports.close()
+        close_quietly(self.conn)
 
 
 @dataclasses.dataclass

@@ -49,7 +49,7 @@ from ..live.snapshot import (
 from ._common import from_executor, spark_schema
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
-__all__ = ["SparkSnapshot", "snapshot", "SNAPSHOT_DECODER_OPTIONS", "read_chunk_batches"]
+__all__ = ["SparkSnapshot", "snapshot", "SNAPSHOT_DECODER_OPTIONS", "read_chunk_batches", "read_exported_part"]
 
 #: How the snapshot types columns: as the streaming source does (text tuple data, arrays of
 #: one level), so that snapshot rows and streamed changes of a table share one schema.
@@ -66,6 +66,19 @@ def read_chunk_batches(dsn: str, snapshot_name: str, chunk: SnapshotChunk, targe
     try:
         for batch in read_chunk(conn, chunk, **SNAPSHOT_DECODER_OPTIONS, **SPARK_DECODER_OPTIONS):
             yield batch if target is None else cast_for_spark(batch, target)
+    finally:
+        conn.close()
+
+
+def read_exported_part(dsn: str, chunk: Any, part: int,
+                       connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> Iterator[pa.RecordBatch]:
+    """Part ``part`` of an online snapshot's chunk (``live.online_export.ExportedChunk``: an
+    executor's work), as the stream's batches of the table: on a connection of its own that
+    joins the chunk's exported snapshot."""
+    with from_executor(dsn, f"reading the online snapshot of {chunk.table}"):
+        conn = open_snapshot_connection(dsn, chunk.snapshot_name, connect_timeout)
+    try:
+        yield from chunk.read(conn, part)
     finally:
         conn.close()
 

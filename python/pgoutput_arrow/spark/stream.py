@@ -61,12 +61,12 @@ from ..live.slot_guard import drop_unused_slot
 from ..live.snapshot import SnapshotChunk, SnapshotGone
 from ._common import from_executor, is_table_column, spark_schema
 from .generic import UDTF_SCHEMA, changes_to_generic
-from .snapshot import SparkSnapshot, read_chunk_batches
+from .snapshot import SparkSnapshot, read_chunk_batches, read_exported_part
 from .snapshot import snapshot as take_snapshot
 from .stream_held import Held, RangeChanges, StreamPump, from_ipc, split
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, to_spark_arrow_schema
 
-__all__ = ["PgoutputStreamReader", "StreamSource", "ChangesRange", "SnapshotRange", "stream_schema"]
+__all__ = ["PgoutputStreamReader", "StreamSource", "ChangesRange", "SnapshotRange", "ChunkRange", "stream_schema"]
 
 #: Without changes to the publication, the offset still moves once the server has written
 #: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
@@ -354,6 +354,15 @@ class SnapshotRange(InputPartition):
         self.chunk = chunk
 
 
+class ChunkRange(InputPartition):
+    """Part ``part`` of an online snapshot's chunk, read by an executor under the chunk's
+    exported snapshot."""
+
+    def __init__(self, chunk: Any, part: int) -> None:
+        super().__init__((chunk.lsn, part))
+        self.chunk, self.part = chunk, part
+
+
 def _dropped_if_unused(cur: Any, slot: str, lsn: int) -> bool:
     """Whether ``slot`` was dropped: only if nobody streams it and it never moved past ``lsn``
     (where it was created), a slot of an unfinished snapshot that no checkpoint can use."""
@@ -537,6 +546,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               start_lsn=begin, connect_timeout=source.connect_timeout, **online,
                               **DECODER_OPTIONS)
             live.follow_idle = False  # the slot moves where Spark commits, nowhere else
+            live.export_chunks = True  # the executors read the online snapshot's chunks
             live.open()
             return live
 
@@ -578,8 +588,12 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._wait_for(pump, lambda: pump.upto >= last)
         with pump.lock:
             changes = pump.held.take(first, last)
-        return [ChangesRange(first, last, i, tables, truncates)
-                for i, (tables, truncates) in enumerate(split(changes))]
+        parts: list[InputPartition] = [ChangesRange(first, last, i, tables, truncates)
+                                       for i, (tables, truncates) in enumerate(split(changes))]
+        # The online snapshot's chunks: each part of each read by an executor, under the
+        # chunk's exported snapshot (open on the driver until Spark commits this batch).
+        parts += [ChunkRange(chunk, i) for chunk in changes.exported for i in range(len(chunk.parts))]
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -591,6 +605,11 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                         None, self.source.connect_timeout)))}, pa.table({}))
         elif isinstance(partition, ChangesRange):
             changes = partition.changes()
+        elif isinstance(partition, ChunkRange):
+            chunk = partition.chunk
+            changes = RangeChanges({chunk.table: pa.Table.from_batches(
+                list(read_exported_part(self.source.dsn, chunk, partition.part, self.source.connect_timeout)),
+                chunk.schema)}, pa.table({}))
         else:
             raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
         if self.source.table is None:

@@ -52,6 +52,9 @@ class RangeChanges:
 
     tables: dict[str, pa.Table]
     truncates: pa.Table
+    #: The online snapshot's chunks in the batch whose rows the executors read
+    #: (:class:`~pgoutput_arrow.live.online_export.ExportedChunk`).
+    exported: list[Any] = dataclasses.field(default_factory=list)
 
 
 def _commits(batch: pa.RecordBatch) -> np.ndarray:
@@ -72,6 +75,8 @@ class Held:
         self._last = -1  # the highest commit LSN of the rows added
         #: The watermark (commit LSN) of each online snapshot chunk held.
         self.chunks: list[int] = []
+        #: The online snapshot's chunks held whose rows the executors read (by position).
+        self.exported: list[Any] = []
 
     @property
     def nbytes(self) -> int:
@@ -86,6 +91,10 @@ class Held:
                 state = item.snapshot_state
             if item.snapshot and item.batch.num_rows:
                 self.chunks.append(int(_commits(item.batch).max()))
+            if item.read_elsewhere is not None:
+                self.exported.append(item.read_elsewhere)
+                self.chunks.append(item.read_elsewhere.lsn)
+                self._last = max(self._last, item.read_elsewhere.lsn)
             batch = item.batch
             if item.kind == "table" and item.table:
                 name = item.table
@@ -119,12 +128,16 @@ class Held:
             lo = int(np.searchsorted(c, start, side="left"))
             hi = len(c) if end is None else int(np.searchsorted(c, end, side="left"))
             parts.append(c[lo:hi])
+        for chunk in self.exported:  # its rows (about) at its position
+            if start <= chunk.lsn and (end is None or chunk.lsn < end):
+                parts.append(np.full(max(1, chunk.rows), chunk.lsn, np.int64))
         return np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
     def any_from(self, start: int) -> bool:
         """Whether a change committing at or after ``start`` is held (each batch's rows are in
         commit order: its last row tells)."""
-        return any(_commits(batch)[-1] >= start for _, batch in self.items)
+        return (any(_commits(batch)[-1] >= start for _, batch in self.items)
+                or any(chunk.lsn >= start for chunk in self.exported))
 
     def cut(self, start: int, end: int, max_rows: int) -> int:
         """Where a micro-batch from ``start`` ends under a limit of ``max_rows`` changes: at
@@ -147,6 +160,7 @@ class Held:
         self.items = kept
         self.states = [(last, state) for last, state in self.states if last >= upto]
         self.chunks = [w for w in self.chunks if w >= upto]
+        self.exported = [chunk for chunk in self.exported if chunk.lsn >= upto]
 
     def take(self, start: int, end: int) -> RangeChanges:
         """The rows of the transactions committing in ``[start, end)``, ``_seq`` ranked within
@@ -178,7 +192,9 @@ class Held:
         tables = {n: with_seq(t, seqs[n]) for n, t in tables.items()}
         if truncates.num_rows:
             truncates = with_seq(truncates, seqs[""])
-        return RangeChanges(tables, truncates)
+        exported = [c for c in self.exported if start <= c.lsn < end
+                    and (self.table is None or c.table == self.table)]
+        return RangeChanges(tables, truncates, exported)
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -276,6 +292,8 @@ class StreamPump:
         if lsn is not None:
             self.live.ack(max(lsn, self.live.acked_lsn))
             self.live.confirm()
+            # Spark read the chunks of the batches it committed: their snapshots end.
+            self.live.release_exported(lsn)
 
     def check(self) -> None:
         """Raise what stopped the thread (the stream failed), if anything did."""
