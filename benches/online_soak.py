@@ -71,6 +71,12 @@ LONG = "a value long enough to be stored out of line " * 150
 APPLICATION = "pgoutput-soak"
 CHUNK_LINE = re.compile(r"online snapshot of (\S+): read (\d+) rows after key .*?"
                         r"(?: and (\d+) rows read again)? in ([0-9.]+) s")
+#: Spark's executors read the chunks' parts (the driver reads only their keys' bounds): each
+#: part is counted at its most rows when it starts (a kill may cut it short), timed when done.
+PART_START_LINE = re.compile(r"online snapshot of (\S+): reading part \d+/\d+ of the chunk at \S+ on an "
+                             r"executor, at most (\d+) rows")
+PART_DONE_LINE = re.compile(r"online snapshot of (\S+): part \d+/\d+ of the chunk at \S+ read on an executor: "
+                            r"\d+ rows in ([0-9.]+) s")
 
 
 def log(msg: str) -> None:
@@ -225,6 +231,8 @@ def chunk_reads(stderr: str) -> tuple[int, int, list[float]]:
         rows += int(m.group(2))
         again += int(m.group(3) or 0)
         times.append(float(m.group(4)))
+    rows += sum(int(m.group(2)) for m in PART_START_LINE.finditer(stderr))
+    times += [float(m.group(2)) for m in PART_DONE_LINE.finditer(stderr)]
     return rows, again, times
 
 

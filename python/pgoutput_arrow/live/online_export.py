@@ -59,10 +59,12 @@ def by_name(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
 @dataclasses.dataclass(frozen=True)
 class ChunkPart:
     """One part of an exported chunk: the ``WHERE`` conditions (SQL, values quoted) that
-    select its rows, and the ``_seq`` of its first row (its rank in the chunk)."""
+    select its rows, the ``_seq`` of its first row (its rank in the chunk), and how many rows
+    it selects at most (the keys counted in the snapshot)."""
 
     where: tuple[str, ...]
     first_seq: int
+    rows: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -394,11 +394,11 @@ class OnlineSnapshot:
                 where = [key_condition(cur, table, "<=", key)]
                 if lower is not None:
                     where.insert(0, key_condition(cur, table, ">", lower))
-                parts.append(ChunkPart((*where, *filters), first_seq + rank))
+                parts.append(ChunkPart((*where, *filters), first_seq + rank, upto - rank))
                 lower, rank = key, upto
         cond = keys_condition(cur, table, again)
         if cond is not None:
-            parts.append(ChunkPart((cond, *filters), first_seq + total))
+            parts.append(ChunkPart((cond, *filters), first_seq + total, len(again)))
         return tuple(parts), total, last
 
     def _empty(self, table: OnlineTable) -> pa.RecordBatch:
@@ -737,7 +737,7 @@ class OnlineSnapshot:
         if chunk.drop:
             with self.conn.cursor() as cur:
                 left_out = keys_condition(cur, t, sorted(chunk.drop, key=t.sort_key), negate=True) or "true"
-            parts = tuple(ChunkPart((*part.where, left_out), part.first_seq) for part in parts)
+            parts = tuple(ChunkPart((*part.where, left_out), part.first_seq, part.rows) for part in parts)
         return ExportedChunk(t.table, chunk.snapshot_name, t.relation, t.source, parts, chunk.lsn,
                              int(time.time() * 1e6), dict(self._options), max(0, chunk.counted - len(chunk.drop)))
 

@@ -38,6 +38,7 @@ PREPARE, and a slot advanced past a PREPARE does not send its changes again.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -501,6 +502,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = max(begin, min(end, target))
             if isinstance(limit, ReadMaxRows):
                 end = pump.held.cut(begin, end, limit.max_rows)
+            end = pump.held.one_chunk(begin, end)
             if (not len(pump.held.commits(begin, end)) and target is None
                     and end - begin < self.source.idle_advance_bytes):
                 end = begin  # nothing for the query, and not yet worth an empty batch
@@ -607,9 +609,18 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             changes = partition.changes()
         elif isinstance(partition, ChunkRange):
             chunk = partition.chunk
+            if self.source.verbose:  # counted before the read: a kill may cut it short
+                print(f"online snapshot of {chunk.table}: reading part {partition.part + 1}/{len(chunk.parts)} "
+                      f"of the chunk at {lsn_to_str(chunk.lsn)} on an executor, at most "
+                      f"{chunk.parts[partition.part].rows} rows", file=sys.stderr, flush=True)
+            started = time.monotonic()
             changes = RangeChanges({chunk.table: pa.Table.from_batches(
                 list(read_exported_part(self.source.dsn, chunk, partition.part, self.source.connect_timeout)),
                 chunk.schema)}, pa.table({}))
+            if self.source.verbose:
+                print(f"online snapshot of {chunk.table}: part {partition.part + 1}/{len(chunk.parts)} of the chunk "
+                      f"at {lsn_to_str(chunk.lsn)} read on an executor: {changes.tables[chunk.table].num_rows} rows "
+                      f"in {time.monotonic() - started:.2f} s", file=sys.stderr, flush=True)
         else:
             raise TypeError(f"pgoutput stream: not a partition of this source: {partition!r}")
         if self.source.table is None:

@@ -32,12 +32,13 @@ __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTE
 PART_BYTES = 32 << 20
 
 #: The online snapshot's chunks the driver holds at most before Spark commits them; then the
-#: stream reads changes only, until Spark commits. A chunk held and not committed is read again
-#: after a kill (the offsets claim a batch's chunks one batch late), so one held chunk bounds
-#: the rows a kill costs to one chunk. (Spark commits batch N to the source only when it plans
-#: batch N + 1, so a chunk read then lands in batch N + 2: a snapshot read through Spark takes
-#: about two micro-batches per chunk.)
-MAX_HELD_CHUNKS = 1
+#: stream reads changes only, until Spark commits. A chunk held is only its keys' bounds and
+#: its exported snapshot: its rows are read by the executors of the micro-batch that holds
+#: it, one chunk per micro-batch (:meth:`Held.one_chunk`). Spark commits batch N to the source
+#: only after it planned batch N + 1, so a second chunk held is what batch N + 1 reads; a kill
+#: costs the rows of the one chunk in flight (the offsets claim a batch's chunks one batch
+#: late: a chunk held and not committed is read again after a kill).
+MAX_HELD_CHUNKS = 2
 
 #: The columns a row of another table keeps when the query reads one table: they count for
 #: read limits and rank ``_seq``, the rank within the transaction across every table.
@@ -149,6 +150,12 @@ class Held:
         txns, counts = np.unique(commits, return_counts=True)
         fit = max(1, int(np.searchsorted(np.cumsum(counts), max_rows, side="right")))
         return end if fit >= len(txns) else int(txns[fit])
+
+    def one_chunk(self, start: int, end: int) -> int:
+        """Where a micro-batch from ``start`` to at most ``end`` ends so that it holds at
+        most one online snapshot chunk: before the second one."""
+        inside = sorted(w for w in self.chunks if start <= w < end)
+        return inside[1] if len(inside) > 1 else end
 
     def prune(self, upto: int) -> None:
         """Spark committed every transaction committing before ``upto``: drop their rows."""
