@@ -52,30 +52,19 @@ exported snapshot of :meth:`LiveStream.snapshot_table` (:mod:`.online_plan`).
 from __future__ import annotations
 
 import dataclasses
-import logging
-import secrets
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import _internal
-from .._catalog import relation_definition
-from .._files import without_column_ids
-from .._pg import close_quietly, one_line, quote_ident
 from ..exceptions import ReplicationError
-from .connection import copy_out_functions
-from .online_export import ChunkPart, ExportedChunk, Exports, by_name, columns_sql, key_bounds, key_condition, keys_condition
 from .online_plan import Key, OnlineTable, key_rows, plan_online
-from .snapshot import SEQ_BASE, SEQ_PER_CHUNK, type_options
+from .online_read import WATERMARK_PREFIX, Chunk, ChunkReader, Progress, UnorderedKey
 
 __all__ = ["WATERMARK_PREFIX", "RESNAPSHOT_PREFIX", "OnlineTable", "OnlineSnapshot", "Chunk", "Flush", "Item", "UnorderedKey",
            "plan_online", "split_rows", "split_at", "DEFAULT_CHUNK_ROWS"]
 
-#: The prefix of the watermark messages (``pg_logical_emit_message``); they are not handed out.
-WATERMARK_PREFIX = "pgoutput_arrow.watermark"
 #: The prefix of a message that asks a running stream to read a table again (its content:
 #: ``schema.table``), Debezium's signal table without a table:
 #: ``SELECT pg_logical_emit_message(true, 'pgoutput_arrow.resnapshot', 'public.orders')``.
@@ -87,73 +76,6 @@ STATE_VERSION = 1
 #: A decoded batch as the live stream holds it: (kind, table, relation version, batch).
 Item = tuple[str, str | None, int | None, pa.RecordBatch]
 
-log = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------------- progress
-
-@dataclasses.dataclass
-class _Progress:
-    """Where one table stands: the last key read (None: nothing yet), whether every key
-    range was read, and the keys to read again."""
-
-    after: Key | None = None
-    done: bool = False
-    again: set[Key] = dataclasses.field(default_factory=set)
-
-    @property
-    def finished(self) -> bool:
-        return self.done and not self.again
-
-
-class UnorderedKey(ReplicationError):
-    """A chunk of ``table`` read a key the online snapshot cannot order (``why``): the table
-    is to be taken by an exported snapshot instead (:meth:`OnlineSnapshot.give_up`)."""
-
-    def __init__(self, table: str, why: str) -> None:
-        super().__init__(f"the online snapshot cannot chunk {table}: {why}")
-        self.table, self.why = table, why
-
-
-@dataclasses.dataclass
-class Chunk:
-    """A chunk read and waiting for its watermark to pass in the stream: ``batches`` of
-    ``table`` at ``_commit_lsn = lsn``; ``keys`` their keys (row order; None until a
-    change below the watermark needs them). ``last`` is the last
-    key of the key range read, ``ends`` whether that range reached the table's end,
-    ``reread`` the keys read again; ``again`` the keys to read again once more;
-    ``xmax``/``xip`` the snapshot's (32-bit xids)."""
-
-    table: OnlineTable
-    token: str
-    lsn: int
-    batches: list[pa.RecordBatch]
-    keys: list[Key | None] | None
-    last: Key | None
-    ends: bool
-    reread: set[Key]
-    #: The table's progress when it was read (a table read again since has a new one).
-    progress: _Progress
-    xmax: int
-    xip: pa.Array
-    #: A batch of no rows of the table's schema (a chunk that keeps none still goes out).
-    empty: pa.RecordBatch
-    again: set[Key] = dataclasses.field(default_factory=set)
-    #: An exported chunk (:mod:`.online_export`): its parts, its snapshot's name, the keys
-    #: it counted, the keys it leaves out, and (once released) what reads its rows.
-    parts: tuple[ChunkPart, ...] = ()
-    snapshot_name: str = ""
-    counted: int = 0
-    drop: set[Key] = dataclasses.field(default_factory=set)
-    exported: ExportedChunk | None = None
-
-    def invisible(self, xids: pa.Array) -> pa.BooleanArray:
-        """Which of these (32-bit) xids the chunk's snapshot does not see: at or past its
-        xmax (modulo 2^32), or in progress when it was taken."""
-        d = pc.bit_wise_and(pc.subtract(pa.scalar(self.xmax, pa.int64()), xids), 0xFFFFFFFF)
-        return pc.or_(pc.or_(pc.equal(d, 0), pc.greater(d, 1 << 31)), pc.is_in(xids, value_set=self.xip))
-
-
 class OnlineSnapshot:
     """The online snapshot of a live stream: ``tables`` read chunk by chunk on ``conn`` (a
     plain autocommit connection of its own), ``state`` its progress (resumed from a stored
@@ -162,26 +84,20 @@ class OnlineSnapshot:
     def __init__(self, conn: Any, tables: Iterable[OnlineTable], *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  state: Mapping[str, Any] | None = None, decoder_options: Mapping[str, Any] | None = None,
                  export_connect: Callable[[], Any] | None = None) -> None:
+        #: Reads the chunks (on ``conn``, a plain autocommit connection of its own; with
+        #: ``export_connect``, a new plain connection each call, the chunks' rows are read
+        #: elsewhere, under their exported snapshots: :mod:`.online_export`).
+        self.reader = ChunkReader(conn, chunk_rows, decoder_options, export_connect)
         self.conn = conn
-        #: With ``export_connect`` (a new plain connection each call): the chunks' rows are
-        #: read elsewhere, under their exported snapshots (:mod:`.online_export`).
-        self.exports = Exports(export_connect) if export_connect is not None else None
-        self.chunk_rows = max(1, int(chunk_rows))
+        self.chunk_rows = self.reader.chunk_rows
         self.tables: dict[str, OnlineTable] = {}
-        self.progress: dict[str, _Progress] = {}
+        self.progress: dict[str, Progress] = {}
         self.chunk: Chunk | None = None
         self.rows = 0
-        self.chunks = 0
         self.reread = 0
         self.dropped = 0
         #: Changes of the tables handed out since the last chunk was read: (table, batch).
         self._recent: list[tuple[str, pa.RecordBatch]] = []
-        self._options = type_options(dict(decoder_options or {}))
-        self._run = secrets.token_hex(6)
-        self._seq = 0
-        #: The publications read (set by :meth:`sync`): each chunk reads its table's columns
-        #: as they publish them when the chunk is read.
-        self.publications: tuple[str, ...] = ()
         #: The stored state's tables (resumed as each is added), and the tables it took by
         #: an exported snapshot to the end.
         self.saved, exported = _read_state(state)
@@ -199,7 +115,7 @@ class OnlineSnapshot:
         """Reads ``table`` (again) from its first key, or from where ``saved`` (its part of
         a stored state) stands."""
         self.tables[table.table] = table
-        p = _Progress()
+        p = Progress()
         if saved:
             after = saved.get("after")
             p.after = table.from_text(after) if after is not None else None
@@ -239,96 +155,20 @@ class OnlineSnapshot:
                 return self.tables[name]
         return None
 
+    @property
+    def chunks(self) -> int:
+        """How many chunks were read."""
+        return self.reader.chunks
+
     def read(self) -> Chunk | None:
-        """Reads the next chunk (see the module documentation); None when every table is
-        read. The chunk waits in :attr:`chunk` for its watermark. With exports, the chunk's
-        rows are left to be read under its exported snapshot (:mod:`.online_export`)."""
+        """Reads the next chunk (:class:`~.online_read.ChunkReader`); None when every table
+        is read. The chunk waits in :attr:`chunk` for its watermark."""
         assert self.chunk is None
         table = self.next_table()
         if table is None:
             return None
-        p = self.progress[table.table]
-        started = time.monotonic()
-        token = f"{self._run}:{self._seq}"
-        self._seq += 1
-        exports = self.exports
-        conn = exports.begin() if exports is not None else self.conn
-        cur = conn.cursor()
-        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        snapshot_name = ""
-        parts: tuple[ChunkPart, ...] = ()
-        try:
-            snap, lsn, snapshot_name = self._watermark(cur, token, exports is not None)
-            xmin, xmax, xip = snap.split(":")
-            table = self._as_published(cur, table)
-            first_seq = SEQ_BASE + (self.chunks % (1 << 25)) * SEQ_PER_CHUNK
-            read: list[pa.RecordBatch] = []
-            range_rows = 0
-            again = set(p.again)
-            if exports is None:
-                if not p.done:
-                    read += self._copy(cur, table, lsn, first_seq, self._range_sql(cur, table, p.after))
-                    range_rows = sum(b.num_rows for b in read)
-                if again:
-                    read += self._copy(cur, table, lsn, first_seq + range_rows, self._keys_sql(cur, table, again))
-                cur.execute("COMMIT")
-                again_rows = sum(b.num_rows for b in read) - range_rows
-            else:
-                # Exported rows are ranked in the chunk from 0 (as Spark ranks _seq).
-                parts, range_rows, last_key = self._export_parts(cur, table, p, again, 0)
-                read = [self._empty(table)]
-                again_rows = len(again)
-                exports.opened(lsn, conn)
-        except BaseException as e:
-            try:
-                cur.execute("ROLLBACK")
-            except Exception:  # noqa: BLE001  (the error that matters is raised)
-                pass
-            if exports is not None:
-                exports.failed(conn)
-            code = getattr(e, "pgcode", None)
-            if code is not None:  # the server's: which chunk, and why
-                raise ReplicationError(f"the online snapshot cannot read a chunk of {table.table}: "
-                                       f"{one_line(str(e))}"
-                                       + (" (its watermarks are written: the server must accept writes, "
-                                          "not be a standby)" if code == "25006" or "during recovery" in str(e) else "")) from None
-            raise
-        finally:
-            cur.close()
-        batches = [b for b in read if b.num_rows]
-        for b in batches:
-            # A key value the decoder leaves null (its text in _special) that the codec
-            # cannot order (a BC date, a year past 9999): the table is taken another way.
-            special = b.column("_special") if "_special" in b.schema.names else None
-            if special is not None and special.null_count < b.num_rows \
-                    and None in key_rows(table, b.filter(special.is_valid())):
-                raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that is not "
-                                   "ordered here (a BC date, a year past 9999)")
-        last = None
-        if exports is not None:
-            last = last_key
-        elif range_rows:
-            # The range's rows come in key order: its last row has the last key read.
-            at = range_rows - 1
-            for b in batches:
-                if at < b.num_rows:
-                    last = key_rows(table, b.slice(at, 1))[0]
-                    break
-                at -= b.num_rows
-            if last is None:
-                raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that the "
-                                   "decoder cannot represent")
-        self.chunk = Chunk(table, token, lsn, batches, None, last,
-                           not p.done and range_rows < self.chunk_rows, again, p, int(xmax) & 0xFFFFFFFF,
-                           pa.array([int(x) & 0xFFFFFFFF for x in xip.split(",") if x], pa.int64()),
-                           read[0].slice(0, 0), parts=parts, snapshot_name=snapshot_name,
-                           counted=range_rows + again_rows)
-        self.chunks += 1
-        log.info("online snapshot of %s: %s %d rows after key %s%s in %.2f s%s", table.table,
-                 "read" if exports is None else "exported (keys read)", range_rows,
-                 "(none)" if p.after is None else ", ".join(table.to_text(p.after)),
-                 f" and {again_rows} rows read again" if again else "",
-                 time.monotonic() - started, ", to its end" if self.chunk.ends else "")
+        self.chunk = self.reader.read(table, self.progress[table.table])
+        self.tables[table.table] = table = self.chunk.table  # its columns as the chunk read them
         # Changes handed out before this chunk by transactions its snapshot does not see
         # (committed, but not yet visible: PostgreSQL writes a commit before it shows it, and
         # a synchronous standby can hold that for a while) are below the watermark too; they
@@ -345,117 +185,6 @@ class OnlineSnapshot:
             self._recent.append((name, unseen))
         return self.chunk
 
-    def _watermark(self, cur: Any, token: str, export: bool) -> tuple[str, int, str]:
-        """In the chunk's transaction just begun on ``cur``: its snapshot (``pg_current_snapshot``
-        text), the chunk's position (its watermark written after the snapshot was taken), and
-        with ``export`` the snapshot's exported name."""
-        # The watermark reaches the stream once the WAL is flushed past it: at once on 17+
-        # (the message's flush argument); before, by a transaction's commit (an xid makes it
-        # write and flush one; locally: a synchronous standby is not waited for), not by the
-        # WAL writer's next round: this transaction's own, or, when it stays open for its
-        # exported snapshot, one of its own on the snapshot's other connection, after it.
-        exported = ", pg_export_snapshot()" if export else ", ''"
-        if self.conn.server_version >= 170000:
-            cur.execute(f"SELECT pg_current_snapshot()::text{exported}, "
-                        "pg_logical_emit_message(false, %s, %s, true)::text", (WATERMARK_PREFIX, token))
-            snap, name, lsn_text = cur.fetchone()[:3]
-        elif export:
-            cur.execute(f"SELECT pg_current_snapshot()::text{exported}")
-            snap, name = cur.fetchone()
-            with self.conn.cursor() as other:  # autocommit: a transaction of its own
-                other.execute("SELECT pg_logical_emit_message(false, %s, %s)::text, pg_current_xact_id(), "
-                              "set_config('synchronous_commit', 'local', true)", (WATERMARK_PREFIX, token))
-                lsn_text = other.fetchone()[0]
-        else:
-            cur.execute(f"SELECT pg_current_snapshot()::text{exported}, pg_logical_emit_message(false, %s, %s)::text, "
-                        "pg_current_xact_id(), set_config('synchronous_commit', 'local', true)",
-                        (WATERMARK_PREFIX, token))
-            snap, name, lsn_text = cur.fetchone()[:3]
-        # The function returns the end of the message's WAL record, where the next record
-        # (maybe a commit) starts: the chunk is placed one byte below, inside the record,
-        # after every commit before it and before every commit after it.
-        return str(snap), _internal.lsn_to_int(lsn_text) - 1, str(name)
-
-    def _export_parts(self, cur: Any, table: OnlineTable, p: _Progress, again: set[Key], first_seq: int
-                      ) -> tuple[tuple[ChunkPart, ...], int, Key | None]:
-        """An exported chunk's parts (their conditions before the keys left out are known),
-        the rows of its key range, and the range's last key."""
-        filters = (f"({table.row_filter})",) if table.row_filter else ()
-        parts: list[ChunkPart] = []
-        total, last = 0, None
-        if not p.done:
-            try:
-                total, last, cuts = key_bounds(cur, table, self._range_sql(cur, table, p.after), self.chunk_rows)
-            except ValueError as e:
-                raise UnorderedKey(table.table, f"it holds a key value ({', '.join(table.key)}) that is not "
-                                   f"ordered here (a BC date, a year past 9999: {e})") from None
-            lower, rank = p.after, 0
-            for upto, key in [*cuts, *([(total, last)] if last is not None else [])]:
-                where = [key_condition(cur, table, "<=", key)]
-                if lower is not None:
-                    where.insert(0, key_condition(cur, table, ">", lower))
-                parts.append(ChunkPart((*where, *filters), first_seq + rank, upto - rank))
-                lower, rank = key, upto
-        cond = keys_condition(cur, table, again)
-        if cond is not None:
-            parts.append(ChunkPart((cond, *filters), first_seq + total, len(again)))
-        return tuple(parts), total, last
-
-    def _empty(self, table: OnlineTable) -> pa.RecordBatch:
-        """A batch of no rows of ``table``'s chunks."""
-        decoder = _internal.CopyDecoder(*table.relation.native_args(), lsn=0, commit_ts=0, first_seq=0,
-                                        **self._options)
-        schema = without_column_ids(pa.RecordBatchReader.from_stream(decoder.schema).schema)
-        return pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)
-
-    def _as_published(self, cur: Any, table: OnlineTable) -> OnlineTable:
-        """``table`` with its columns as published in the chunk's snapshot (a column added
-        since it was planned, maybe with a default every row has; one dropped)."""
-        if not self.publications:
-            return table
-        rel = relation_definition(cur, table.table, self.publications)
-        if rel.columns == table.relation.columns and rel.types == table.relation.types:
-            return table
-        table = self.tables[table.table] = dataclasses.replace(table, relation=rel)
-        return table
-
-    def _range_sql(self, cur: Any, table: OnlineTable, after: Key | None) -> str:
-        key = ", ".join(quote_ident(k) for k in table.key)
-        where = []
-        if after is not None:
-            values = ", ".join(f"%s::{t}" for t in table.key_types)
-            where.append(cur.mogrify(f"({key}) > ({values})", table.to_text(after)).decode())
-        if table.row_filter:
-            where.append(f"({table.row_filter})")
-        condition = (" WHERE " + " AND ".join(where)) if where else ""
-        return f"SELECT {{cols}} FROM {table.source}{condition} ORDER BY {key} LIMIT {self.chunk_rows}"
-
-    def _keys_sql(self, cur: Any, table: OnlineTable, keys: Iterable[Key]) -> str:
-        key = ", ".join(quote_ident(k) for k in table.key)
-        one = "(" + ", ".join(f"%s::{t}" for t in table.key_types) + ")"
-        values = ", ".join(cur.mogrify(one, table.to_text(k)).decode() for k in keys)
-        condition = f"({key}) IN ({values})"
-        if table.row_filter:
-            condition += f" AND ({table.row_filter})"
-        return f"SELECT {{cols}} FROM {table.source} WHERE {condition}"
-
-    def _copy(self, cur: Any, table: OnlineTable, lsn: int, first_seq: int, select: str) -> list[pa.RecordBatch]:
-        """The rows of ``select`` (``{cols}``: the published columns), decoded; the first
-        batch is kept when empty (it gives the schema)."""
-        rel = table.relation
-        decoder = _internal.CopyDecoder(*rel.native_args(), lsn=lsn, commit_ts=int(time.time() * 1e6),
-                                        first_seq=first_seq, **self._options)
-        cols = columns_sql(rel, decoder.text_columns)
-        decoder.start(self.conn.pgconn_ptr, f"COPY ({select.replace('{cols}', cols, 1)}) TO STDOUT (FORMAT binary)",
-                      copy_out_functions(self.conn))
-        out: list[pa.RecordBatch] = []
-        while not decoder.done:
-            out += [pa.record_batch(b) for b in decoder.read()]
-        if not out:
-            schema = pa.RecordBatchReader.from_stream(decoder.schema).schema
-            out = [pa.record_batch([pa.array([], f.type) for f in schema], schema=schema)]
-        return by_name([b for b in out if b.num_rows] or out[:1])
-
     # ------------------------------------------------------------------ the stream
 
     def sync(self, cur: Any, publications: Sequence[str], only: Sequence[str] | None = None) -> dict[str, str]:
@@ -464,7 +193,7 @@ class OnlineSnapshot:
         those no longer published; with ``only``, of those tables only. Returns the tables newly published that it cannot chunk
         in key order, with why: the caller takes them by an exported snapshot (they are
         :attr:`fallback` from now on)."""
-        self.publications = tuple(publications)
+        self.reader.publications = tuple(publications)
         tables, fallback = plan_online(cur, publications, only=only)
         published = {t.table for t in tables} | set(fallback)
         for gone in [t for t in (set(self.tables) | self.fallback | self.exported) if t not in published]:
@@ -481,7 +210,7 @@ class OnlineSnapshot:
     def read_again(self, cur: Any, publications: Sequence[str], table: str) -> None:
         """Reads ``table`` (published) again from its first key; an error if it cannot be
         chunked in key order."""
-        self.publications = tuple(publications)
+        self.reader.publications = tuple(publications)
         tables, fallback = plan_online(cur, publications, [table])
         if fallback:
             raise ReplicationError(f"{table} cannot be read online: {fallback[table]}; "
@@ -646,7 +375,7 @@ class OnlineSnapshot:
             for k_new, k_old in self._partial_keys(t, batch, pc.invert(invisible) if seen else invisible):
                 self._partial_below(t, p, chunk, k_new, k_old, seen)
 
-    def _partial_below(self, t: OnlineTable, p: _Progress, chunk: Chunk, k_new: Key, k_old: Key | None,
+    def _partial_below(self, t: OnlineTable, p: Progress, chunk: Chunk, k_new: Key, k_old: Key | None,
                        seen: bool) -> None:
         """An UPDATE below the chunk's watermark left a TOAST value of ``k_new`` unsent;
         ``seen``: the chunk's snapshot sees it."""
@@ -694,18 +423,18 @@ class OnlineSnapshot:
         return _true(mask)
 
     @staticmethod
-    def _read_past(t: OnlineTable, p: _Progress, key: Key) -> bool:
+    def _read_past(t: OnlineTable, p: Progress, key: Key) -> bool:
         """Whether the key range read (and handed out) so far holds ``key``."""
         return p.done or (p.after is not None and t.sort_key(key) <= t.sort_key(p.after))
 
     @staticmethod
-    def _in_range(t: OnlineTable, p: _Progress, chunk: Chunk, key: Key) -> bool:
+    def _in_range(t: OnlineTable, p: Progress, chunk: Chunk, key: Key) -> bool:
         """Whether ``key`` is in the key range ``chunk`` read (past what was read before)."""
         if p.done or OnlineSnapshot._read_past(t, p, key):
             return False
         return chunk.ends or (chunk.last is not None and t.sort_key(key) <= t.sort_key(chunk.last))
 
-    def _held_whole(self, t: OnlineTable, p: _Progress, key: Key) -> bool:
+    def _held_whole(self, t: OnlineTable, p: Progress, key: Key) -> bool:
         """Whether the replica holds the row of ``key`` whole (as far as this snapshot
         knows): its range was handed out and it is not waiting to be read again."""
         return self._read_past(t, p, key) and key not in p.again
@@ -723,34 +452,20 @@ class OnlineSnapshot:
             p.done = True
         p.again = (p.again - chunk.reread) | chunk.again
         if chunk.snapshot_name:
-            chunk.exported = self._exported(chunk)
+            chunk.exported = self.reader.exported(chunk)
             self.rows += chunk.exported.rows
         else:
             self.rows += sum(b.num_rows for b in chunk.batches)
         self.dirty = False
         return chunk, self.state
 
-    def _exported(self, chunk: Chunk) -> ExportedChunk:
-        """What reads an exported chunk's rows, the keys it leaves out known."""
-        t = chunk.table
-        parts = chunk.parts
-        if chunk.drop:
-            with self.conn.cursor() as cur:
-                left_out = keys_condition(cur, t, sorted(chunk.drop, key=t.sort_key), negate=True) or "true"
-            parts = tuple(ChunkPart((*part.where, left_out), part.first_seq, part.rows) for part in parts)
-        return ExportedChunk(t.table, chunk.snapshot_name, t.relation, t.source, parts, chunk.lsn,
-                             int(time.time() * 1e6), dict(self._options), max(0, chunk.counted - len(chunk.drop)))
-
     def end_exports(self, upto: int) -> None:
         """The exported chunks handed out below ``upto`` were read: their transactions end."""
-        if self.exports is not None:
-            self.exports.end(upto)
+        self.reader.end_exports(upto)
 
     def close(self) -> None:
         """Closes its connections (an exported chunk's transaction ends with its own)."""
-        if self.exports is not None:
-            self.exports.close()
-        close_quietly(self.conn)
+        self.reader.close()
 
 
 @dataclasses.dataclass
