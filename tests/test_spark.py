@@ -1505,7 +1505,7 @@ def test_stream_source_online_snapshot_resumes_from_the_checkpoint(spark: Any, v
         return max((int(t["after"][0]) for t in online.get("tables", {}).values() if t["after"]), default=0)
 
     q = start({"processingTime": "0.3 seconds"})
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 420  # one chunk of 250 keys per micro-batch, on a loaded machine
     while read_after() < 4000:
         assert time.monotonic() < deadline and q.isActive, q.exception()
         time.sleep(0.2)

@@ -85,6 +85,10 @@ MAX_HELD_BYTES = 256 << 20
 #: at all.
 REPLAY_STALL_S = 300.0
 
+#: ``latestOffset`` waits at most this long for the online snapshot's next chunk (its keys'
+#: bounds read and its watermark reached in the stream); a chunk later comes in a later batch.
+CHUNK_WAIT_S = 10.0
+
 _T = TypeVar("_T")
 
 
@@ -281,6 +285,13 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if wait > 0:
             time.sleep(wait)
         pump = self._stream_from(begin, start.get(ONLINE))
+        with pump.lock:
+            asked = pump.want_chunk(begin)
+        if asked:
+            # The online snapshot's next chunk, read now for this batch (its snapshot is held
+            # from here to the batch's commit): its keys' bounds, and its watermark reached.
+            self._wait_for(pump, lambda: not pump.snapshot_pending or any(w >= begin for w in pump.held.chunks),
+                           give_up_s=CHUNK_WAIT_S)
         target = self._target
         if target is not None:
             # Trigger.AvailableNow ends at the first poll that finds nothing: until the stream
@@ -353,14 +364,16 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if pump is not None:
             pump.close()
 
-    def _wait_for(self, pump: StreamPump, ready: Callable[[], bool]) -> None:
+    def _wait_for(self, pump: StreamPump, ready: Callable[[], bool], give_up_s: float | None = None) -> None:
         """Wait until ``ready()`` (read under the pump's lock) while the stream moves; a
-        stream that stops moving for REPLAY_STALL_S is an error."""
+        stream that stops moving for REPLAY_STALL_S is an error. With ``give_up_s``, at most
+        that long (then without it)."""
         seen, moved = -1, time.monotonic()
+        deadline = None if give_up_s is None else moved + give_up_s
         while True:
             pump.check()
             with pump.lock:
-                if ready():
+                if ready() or (deadline is not None and time.monotonic() > deadline):
                     return
                 upto = pump.upto
             if upto != seen:

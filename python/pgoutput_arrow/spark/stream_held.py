@@ -31,13 +31,14 @@ __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTE
 #: work of casting them).
 PART_BYTES = 32 << 20
 
-#: The online snapshot's chunks the driver holds at most before Spark commits them; then the
-#: stream reads changes only, until Spark commits. A chunk held is only its keys' bounds and
-#: its exported snapshot: its rows are read by the executors of the micro-batch that holds
-#: it, one chunk per micro-batch (:meth:`Held.one_chunk`). Spark commits batch N to the source
-#: only after it planned batch N + 1, so a second chunk held is what batch N + 1 reads; a kill
-#: costs the rows of the one chunk in flight (the offsets claim a batch's chunks one batch
-#: late: a chunk held and not committed is read again after a kill).
+#: The online snapshot's chunks the driver holds at most before Spark commits them. A chunk
+#: held is its keys' bounds and its exported snapshot, read when ``latestOffset`` asks for one
+#: (:meth:`StreamPump.want_chunk`), its rows read by the executors of the micro-batch it is
+#: planned in, one chunk per micro-batch (:meth:`Held.one_chunk`). Spark commits batch N to
+#: the source only after it planned batch N + 1: the chunk of batch N + 1 is the second one
+#: held. The chunk's snapshot (and the server's xmin horizon) is held from the plan of its
+#: micro-batch to its commit; a kill costs the rows of the one chunk in flight (the offsets
+#: claim a batch's chunks one batch late: a chunk not committed is read again after a kill).
 MAX_HELD_CHUNKS = 2
 
 #: The columns a row of another table keeps when the query reads one table: they count for
@@ -261,6 +262,8 @@ class StreamPump:
         #: Whether the stream's snapshot (the online one) still has rows to hand out.
         self.snapshot_pending = live.snapshot_pending
         self.lock = threading.Lock()
+        #: Whether the online snapshot reads its next chunk (``latestOffset`` asks for one).
+        self.chunk_wanted = False
         self.error: BaseException | None = None
         self._ack: int | None = None
         self._stopping = threading.Event()
@@ -276,7 +279,7 @@ class StreamPump:
                     full = self.held.nbytes >= self.max_bytes
                     # The online snapshot reads ahead of Spark's commits by at most this many
                     # chunks: a kill loses them with the batch in flight.
-                    live.read_chunks = len(self.held.chunks) < MAX_HELD_CHUNKS
+                    live.read_chunks = self.chunk_wanted and len(self.held.chunks) < MAX_HELD_CHUNKS
                 if full:
                     self._stopping.wait(0.05)
                     continue
@@ -284,7 +287,10 @@ class StreamPump:
                 with self.lock:
                     self.snapshot_pending = live.snapshot_pending
                     if group is not None:
+                        chunks = len(self.held.chunks)
                         self.held.add(group[0])
+                        if len(self.held.chunks) > chunks:
+                            self.chunk_wanted = False  # the one asked for
                         self.upto = max(self.upto, group[1])
                     else:
                         # Positions passed without changes for Spark (other tables, an idle
@@ -301,6 +307,14 @@ class StreamPump:
             self.live.confirm()
             # Spark read the chunks of the batches it committed: their snapshots end.
             self.live.release_exported(lsn)
+
+    def want_chunk(self, start: int) -> bool:
+        """Ask the online snapshot for its next chunk unless one committing at or after
+        ``start`` is held already (under the lock); True when one was asked for."""
+        if not self.snapshot_pending or any(w >= start for w in self.held.chunks):
+            return False
+        self.chunk_wanted = True
+        return True
 
     def check(self) -> None:
         """Raise what stopped the thread (the stream failed), if anything did."""
