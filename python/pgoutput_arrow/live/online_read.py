@@ -277,20 +277,14 @@ class ChunkReader:
 
     def _range_sql(self, cur: Any, table: OnlineTable, after: Key | None) -> str:
         key = ", ".join(quote_ident(k) for k in table.key)
-        where = []
-        if after is not None:
-            values = ", ".join(f"%s::{t}" for t in table.key_types)
-            where.append(cur.mogrify(f"({key}) > ({values})", table.to_text(after)).decode())
+        where = [key_condition(cur, table, ">", after)] if after is not None else []
         if table.row_filter:
             where.append(f"({table.row_filter})")
         condition = (" WHERE " + " AND ".join(where)) if where else ""
         return f"SELECT {{cols}} FROM {table.source}{condition} ORDER BY {key} LIMIT {self.chunk_rows}"
 
     def _keys_sql(self, cur: Any, table: OnlineTable, keys: Iterable[Key]) -> str:
-        key = ", ".join(quote_ident(k) for k in table.key)
-        one = "(" + ", ".join(f"%s::{t}" for t in table.key_types) + ")"
-        values = ", ".join(cur.mogrify(one, table.to_text(k)).decode() for k in keys)
-        condition = f"({key}) IN ({values})"
+        condition = keys_condition(cur, table, keys) or "false"
         if table.row_filter:
             condition += f" AND ({table.row_filter})"
         return f"SELECT {{cols}} FROM {table.source} WHERE {condition}"
