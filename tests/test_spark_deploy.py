@@ -168,6 +168,9 @@ class Deployments:
                     result = _run_driver(["--remote", server.url], spec, work, clean_env(),
                                          work)
             result["total_s"] = time.monotonic() - t0
+            if deployment != "local":
+                # Its application has ended: the executors' copies of the environment go.
+                self.request.getfixturevalue("cluster").remove_executor_copies()
             self.results[deployment], self.specs[deployment] = result, spec
         return self.results[deployment], self.specs[deployment]
 

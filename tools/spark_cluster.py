@@ -218,12 +218,15 @@ class StandaloneCluster:
                               f"its status ALIVE at {self.ui_url}/json/")
             for i in range(self.n_workers):
                 work = self.log_dir / f"worker-{i}"
-                work.mkdir(exist_ok=True)
+                (work / "local").mkdir(parents=True, exist_ok=True)
+                # The executors' scratch space (their fetched-file caches, blocks) in the
+                # cluster's own directory, not /tmp: removed with it, and between applications.
                 self.daemons.append(Daemon(f"Spark worker {i}", [
                     spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                     "--webui-port", str(free_port()), "--cores", str(self.cores),
                     "--memory", self.memory, "--work-dir", str(work), self.master_url],
-                    self.log_dir / f"worker-{i}.log", env))
+                    self.log_dir / f"worker-{i}.log",
+                    {**env, "SPARK_LOCAL_DIRS": str(work / "local")}))
             master.wait_until(lambda: self.alive_workers() == self.n_workers,
                               f"{self.n_workers} workers registered")
         except BaseException:
@@ -231,12 +234,21 @@ class StandaloneCluster:
             raise
         return self
 
+    def remove_executor_copies(self) -> None:
+        """What the executors of finished applications fetched and unpacked (a shipped
+        environment is hundreds of MB per executor), their logs kept; call it between
+        applications, when none runs."""
+        for i in range(self.n_workers):
+            work = self.log_dir / f"worker-{i}"
+            _remove_executor_copies(work)
+            for scratch in (work / "local").glob("*/executor-*"):
+                shutil.rmtree(scratch, ignore_errors=True)
+
     def stop(self) -> None:
         for daemon in reversed(self.daemons):
             daemon.stop()
         self.daemons.clear()
-        for i in range(self.n_workers):
-            _remove_executor_copies(self.log_dir / f"worker-{i}")
+        self.remove_executor_copies()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -258,6 +258,12 @@ def placement(summaries: pa.Table) -> Placement:
 #: default: then a cached plan's shuffles are not coalesced where a plain query's are).
 _CACHED_AQE = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
 
+#: Spark caches a plan in a clone of the session while this is on (turned off in the clone), and
+#: a clone of a Spark Connect session adds the session's artifacts again: every archive it added
+#: (a shipped environment, hundreds of MB) is unpacked once more on the server, per ``persist``.
+#: Off while the decoding pass is cached, the session itself plans it, as the clone would have.
+_CACHED_BUCKETED_SCAN = "spark.sql.sources.bucketing.autoBucketedScan.enabled"
+
 
 #: The optimizer rule that evaluates a projection of a local relation (``createDataFrame``)
 #: on the driver, once: ``spark_partition_id()`` would be 0 for every row there, where the
@@ -291,7 +297,10 @@ def _persist_adaptively(df: Any) -> Any:
     """``df.persist()``, planned as the catalog's plain query was (adaptively, if the session
     is): the capture's partitions must be the same in both, and a shuffle in the user's
     DataFrame is coalesced alike only when both are planned alike."""
-    return _with_setting(df.sparkSession, _CACHED_AQE, "false", lambda _: "true", df.persist)
+    spark = df.sparkSession
+    return _with_setting(spark, _CACHED_AQE, "false", lambda _: "true",
+                         lambda: _with_setting(spark, _CACHED_BUCKETED_SCAN, "true", lambda _: "false",
+                                               df.persist))
 
 
 #: The decoding pass's first columns: ``_t`` is the row's table's number (or
