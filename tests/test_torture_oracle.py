@@ -10,9 +10,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "torture"))
 
+import dataclasses  # noqa: E402
+
 import values  # noqa: E402
-from generator import Filtered  # noqa: E402
-from oracle import UNCHANGED, filter_expected, parse_test_decoding  # noqa: E402
+from generator import TRANSACTIONAL_MESSAGE, Filtered, Step, Workload  # noqa: E402
+from oracle import UNCHANGED, compare_messages, filter_expected, parse_test_decoding  # noqa: E402
 
 LINES = [
     "BEGIN 745",
@@ -39,6 +41,27 @@ def test_test_decoding_lines_read_with_quoted_names_bits_and_transactions() -> N
     assert e.changes[1].old == {"id": "2"} and e.changes[1].new["c1"] == UNCHANGED
     assert [(m.transactional, m.prefix, m.content, m.xid) for m in e.messages] == [
         (True, "torture", b"a b", 745), (False, "p", b"", None)]
+
+
+def test_a_streamed_message_of_a_rolled_back_savepoint_may_be_decoded_and_no_other() -> None:
+    """pgoutput tags a streamed message with the top transaction's xid, so one streamed before
+    its savepoint was rolled back stays in the stream (test_decoding, reading the transaction
+    whole at its commit, never prints it): the tester allows that one, and nothing else."""
+    msg = lambda text: f"{TRANSACTIONAL_MESSAGE}'{text}')"  # noqa: E731
+    w = Workload(1, [
+        Step("commit", ["INSERT 1", msg("kept"), "SAVEPOINT s1", msg("gone"), "ROLLBACK TO SAVEPOINT s1",
+                        msg("kept too"), "SAVEPOINT s1", msg("released"), "RELEASE SAVEPOINT s1"]),
+        Step("interleaved", [msg("a")], ["SAVEPOINT s1", msg("gone in B"), "ROLLBACK TO SAVEPOINT s1"]),
+        Step("abort", ["SAVEPOINT s1", msg("aborted whole"), "ROLLBACK TO SAVEPOINT s1"])])
+    assert w.rolled_back_messages() == ["'gone'", "'gone in B'"]
+    lines = ["BEGIN 9", "message: transactional: 1 prefix: torture, sz: 4 content:kept", "COMMIT 9"]
+    e = dataclasses.replace(parse_test_decoding(lines), may_add=[("torture", b"gone")])
+    assert compare_messages(e, [(True, "torture", b"kept", 9)], "x") == (1, [])
+    assert compare_messages(e, [(True, "torture", b"kept", 9), (True, "torture", b"gone", 9)], "x") == (1, [])
+    _, problems = compare_messages(e, [(True, "torture", b"kept", 9), (True, "torture", b"other", 9)], "x")
+    assert problems and "extra [(True, 'torture', b'other')]" in problems[0]
+    _, problems = compare_messages(e, [(True, "torture", b"gone", 9)], "x")
+    assert problems and "missing [(True, 'torture', b'kept')]" in problems[0]
 
 
 def test_filtered_publication_keeps_listed_columns_of_rows_passing_the_filter() -> None:

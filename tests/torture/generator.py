@@ -287,6 +287,9 @@ class Step:
 #: Prefix of the logical messages that mark publication and partition changes.
 MARKER = "torture-pub"
 
+#: The start of a workload's transactional message (its content expression and ")" follow).
+TRANSACTIONAL_MESSAGE = "SELECT pg_logical_emit_message(true, 'torture', "
+
 
 def marker(*fields: str) -> str:
     """A transactional message telling the oracle of a publication or name change; its
@@ -394,6 +397,30 @@ class Workload:
 
     def statements(self) -> int:
         return sum(len(s.sql) + len(s.other) for s in self.steps)
+
+    def rolled_back_messages(self) -> list[str]:
+        """The content (an SQL expression) of each transactional message emitted inside a
+        savepoint that was rolled back while its transaction went on. test_decoding never
+        prints one; pgoutput sends one that it streamed before the rollback, because it
+        tags a streamed message with the top transaction's xid (``pgoutput_message``: "xid =
+        txn->xid"), so its Stream Abort of the subtransaction cannot name it."""
+        out: list[str] = []
+        for step in self.steps:
+            if step.kind == "abort":
+                continue
+            for statements in (step.sql, step.other):
+                inside: list[str] | None = None  # in the savepoint (None: outside one)
+                for sql in statements:
+                    if sql == "SAVEPOINT s1":
+                        inside = []
+                    elif sql == "RELEASE SAVEPOINT s1":
+                        inside = None
+                    elif sql == "ROLLBACK TO SAVEPOINT s1" and inside is not None:
+                        out += inside
+                        inside = []  # the savepoint stays
+                    elif sql.startswith(TRANSACTIONAL_MESSAGE) and inside is not None:
+                        inside.append(sql[len(TRANSACTIONAL_MESSAGE):-1])
+        return out
 
 
 #: Column names besides the plain ``c<n>``: PostgreSQL takes any text as a quoted name.
@@ -539,7 +566,9 @@ class _Gen:
         if transactional == "false":
             # Sent at once, whatever becomes of the transaction around it.
             self.expect("v1-text", "M")
-        return f"SELECT pg_logical_emit_message({transactional}, 'torture', {_text(self.r)})"
+        if transactional == "true":
+            return f"{TRANSACTIONAL_MESSAGE}{_text(self.r)})"
+        return f"SELECT pg_logical_emit_message(false, 'torture', {_text(self.r)})"
 
     def ddl_tables(self) -> list[Table]:
         return [t for t in self.tables if t is not self.frozen]
