@@ -8,6 +8,7 @@
 
 mod array;
 mod datetime;
+mod interval;
 mod num;
 mod oid;
 mod oid_table;
@@ -201,7 +202,7 @@ impl IntervalStructBuilder {
         }
     }
 
-    fn append_value(&mut self, v: datetime::Interval) {
+    fn append_value(&mut self, v: interval::Interval) {
         self.months.append_value(v.months);
         self.days.append_value(v.days);
         self.micros.append_value(v.micros);
@@ -617,13 +618,13 @@ impl ColumnBuilder {
                 prim!(b, special!(datetime::timestamp_to_arrow(v, sv, range)))
             }
             Col::Interval(b) => {
-                let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
-                let v: IntervalMonthDayNano = special!(datetime::interval_to_arrow(v, sv));
+                let v = if binary { interval::interval_bin(bytes)? } else { interval::interval_text(bytes)? };
+                let v: IntervalMonthDayNano = special!(interval::interval_to_arrow(v, sv));
                 prim!(b, v)
             }
             Col::IntervalStruct(b) => {
-                let v = if binary { datetime::interval_bin(bytes)? } else { datetime::interval_text(bytes)? };
-                let v = special!(datetime::interval_fields(v, sv));
+                let v = if binary { interval::interval_bin(bytes)? } else { interval::interval_text(bytes)? };
+                let v = special!(interval::interval_fields(v, sv));
                 prim!(b, v)
             }
             Col::Uuid(b) => {

@@ -16,7 +16,8 @@ use arrow_array::types::{
 use arrow_array::{Array, ArrayRef, StringArray};
 use arrow_schema::{DataType, TimeUnit};
 
-use super::datetime::{self, Interval};
+use super::datetime;
+use super::interval::{self, Interval};
 use super::render;
 use super::value::ValueError;
 
@@ -105,7 +106,7 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
                 i64::MAX | i64::MIN => v.nanoseconds,
                 n => n / 1000,
             };
-            datetime::interval_to_text(Interval { months: v.months, days: v.days, micros }, out);
+            interval::interval_to_text(Interval { months: v.months, days: v.days, micros }, out);
         }
         DataType::Struct(fields) if super::is_interval_struct(fields) => {
             let s = array.as_struct();
@@ -114,7 +115,7 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
                 days: s.column(1).as_primitive::<Int32Type>().value(i),
                 micros: s.column(2).as_primitive::<Int64Type>().value(i),
             };
-            datetime::interval_to_text(v, out);
+            interval::interval_to_text(v, out);
         }
         DataType::FixedSizeBinary(16) => {
             let b = array.as_fixed_size_binary().value(i);

@@ -7,6 +7,7 @@
 use std::fmt::Write;
 
 use super::datetime;
+use super::interval;
 use super::num::{err, fixed, numeric_bin_to_text};
 use super::oid;
 use super::value::{Result, ValueError};
@@ -234,7 +235,7 @@ pub(crate) fn render(kind: StrKind, bytes: &[u8], out: &mut String) -> Result<()
         StrKind::Time => datetime::time_to_text(datetime::time_bin(bytes)?, out),
         StrKind::Timestamp => datetime::timestamp_to_text(datetime::timestamp_bin(bytes)?, false, out),
         StrKind::TimestampTz => datetime::timestamp_to_text(datetime::timestamp_bin(bytes)?, true, out),
-        StrKind::Interval => datetime::interval_to_text(datetime::interval_bin(bytes)?, out),
+        StrKind::Interval => interval::interval_to_text(interval::interval_bin(bytes)?, out),
         StrKind::TimeTz => datetime::timetz_bin_to_text(bytes, out)?,
         StrKind::Inet => inet(bytes, out)?,
         StrKind::Macaddr | StrKind::Macaddr8 => {
