@@ -169,6 +169,11 @@ class Sampler(threading.Thread):
         self.oldest = 0.0
         self.lags: list[tuple[bool, int]] = []  # (the snapshot unfinished, bytes)
         self.snapshot_running = True
+        #: Which run is going, and since when (set by the loop that starts them).
+        self.run_name, self.run_started = "", time.monotonic()
+        #: Each xmin-holding transaction seen, (pid, its start) → (its oldest age seen, the run,
+        #: seconds from the run's start to the transaction's).
+        self.holders: dict[tuple[int, float], tuple[float, str, float]] = {}
 
     def run(self) -> None:
         conn = self.pg.connect()
@@ -176,6 +181,15 @@ class Sampler(threading.Thread):
         with conn.cursor() as cur:
             while not self.stop.is_set():
                 self.oldest = max(self.oldest, oldest_xmin_holder(cur, self.exclude, APPLICATION))
+                cur.execute("SELECT pid, extract(epoch FROM xact_start)::float8, "
+                            "extract(epoch FROM clock_timestamp() - xact_start)::float8 FROM pg_stat_activity "
+                            "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
+                            "AND backend_type = 'client backend' AND application_name = %s",
+                            (self.exclude, APPLICATION))
+                for pid, start, age in cur.fetchall():
+                    seen = self.holders.get((pid, start))
+                    into_run = seen[2] if seen else max(0.0, time.monotonic() - self.run_started - age)
+                    self.holders[(pid, start)] = (max(age, seen[0] if seen else 0.0), self.run_name, into_run)
                 cur.execute("SELECT active, (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
                             "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
                 row = cur.fetchone()
@@ -196,6 +210,18 @@ def read_state(out: Path, fmt: str) -> Any:
         return json.loads((out / "_checkpoint.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError, IndexError):
         return None
+
+
+def _holders(holders: dict[tuple[int, float], tuple[float, str, float]]) -> dict[str, Any]:
+    """The xmin-holding transactions sampled: how many, their ages (median, 95th percentile,
+    largest), and the five oldest with their run and how far into it they began."""
+    ages = sorted(age for age, _, _ in holders.values())
+    if not ages:
+        return {"count": 0}
+    top = sorted(holders.values(), reverse=True)[:5]
+    return {"count": len(ages), "median_s": round(ages[len(ages) // 2], 3),
+            "p95_s": round(ages[int(len(ages) * 0.95)], 3), "max_s": round(ages[-1], 3),
+            "oldest": [{"age_s": round(a, 2), "run": r, "began_into_run_s": round(t, 1)} for a, r, t in top]}
 
 
 def progress(pg: Any, out: Path, fmt: str, slot: str) -> tuple[Any, Any]:
@@ -364,6 +390,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
             before = progress(pg, out, fmt, slot)
             in_snapshot = not (before[0] and finished(before[0], fmt))
             err_path = work / f"pg{version}_{fmt}_run{i}.err"
+            sampler.run_name, sampler.run_started = f"run {i}", time.monotonic()
             with open(err_path, "w") as err:
                 # A session of its own: the kill takes the whole run (Spark's JVM and its
                 # Python workers too), as a node's death would.
@@ -404,6 +431,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
     finally:
         writer.stop.set()
         writer.join(timeout=60)
+    sampler.run_name, sampler.run_started = "last run", time.monotonic()
     last = subprocess.run(last_cmd, capture_output=True, text=True, timeout=3600,
                           env={**os.environ, "PGAPPNAME": APPLICATION})
     sampler.stop.set()
@@ -449,6 +477,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
         "chunks_read": len(chunk_times), "longest_chunk_read_s": max(chunk_times, default=0.0),
         "median_chunk_read_s": statistics.median(chunk_times) if chunk_times else 0.0,
         "oldest_xmin_holder_s": round(sampler.oldest, 3),
+        "xmin_holders": _holders(sampler.holders),
         "lag_bytes_during_snapshot": {"median": statistics.median(lag_snapshot) if lag_snapshot else None,
                                       "max": max(lag_snapshot, default=None)},
         "lag_bytes_after_snapshot": {"median": statistics.median(lag_stream) if lag_stream else None,
