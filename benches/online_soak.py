@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benches"))
 
-from online_snapshot import oldest_xmin_holder  # noqa: E402  (beside this file)
+from online_snapshot import xmin_holders  # noqa: E402  (beside this file)
 
 SERVER_SETTINGS = {"shared_buffers": "'1GB'", "max_wal_size": "'8GB'", "checkpoint_timeout": "'30min'",
                    "max_replication_slots": "20", "max_wal_senders": "20", "wal_sender_timeout": "'0'"}
@@ -159,14 +159,13 @@ class Writer(threading.Thread):
 
 
 class Sampler(threading.Thread):
-    """Every 100 ms: the oldest open transaction holding an xmin (sessions other than
+    """Every 100 ms: each open transaction of the runs holding an xmin (sessions other than
     ``exclude`` and its own), and the slot's lag while it is active."""
 
     def __init__(self, pg: Any, exclude: list[int], slot: str) -> None:
         super().__init__(daemon=True)
         self.pg, self.exclude, self.slot = pg, exclude, slot
         self.stop = threading.Event()
-        self.oldest = 0.0
         self.lags: list[tuple[bool, int]] = []  # (the snapshot unfinished, bytes)
         self.snapshot_running = True
         #: Which run is going, and since when (set by the loop that starts them).
@@ -180,13 +179,7 @@ class Sampler(threading.Thread):
         conn.autocommit = True
         with conn.cursor() as cur:
             while not self.stop.is_set():
-                self.oldest = max(self.oldest, oldest_xmin_holder(cur, self.exclude, APPLICATION))
-                cur.execute("SELECT pid, extract(epoch FROM xact_start)::float8, "
-                            "extract(epoch FROM clock_timestamp() - xact_start)::float8 FROM pg_stat_activity "
-                            "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
-                            "AND backend_type = 'client backend' AND application_name = %s",
-                            (self.exclude, APPLICATION))
-                for pid, start, age in cur.fetchall():
+                for pid, start, age in xmin_holders(cur, self.exclude, APPLICATION):
                     seen = self.holders.get((pid, start))
                     into_run = seen[2] if seen else max(0.0, time.monotonic() - self.run_started - age)
                     self.holders[(pid, start)] = (max(age, seen[0] if seen else 0.0), self.run_name, into_run)
@@ -476,7 +469,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
         "excess_chunks": round(excess_chunks, 2), "excess_chunks_per_kill": round(excess_chunks / args.kills, 3),
         "chunks_read": len(chunk_times), "longest_chunk_read_s": max(chunk_times, default=0.0),
         "median_chunk_read_s": statistics.median(chunk_times) if chunk_times else 0.0,
-        "oldest_xmin_holder_s": round(sampler.oldest, 3),
+        "oldest_xmin_holder_s": round(max((age for age, _, _ in sampler.holders.values()), default=0.0), 3),
         "xmin_holders": _holders(sampler.holders),
         "lag_bytes_during_snapshot": {"median": statistics.median(lag_snapshot) if lag_snapshot else None,
                                       "max": max(lag_snapshot, default=None)},
