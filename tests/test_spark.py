@@ -1540,11 +1540,14 @@ def test_stream_source_online_snapshot_resumes_from_the_checkpoint(spark: Any, v
         [tuple(r) for r in pg.query(f"SELECT id, v, n, big FROM {t} ORDER BY id")]
 
 
-def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: Any, unique_name: str) -> None:
+@pytest.mark.parametrize("hold", [False, True], ids=["ends-when-read", "holdChunkSnapshot"])
+def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: Any, unique_name: str,
+                                                                      hold: bool) -> None:
     """With onlineSnapshot, a chunk reaches the executors as partitions of key ranges (no rows
-    through the driver): each part is read under the chunk's exported snapshot, which stays
-    open until Spark commits the batch, then ends (a part read after that fails,
-    SnapshotGone), and the next chunk is read."""
+    through the driver): each part is read under the chunk's exported snapshot, which ends
+    once every part was read (the server's xmin horizon is held for one chunk's read; a part
+    read again fails, SnapshotGone, saying why), or with holdChunkSnapshot when Spark commits
+    the batch (a part may be read again until then); then the next chunk is read."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from pgoutput_arrow.live.snapshot import SnapshotGone
@@ -1555,7 +1558,8 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
                  f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 25000) g; "
                  f"CREATE PUBLICATION {pub} FOR TABLE {t}")
     options = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
-               "onlineSnapshot": "true", "snapshotChunkRows": "24000", "pollInterval": "0.1"}
+               "onlineSnapshot": "true", "snapshotChunkRows": "24000", "pollInterval": "0.1",
+               "holdChunkSnapshot": str(hold).lower()}
     reader = PgoutputStreamReader(options, stream_schema(options))
     try:
         start = reader.initialOffset()
@@ -1582,15 +1586,19 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
             rows += [i for b in batches for i in b.column("id").to_pylist()]
             assert all(set(b.column("_op").to_pylist()) <= {"snapshot"} for b in batches)
         assert sorted(rows) == list(range(1, 24001))
-        reader.commit(end)  # Spark committed the batch: the snapshot ends (on the stream's thread)
+        if hold:
+            time.sleep(1)
+            assert exporting() >= 1  # until Spark commits the batch
+            assert len(list(reader.read(chunks[1]))) >= 1  # read again, the same rows
+            reader.commit(end)  # Spark committed the batch: the snapshot ends (on the stream's thread)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                list(reader.read(chunks[0]))
-            except SnapshotGone:
-                break
+        while exporting():  # without holdChunkSnapshot: every part was read, and nothing committed
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        with pytest.raises(SnapshotGone, match=None if hold else "read again after every part of it was read once"):
+            list(reader.read(chunks[0]))
+        if not hold:
+            reader.commit(end)
         # The next chunk (the last 1 000 keys), in the next batch: one chunk per batch.
         start, deadline = end, time.monotonic() + 60
         while True:

@@ -53,7 +53,7 @@ from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import ConnectionLost, ReplicationError
 from .batches import LiveBatch, TableSchemas, drop_handled
 from .connection import CopyBoth, CopyBothEnded, connect, reconnect
-from .online_export import ExportedChunk
+from .online_export import ExportedChunk, Exports
 from .online_snapshot import Item, OnlineSnapshot, UnorderedKey
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
@@ -106,9 +106,12 @@ class LiveStream:
         self.read_chunks = True
         #: Whether the online snapshot's chunks are handed out with their rows to be read
         #: elsewhere (``LiveBatch.read_elsewhere``: Spark's executors) under each chunk's
-        #: exported snapshot, which stays open until :meth:`release_exported` (set before
-        #: :meth:`open`).
+        #: exported snapshot (set before :meth:`open`). The snapshot ends once every part's
+        #: reader said it read its rows (:meth:`release_read_exports`) with
+        #: ``end_exports_when_read``, else (and at the latest) at :meth:`release_exported`.
         self.export_chunks = False
+        self.end_exports_when_read = True
+        self._exports: Exports | None = None
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -432,8 +435,7 @@ class LiveStream:
                 self._online = OnlineSnapshot(
                     conn, [], chunk_rows=o.snapshot_chunk_rows, state=o.snapshot_state,
                     decoder_options={"binary": o.binary, **o.decoder_options},
-                    export_connect=(lambda: connect(self.dsn, o.connect_timeout, replication=False))
-                    if self.export_chunks else None)
+                    exports=self._new_exports())
             except BaseException:
                 close_quietly(conn)
                 raise
@@ -490,11 +492,25 @@ class LiveStream:
         with online.conn.cursor() as cur:
             online.read_again(cur, self.options.publications, table)
 
+    def _new_exports(self) -> Exports | None:
+        if not self.export_chunks:
+            return None
+        o = self.options
+        self._exports = Exports(lambda: connect(self.dsn, o.connect_timeout, replication=False),
+                                release_when_read=self.end_exports_when_read)
+        return self._exports
+
     def release_exported(self, upto: int) -> None:
         """The online snapshot's exported chunks handed out below ``upto`` were read
         (``export_chunks``): their snapshots end."""
-        if self._online is not None:
-            self._online.end_exports(upto)
+        if self._exports is not None:
+            self._exports.end(upto)
+
+    def release_read_exports(self) -> None:
+        """The online snapshot's exported chunks whose every part's reader said it read its
+        rows: their snapshots end (``export_chunks`` with ``end_exports_when_read``)."""
+        if self._exports is not None:
+            self._exports.release_read()
 
     def _flush_online(self, batches: list[Item], safe: int) -> bool:
         """A decoder flush while the online snapshot runs, handed out as it cuts it

@@ -13,15 +13,22 @@ side would have read. The keys that the chunk must leave out (touched below W by
 transaction S does not see: the stream's version wins) are known once the stream passed W;
 they are in the parts' ``WHERE`` by then.
 
-S must live until the rows are read: the chunk's transaction stays open until the consumer
-says so (:meth:`Exports.end`, through ``LiveStream.release_exported``; Spark's source calls it
-when Spark commits the micro-batch that read the chunk), and holds the server's xmin horizon
-that long: one chunk's read and the micro-batch around it.
+S must live until the rows are read, and no longer: the chunk's transaction holds the
+server's xmin horizon while it is open. Each part's reader says when it read its rows (a
+notification on the :attr:`Exports.channel`, :meth:`ExportedChunk.read_done`), and the
+chunk's transaction ends once every part did (:meth:`Exports.release_read`, through
+``LiveStream.release_read_exports``): the horizon is held for one chunk's read. A part read
+again after that (a Spark task retried, a micro-batch's DataFrame read twice) finds S gone
+and says so. Without the channel (``release_when_read=False``) a chunk's transaction lasts
+until the consumer says its rows were read (:meth:`Exports.end`, through
+``LiveStream.release_exported``; Spark's source calls it when Spark commits the micro-batch
+that read the chunk): any part may then be read again until then.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -84,6 +91,9 @@ class ExportedChunk:
     options: Mapping[str, Any]
     rows: int
     schema: pa.Schema | None = None
+    #: Where a part's reader says it read its rows (:meth:`read_done`); "": nowhere (the
+    #: snapshot lasts until the consumer ends it).
+    channel: str = ""
 
     def sql(self, part: int, text_columns: Sequence[bool]) -> str:
         """The COPY that reads part ``part``."""
@@ -105,6 +115,21 @@ class ExportedChunk:
                 continue
             for b in by_name(batches):
                 yield b if self.schema is None else conform(b, self.schema).combine_chunks().to_batches()[0]
+
+    def read_done(self, conn: Any, part: int) -> None:
+        """Part ``part`` was read on ``conn`` (its transaction in the exported snapshot):
+        the transaction ends, and the stream's side is told on :attr:`channel` (it ends the
+        exported snapshot once every part was read). A failed notification is left alone:
+        the snapshot then ends when the consumer says so."""
+        import psycopg2
+
+        cur = conn.cursor()
+        cur.execute("COMMIT")
+        if self.channel:
+            try:
+                cur.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{self.snapshot_name} {part}"))
+            except psycopg2.Error:
+                pass
 
 
 def key_bounds(cur: Any, table: OnlineTable, range_sql: str, chunk_rows: int
@@ -146,38 +171,91 @@ def keys_condition(cur: Any, table: OnlineTable, keys: Iterable[Key], negate: bo
     return f"{'NOT ' if negate else ''}(({cols}) IN ({values}))"
 
 
-class Exports:
-    """The exported chunks' transactions, each open on a connection of its own until
-    :meth:`end` says its rows were read (``connect``: a new plain autocommit connection)."""
+@dataclasses.dataclass
+class _Open:
+    """An exported chunk's open transaction: its position, its snapshot's name, its
+    connection, and the parts not read yet (None: not known yet)."""
 
-    def __init__(self, connect: Callable[[], Any]) -> None:
+    lsn: int
+    name: str
+    conn: Any
+    unread: set[int] | None = None
+
+
+class Exports:
+    """The exported chunks' transactions, each open on a connection of its own until its
+    rows were read (``connect``: a new plain autocommit connection): until every part's
+    reader said so on :attr:`channel` (:meth:`release_read`) with ``release_when_read``, at
+    the latest when :meth:`end` says so."""
+
+    def __init__(self, connect: Callable[[], Any], release_when_read: bool = True) -> None:
         self._connect = connect
-        self._open: list[tuple[int, Any]] = []  # (the chunk's position, its connection)
+        self._open: list[_Open] = []
         self._idle: list[Any] = []
+        #: The notification channel the parts' readers report on ("": none).
+        self.channel = f"pgoutput_arrow_read_{secrets.token_hex(6)}" if release_when_read else ""
+        self._listener: Any = None
 
     def begin(self) -> Any:
         """A connection for the next chunk's transaction (not begun yet)."""
+        if self.channel and self._listener is None:  # listening before any part is handed out
+            self._listener = self._connect()
+            self._listener.cursor().execute(f'LISTEN "{self.channel}"')
         return self._idle.pop() if self._idle else self._connect()
 
-    def opened(self, lsn: int, conn: Any) -> None:
-        """The chunk at ``lsn`` exported its snapshot on ``conn``: keep it open."""
-        self._open.append((lsn, conn))
+    def opened(self, lsn: int, name: str, conn: Any) -> None:
+        """The chunk at ``lsn`` exported its snapshot ``name`` on ``conn``: keep it open."""
+        self._open.append(_Open(lsn, name, conn))
+
+    def expect(self, name: str, parts: int) -> None:
+        """The chunk of snapshot ``name`` is read in ``parts`` parts."""
+        for o in self._open:
+            if o.name == name:
+                o.unread = set(range(parts))
+        self._end_read()
 
     def failed(self, conn: Any) -> None:
         close_quietly(conn)
 
+    def release_read(self) -> None:
+        """End the transactions of the chunks whose every part was read (as their readers
+        said on :attr:`channel`)."""
+        listener = self._listener
+        if listener is None or not self._open:
+            return
+        try:
+            listener.poll()
+        except Exception:  # noqa: BLE001  (the transactions then end when end() says so)
+            close_quietly(listener)
+            self._listener = None
+            return
+        for n in listener.notifies:
+            name, _, part = n.payload.rpartition(" ")
+            for o in self._open:
+                if o.name == name and o.unread is not None:
+                    o.unread.discard(int(part))
+        listener.notifies.clear()
+        self._end_read()
+
+    def _end_read(self) -> None:
+        if self.channel:
+            self._end_where(lambda o: o.unread is not None and not o.unread)
+
     def end(self, upto: int) -> None:
         """The chunks handed out below ``upto`` were read: end their transactions."""
+        self._end_where(lambda o: o.lsn < upto)
+
+    def _end_where(self, done: Callable[[_Open], bool]) -> None:
         keep = []
-        for lsn, conn in self._open:
-            if lsn >= upto:
-                keep.append((lsn, conn))
+        for o in self._open:
+            if not done(o):
+                keep.append(o)
                 continue
             try:
-                conn.cursor().execute("COMMIT")
-                self._idle.append(conn)
+                o.conn.cursor().execute("COMMIT")
+                self._idle.append(o.conn)
             except Exception:  # noqa: BLE001  (a lost connection ended its snapshot already)
-                close_quietly(conn)
+                close_quietly(o.conn)
         self._open = keep
 
     @property
@@ -186,8 +264,9 @@ class Exports:
         return len(self._open)
 
     def close(self) -> None:
-        for _, conn in self._open:
-            close_quietly(conn)
+        for o in self._open:
+            close_quietly(o.conn)
         for conn in self._idle:
             close_quietly(conn)
-        self._open, self._idle = [], []
+        close_quietly(self._listener)
+        self._open, self._idle, self._listener = [], [], None

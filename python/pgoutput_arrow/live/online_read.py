@@ -97,14 +97,14 @@ class Chunk:
 
 class ChunkReader:
     """Reads chunks on ``conn`` (a plain autocommit connection of its own), ``chunk_rows``
-    keys of a table each, decoded with ``decoder_options``; with ``export_connect`` (a new
-    plain connection each call) the chunks are exported instead (:mod:`.online_export`)."""
+    keys of a table each, decoded with ``decoder_options``; with ``exports`` (the chunks'
+    transactions) the chunks are exported instead (:mod:`.online_export`)."""
 
     def __init__(self, conn: Any, chunk_rows: int, decoder_options: Mapping[str, Any] | None = None,
-                 export_connect: Callable[[], Any] | None = None) -> None:
+                 exports: Exports | None = None) -> None:
         self.conn = conn
         self.chunk_rows = max(1, int(chunk_rows))
-        self.exports = Exports(export_connect) if export_connect is not None else None
+        self.exports = exports
         #: The publications read: each chunk reads its table's columns as they publish them
         #: when the chunk is read.
         self.publications: tuple[str, ...] = ()
@@ -148,7 +148,7 @@ class ChunkReader:
                 parts, range_rows, last_key = self._export_parts(cur, table, p, again, 0)
                 read = [self._empty(table)]
                 again_rows = len(again)
-                exports.opened(lsn, conn)
+                exports.opened(lsn, snapshot_name, conn)
         except BaseException as e:
             try:
                 cur.execute("ROLLBACK")
@@ -314,13 +314,11 @@ class ChunkReader:
             with self.conn.cursor() as cur:
                 left_out = keys_condition(cur, t, sorted(chunk.drop, key=t.sort_key), negate=True) or "true"
             parts = tuple(ChunkPart((*part.where, left_out), part.first_seq, part.rows) for part in parts)
+        assert self.exports is not None
+        self.exports.expect(chunk.snapshot_name, len(parts))
         return ExportedChunk(t.table, chunk.snapshot_name, t.relation, t.source, parts, chunk.lsn,
-                             int(time.time() * 1e6), dict(self._options), max(0, chunk.counted - len(chunk.drop)))
-
-    def end_exports(self, upto: int) -> None:
-        """The exported chunks handed out below ``upto`` were read: their transactions end."""
-        if self.exports is not None:
-            self.exports.end(upto)
+                             int(time.time() * 1e6), dict(self._options), max(0, chunk.counted - len(chunk.drop)),
+                             channel=self.exports.channel)
 
     def close(self) -> None:
         """Closes its connections (an exported chunk's transaction ends with its own)."""

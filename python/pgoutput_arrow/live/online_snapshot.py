@@ -59,6 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..exceptions import ReplicationError
+from .online_export import Exports
 from .online_plan import Key, OnlineTable, key_rows, plan_online
 from .online_read import WATERMARK_PREFIX, Chunk, ChunkReader, Progress, UnorderedKey
 
@@ -83,11 +84,11 @@ class OnlineSnapshot:
 
     def __init__(self, conn: Any, tables: Iterable[OnlineTable], *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  state: Mapping[str, Any] | None = None, decoder_options: Mapping[str, Any] | None = None,
-                 export_connect: Callable[[], Any] | None = None) -> None:
+                 exports: Exports | None = None) -> None:
         #: Reads the chunks (on ``conn``, a plain autocommit connection of its own; with
-        #: ``export_connect``, a new plain connection each call, the chunks' rows are read
-        #: elsewhere, under their exported snapshots: :mod:`.online_export`).
-        self.reader = ChunkReader(conn, chunk_rows, decoder_options, export_connect)
+        #: ``exports``, the chunks' rows are read elsewhere, under their exported snapshots:
+        #: :mod:`.online_export`).
+        self.reader = ChunkReader(conn, chunk_rows, decoder_options, exports)
         self.conn = conn
         self.chunk_rows = self.reader.chunk_rows
         self.tables: dict[str, OnlineTable] = {}
@@ -458,10 +459,6 @@ class OnlineSnapshot:
             self.rows += sum(b.num_rows for b in chunk.batches)
         self.dirty = False
         return chunk, self.state
-
-    def end_exports(self, upto: int) -> None:
-        """The exported chunks handed out below ``upto`` were read: their transactions end."""
-        self.reader.end_exports(upto)
 
     def close(self) -> None:
         """Closes its connections (an exported chunk's transaction ends with its own)."""

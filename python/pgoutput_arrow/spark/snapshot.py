@@ -35,11 +35,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from .._internal import lsn_to_str
 from ..live.options import DEFAULT_CONNECT_TIMEOUT_S, StreamOptions
 from ..live.snapshot import (
     DEFAULT_CHUNK_BYTES,
     ExportedSnapshot,
     SnapshotChunk,
+    SnapshotGone,
     SnapshotPlan,
     export_snapshot,
     open_snapshot_connection,
@@ -76,9 +78,22 @@ def read_exported_part(dsn: str, chunk: Any, part: int,
     executor's work), as the stream's batches of the table: on a connection of its own that
     joins the chunk's exported snapshot."""
     with from_executor(dsn, f"reading the online snapshot of {chunk.table}"):
-        conn = open_snapshot_connection(dsn, chunk.snapshot_name, connect_timeout)
+        try:
+            conn = open_snapshot_connection(dsn, chunk.snapshot_name, connect_timeout)
+        except SnapshotGone as e:
+            if not chunk.channel:
+                raise
+            raise SnapshotGone(
+                f"part {part + 1} of the online snapshot's chunk of {chunk.table} at {lsn_to_str(chunk.lsn)} "
+                "was read again after every part of it was read once, and its exported snapshot ended "
+                "then (so that it does not hold the server's xmin horizon): a micro-batch's DataFrame "
+                "read twice (persist it in foreachBatch), or a task run again after it read its rows. "
+                "The query's restart reads the chunk again, as nothing of it was committed; "
+                ".option('holdChunkSnapshot', 'true') keeps each chunk's snapshot until Spark commits "
+                f"its micro-batch instead ({e})") from None
     try:
         yield from chunk.read(conn, part)
+        chunk.read_done(conn, part)
     finally:
         conn.close()
 

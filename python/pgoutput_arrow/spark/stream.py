@@ -353,6 +353,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               **DECODER_OPTIONS)
             live.follow_idle = False  # the slot moves where Spark commits, nowhere else
             live.export_chunks = True  # the executors read the online snapshot's chunks
+            live.end_exports_when_read = not source.hold_chunk_snapshot
             live.open()
             return live
 

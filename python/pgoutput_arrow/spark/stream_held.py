@@ -284,6 +284,8 @@ class StreamPump:
                     self._stopping.wait(0.05)
                     continue
                 group = live.poll(wait=False)
+                # The chunks whose parts the executors read: their snapshots end now.
+                live.release_read_exports()
                 with self.lock:
                     self.snapshot_pending = live.snapshot_pending
                     if group is not None:

@@ -41,6 +41,9 @@ class StreamSource:
     snapshot: bool = False
     online_snapshot: bool = False
     chunk_rows: int = 20_000
+    #: Whether a chunk's exported snapshot lasts until Spark commits its micro-batch (its
+    #: parts may be read again until then) instead of until its parts were read once.
+    hold_chunk_snapshot: bool = False
     verbose: bool = False
 
     @classmethod
@@ -67,6 +70,7 @@ class StreamSource:
             snapshot=_bool_option(opts, "snapshot"),
             online_snapshot=_online_option(opts),
             chunk_rows=_int_option(opts, "snapshotChunkRows", 20_000, minimum=1) or 20_000,
+            hold_chunk_snapshot=_bool_option(opts, "holdChunkSnapshot"),
             verbose=_bool_option(opts, "verbose"),
         )
 
