@@ -155,7 +155,7 @@ def online_once(pg: Any, slot: str, chunk_rows: int, sampler_lag: list[Any]) -> 
             s.ack(ack)
         seconds = time.perf_counter() - t0
         # A row a concurrent write changed is dropped from its chunk: the stream has it.
-        dropped = s._online.dropped if s._online is not None else 0
+        dropped = s.online.current.dropped if s.online.current is not None else 0
     return seconds, rows + dropped, chunks
 
 

@@ -367,7 +367,7 @@ def test_a_row_moved_into_the_part_read_with_its_toast_value_unsent_is_read_agai
         assert ["0"] in replica.state["tables"][f"public.{p}"]["again"]
     s = stream_until_finished(pg, p, replica, on_group=move, snapshot_chunk_rows=100,
                               snapshot_state=replica.state, start_lsn=replica.ack or None)
-    assert moved and (stop or s._online.reread >= 1)
+    assert moved and (stop or s.online.current.reread >= 1)
     assert_replica_equals_server(pg, replica, {p: ["id"]})
 
 
@@ -421,8 +421,8 @@ def test_a_change_committed_but_not_yet_visible_wins_over_the_chunk(version: int
         s = stream_until_finished(pg, p, replica, on_group=release, snapshot_chunk_rows=50)
         waiter.join(timeout=30)
         held.close()
-        assert released and s._online.dropped >= 2, (s._online.dropped, s._online.reread)
-        assert s._online.reread >= 1
+        assert released and s.online.current.dropped >= 2, (s.online.current.dropped, s.online.current.reread)
+        assert s.online.current.reread >= 1
         assert pg.scalar(f"SELECT v FROM {p} WHERE id = 40") == "new"
         assert_replica_equals_server(pg, replica, {p: ["id"]})
 
@@ -503,9 +503,9 @@ def test_a_table_added_to_the_publication_and_a_resnapshot_message(
     """A table added to the publication while the stream runs is read online (the stream
     looks for one every few seconds), and a message ``pgoutput_arrow.resnapshot`` with a
     table's name has it read again; writes run on both; the replica equals the tables."""
-    from pgoutput_arrow.live import livestream
+    from pgoutput_arrow.live import online_feed
 
-    monkeypatch.setattr(livestream, "_PUBLICATION_POLL_S", 0.3)
+    monkeypatch.setattr(online_feed, "PUBLICATION_POLL_S", 0.3)
     p = unique_name
     a, b = f"{p}_a", f"{p}_b"
     pg.execute(f"CREATE TABLE {a} (id int PRIMARY KEY, v int); "

@@ -37,7 +37,7 @@ class LiveBatch:
     #: the chunk and give back as ``snapshot_state`` to resume there.
     snapshot_state: Mapping[str, Any] | None = None
     #: A chunk of the online snapshot whose rows are not in ``batch`` (no rows) but read
-    #: under its exported snapshot by whoever takes it (``LiveStream.export_chunks``:
+    #: under its exported snapshot by whoever takes it (``OnlineFeed.export_chunks``:
     #: Spark's executors); :class:`~.online_export.ExportedChunk`.
     read_elsewhere: Any = None
 

@@ -40,7 +40,6 @@ import collections
 import dataclasses
 import select
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any, Iterator
 
@@ -50,11 +49,12 @@ from .._catalog import published_tables
 from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
-from ..exceptions import ConnectionLost, ReplicationError
+from ..exceptions import ConnectionLost
 from .batches import LiveBatch, TableSchemas, drop_handled
 from .connection import CopyBoth, CopyBothEnded, connect, reconnect
-from .online_export import ExportedChunk, Exports
-from .online_snapshot import Item, OnlineSnapshot, UnorderedKey
+from .online_export import ExportedChunk
+from .online_feed import OnlineFeed
+from .online_snapshot import Item
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .slot import preflight, start_command
@@ -62,9 +62,6 @@ from .snapshot_feed import SnapshotFeed
 from .stats import StreamCounters, StreamStats
 
 __all__ = ["stream", "LiveStream", "StreamStats", "HEARTBEAT_PREFIX"]
-
-#: Seconds between two looks of the online snapshot for tables added to the publication.
-_PUBLICATION_POLL_S = 10.0
 
 #: StreamOptions' fields, readable as attributes of a LiveStream.
 _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(StreamOptions))
@@ -104,14 +101,6 @@ class LiveStream:
         #: consumer that holds what it was handed before storing it (Spark's streaming
         #: source) pauses it, so that a kill loses few chunks read ahead.
         self.read_chunks = True
-        #: Whether the online snapshot's chunks are handed out with their rows to be read
-        #: elsewhere (``LiveBatch.read_elsewhere``: Spark's executors) under each chunk's
-        #: exported snapshot (set before :meth:`open`). The snapshot ends once every part's
-        #: reader said it read its rows (:meth:`release_read_exports`) with
-        #: ``end_exports_when_read``, else (and at the latest) at :meth:`release_exported`.
-        self.export_chunks = False
-        self.end_exports_when_read = True
-        self._exports: Exports | None = None
 
         self.proto_version: int | None = None
         self.server_version: int | None = None
@@ -143,10 +132,8 @@ class LiveStream:
         self._last_data = self._counters.t0
         # The initial snapshot while it is read, and tables' own snapshots (snapshot_table).
         self._feed = SnapshotFeed(dsn, o, self._schemas)
-        #: The online snapshot (online_snapshot=True, or resnapshot()), and when it last
-        #: looked for tables added to the publication.
-        self._online: OnlineSnapshot | None = None
-        self._last_poll = 0.0
+        #: The online snapshot (online_snapshot=True, or resnapshot()).
+        self.online = OnlineFeed(dsn, o, self._schemas, self.snapshot_table)
         self._fed_since_flush = 0
         self._last_flush = self._counters.t0
         self._metrics: Any = None
@@ -228,9 +215,8 @@ class LiveStream:
         """With :attr:`follow_idle` False: when nothing is in flight, decoded or waiting, the
         server's WAL end is handed out, to be acknowledged like a group's position; returns
         the position handed out, or None when something is in flight."""
-        waiting_chunk = self._online is not None and self._online.chunk is not None
         if (not self._txns.idle or self._pending or self._current or self._fed_since_flush
-                or self._feed.pending or waiting_chunk):
+                or self._feed.pending or self.online.waiting):
             return None
         positions = self._positions
         positions.handed_out(positions.wal_end, self._txns.prepared_floor(), False)
@@ -241,8 +227,7 @@ class LiveStream:
     def snapshot_pending(self) -> bool:
         """Whether a snapshot (the initial one, a table's, or the online snapshot) still has
         rows to hand out."""
-        return self._feed.pending or (
-            self._online is not None and not self._online.finished)
+        return self._feed.pending or self.online.pending
 
     def confirm(self) -> None:
         """Send the acknowledged position to the server now, rather than at the next
@@ -262,7 +247,7 @@ class LiveStream:
         included."""
         while True:
             while self._feed.late and not (self._closed or self._stop):
-                late = self._feed.next_table_group(self._positions.emitted, self._online)
+                late = self._feed.next_table_group(self._positions.emitted, self.online.current)
                 if late is not None:
                     return late
             if self._pending:
@@ -273,17 +258,9 @@ class LiveStream:
             if self._closed or self._stop:
                 self._finish_stream()
                 return self._pending.popleft() if self._pending else None
-            online = self._online
-            if (online is not None and self.options.online_snapshot
-                    and time.monotonic() - self._last_poll >= _PUBLICATION_POLL_S):
-                self._sync_publications()  # a table added to the publication is read online
-            if (online is not None and online.chunk is None and not self._feed.late and not online.finished
-                    and self.read_chunks):
-                # The next chunk: it comes out where its watermark passes in the stream.
-                try:
-                    online.read()
-                except UnorderedKey as e:
-                    self._fall_back(e.table, e.why)
+            # A table added to the publication is read online; the next chunk comes out where
+            # its watermark passes in the stream.
+            self.online.read_next(read_chunk=not self._feed.late and self.read_chunks)
             if self._feed.late:
                 continue  # its rows before the changes read from now on
             self._pump()
@@ -311,7 +288,7 @@ class LiveStream:
             else:
                 self._connect_and_start(first=True)
                 if self.options.online_snapshot:
-                    self._start_online()
+                    self.online.start()
         except BaseException:
             self.close()
             raise
@@ -333,8 +310,7 @@ class LiveStream:
             return
         self._closed = True
         self._feed.close()
-        if self._online is not None:
-            self._online.close()
+        self.online.close()
         if self._copy is not None:
             try:
                 self._send_status(force=True)
@@ -425,115 +401,13 @@ class LiveStream:
             ([b for b in map(below, group) if b is not None], ack) for group, ack in self._pending)
         return lsn
 
-    # ------------------------------------------------------------------ the online snapshot
-
-    def _online_snapshot(self) -> OnlineSnapshot:
-        if self._online is None:
-            o = self.options
-            conn = connect(self.dsn, o.connect_timeout, replication=False)
-            try:
-                self._online = OnlineSnapshot(
-                    conn, [], chunk_rows=o.snapshot_chunk_rows, state=o.snapshot_state,
-                    decoder_options={"binary": o.binary, **o.decoder_options},
-                    exports=self._new_exports())
-            except BaseException:
-                close_quietly(conn)
-                raise
-        return self._online
-
-    def _start_online(self) -> None:
-        """Plans the online snapshot of every published table, or of ``snapshot_tables``,
-        resuming a stored state."""
-        o = self.options
-        if o.snapshot_tables is not None and o.create_publication is not None:
-            with self._online_snapshot().conn.cursor() as cur:  # the publication this stream created
-                published_tables(cur, o.publications, o.snapshot_tables)
-        self._sync_publications()
-
-    def _sync_publications(self) -> None:
-        """Reads every published table the online snapshot does not know yet (a table added
-        to the publication: from its first key; at the start, from the stored state), and
-        forgets those no longer published. A table it cannot chunk in key order is said in
-        one line and taken by an exported snapshot (:meth:`snapshot_table`)."""
-        online = self._online_snapshot()
-        self._last_poll = time.monotonic()
-        with online.conn.cursor() as cur:
-            fallback = online.sync(cur, self.options.publications, self.options.snapshot_tables)
-        for name, why in fallback.items():
-            self._fall_back(name, why)
-
-    def _fall_back(self, table: str, why: str) -> None:
-        """``table`` is taken by an exported snapshot, not online (said in one line)."""
-        assert self._online is not None
-        warnings.warn(f"pgoutput live stream: {table} is taken by an exported snapshot, not online: {why}",
-                      RuntimeWarning, stacklevel=5)
-        self._online.give_up(table)
-        self.snapshot_table(table)
-
-    def _signalled(self, table: str) -> None:
-        """A resnapshot message asked to read ``table`` again (see RESNAPSHOT_PREFIX): a
-        wrong one is said in one line, the stream goes on."""
-        try:
-            self.resnapshot(table)
-        except Exception as e:  # noqa: BLE001  (a signal does not stop the stream)
-            warnings.warn(f"pgoutput live stream: cannot read {table!r} again as a message asked: "
-                          f"{one_line(str(e))}", RuntimeWarning, stacklevel=2)
-
     def resnapshot(self, table: str) -> None:
         """Reads ``table`` (``"schema.table"``, published) online from its first key, chunk
         by chunk, while the stream flows: a table added to the publication (call it once
         ``ALTER PUBLICATION ... ADD TABLE`` committed), or one to read again. Its rows come
         out as snapshot rows where each chunk's watermark passes in the stream; its progress
         is part of ``snapshot_state`` from then on."""
-        if not (self.options.online_snapshot or self.options.messages):
-            raise ReplicationError("resnapshot needs the stream started with online_snapshot=True or "
-                                   "messages=True: its watermarks are logical decoding messages")
-        online = self._online_snapshot()
-        with online.conn.cursor() as cur:
-            online.read_again(cur, self.options.publications, table)
-
-    def _new_exports(self) -> Exports | None:
-        if not self.export_chunks:
-            return None
-        o = self.options
-        self._exports = Exports(lambda: connect(self.dsn, o.connect_timeout, replication=False),
-                                release_when_read=self.end_exports_when_read)
-        return self._exports
-
-    def release_exported(self, upto: int) -> None:
-        """The online snapshot's exported chunks handed out below ``upto`` were read
-        (``export_chunks``): their snapshots end."""
-        if self._exports is not None:
-            self._exports.end(upto)
-
-    def release_read_exports(self) -> None:
-        """The online snapshot's exported chunks whose every part's reader said it read its
-        rows: their snapshots end (``export_chunks`` with ``end_exports_when_read``)."""
-        if self._exports is not None:
-            self._exports.release_read()
-
-    def _flush_online(self, batches: list[Item], safe: int) -> bool:
-        """A decoder flush while the online snapshot runs, handed out as it cuts it
-        (:meth:`OnlineSnapshot.cut_flush`). False: nothing of the chunk in this flush (the
-        caller hands the flush out as one group)."""
-        online = self._online
-        assert online is not None
-        batches[:], cut, signals = online.take_messages(batches, keep=self.options.messages)
-        for table in signals:
-            self._signalled(table)
-        flush = online.cut_flush(batches, cut)
-        if flush is None:
-            return False
-        self._hand_out(flush.pre, flush.cut, state=flush.pre_state)
-        name = flush.chunk.table.table
-        rows: list[Item] = [("table", name, None, self._schemas.unify(name, b))
-                            for b in flush.chunk.batches or [flush.chunk.empty]]
-        exported = flush.chunk.exported
-        if exported is not None:  # its rows are read elsewhere, as rows of the table's schema now
-            exported = dataclasses.replace(exported, schema=rows[-1][3].schema)
-        self._hand_out(rows, flush.cut + 1, snapshot=True, state=flush.state, read_elsewhere=exported)
-        self._hand_out(flush.post, safe, state=flush.post_state)
-        return True
+        self.online.resnapshot(table)
 
     # ------------------------------------------------------------------ connecting
 
@@ -650,7 +524,7 @@ class LiveStream:
                 self._counters.received(count, nbytes)
                 self._fed_since_flush += count
                 n += count
-                if self._watermark_arrived(batch):
+                if self.online.watermark_arrived(batch):
                     self._last_data = time.monotonic()
                     self._flush_decoder()  # the waiting chunk goes out with this flush
                     if self._pending:
@@ -676,17 +550,6 @@ class LiveStream:
             if status == 0:
                 break
         self._after_read(n)
-
-    def _watermark_arrived(self, batch: Any) -> bool:
-        """Whether the messages just read reach the waiting chunk's watermark (by the
-        positions of their frames)."""
-        online = self._online
-        if online is None or online.chunk is None:
-            return False
-        import pyarrow.compute as pc
-
-        lsns = pa.record_batch(batch).column(0)
-        return bool(len(lsns)) and int(pc.max(lsns).as_py()) >= online.chunk.lsn
 
     def _after_read(self, n: int) -> None:
         """Once nothing more is readable (``n`` messages were read): hand out what is
@@ -719,7 +582,7 @@ class LiveStream:
         # Not idle while the online snapshot has chunks to read (the stream may be catching
         # up to a chunk's watermark without a change to hand out).
         if (self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout
-                and (self._online is None or self._online.finished)):
+                and not self.online.pending):
             return True
         if (self.stop_at_lsn is not None and self._positions.wal_end >= self.stop_at_lsn
                 and self._txns.idle and not self._pending):
@@ -740,10 +603,12 @@ class LiveStream:
         for kind, table, _, batch in batches:
             if kind == "table" and table is not None:
                 self._counters.decoded(table, batch)
-        online = self._online
-        if online is not None and self._flush_online(batches, safe):
+        cut = self.online.cut_flush(batches, safe)
+        if cut is not None:
+            for group in cut:
+                self._hand_out(group.batches, group.safe, group.snapshot, group.state, group.read_elsewhere)
             return
-        self._hand_out(batches, safe, state=online.changed_state() if online is not None and batches else None)
+        self._hand_out(batches, safe, state=self.online.changed_state() if batches else None)
 
     def _hand_out(self, batches: list[Item], safe: int, snapshot: bool = False,
                   state: Mapping[str, Any] | None = None, read_elsewhere: ExportedChunk | None = None) -> None:

@@ -17,11 +17,11 @@ S must live until the rows are read, and no longer: the chunk's transaction hold
 server's xmin horizon while it is open. Each part's reader says when it read its rows (a
 notification on the :attr:`Exports.channel`, :meth:`ExportedChunk.read_done`), and the
 chunk's transaction ends once every part did (:meth:`Exports.release_read`, through
-``LiveStream.release_read_exports``): the horizon is held for one chunk's read. A part read
+``OnlineFeed.release_read``): the horizon is held for one chunk's read. A part read
 again after that (a Spark task retried, a micro-batch's DataFrame read twice) finds S gone
 and says so. Without the channel (``release_when_read=False``) a chunk's transaction lasts
 until the consumer says its rows were read (:meth:`Exports.end`, through
-``LiveStream.release_exported``; Spark's source calls it when Spark commits the micro-batch
+``OnlineFeed.release_exported``; Spark's source calls it when Spark commits the micro-batch
 that read the chunk): any part may then be read again until then.
 """
 

@@ -9,7 +9,7 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa

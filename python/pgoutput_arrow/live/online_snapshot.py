@@ -52,7 +52,7 @@ exported snapshot of :meth:`LiveStream.snapshot_table` (:mod:`.online_plan`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa

@@ -352,8 +352,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               start_lsn=begin, connect_timeout=source.connect_timeout, **online,
                               **DECODER_OPTIONS)
             live.follow_idle = False  # the slot moves where Spark commits, nowhere else
-            live.export_chunks = True  # the executors read the online snapshot's chunks
-            live.end_exports_when_read = not source.hold_chunk_snapshot
+            live.online.export_chunks = True  # the executors read the online snapshot's chunks
+            live.online.end_exports_when_read = not source.hold_chunk_snapshot
             live.open()
             return live
 

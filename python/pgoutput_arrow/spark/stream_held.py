@@ -285,7 +285,7 @@ class StreamPump:
                     continue
                 group = live.poll(wait=False)
                 # The chunks whose parts the executors read: their snapshots end now.
-                live.release_read_exports()
+                live.online.release_read()
                 with self.lock:
                     self.snapshot_pending = live.snapshot_pending
                     if group is not None:
@@ -308,7 +308,7 @@ class StreamPump:
             self.live.ack(max(lsn, self.live.acked_lsn))
             self.live.confirm()
             # Spark read the chunks of the batches it committed: their snapshots end.
-            self.live.release_exported(lsn)
+            self.live.online.release_exported(lsn)
 
     def want_chunk(self, start: int) -> bool:
         """Ask the online snapshot for its next chunk unless one committing at or after
