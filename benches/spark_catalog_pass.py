@@ -5,7 +5,7 @@ import os, sys, time, statistics
 import pyarrow as pa, pyarrow.parquet as pq
 from pgoutput_arrow.spark._capture import list_capture, read_catalog, read_files
 from pgoutput_arrow.spark._common import narrow_catalog, is_binary_capture
-from pgoutput_arrow.spark.batch import table_schemas
+from pgoutput_arrow.spark._catalog_pass import table_schemas
 from pgoutput_arrow import _internal
 src, out = sys.argv[1], sys.argv[2]
 if not os.path.exists(out):

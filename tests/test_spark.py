@@ -251,7 +251,7 @@ def test_canonical_stream_after_a_rolled_back_definition() -> None:
 def test_canonical_streams_same_for_any_partitioning(spark: Any, capture: Any) -> None:
     """The executor half of decode(): the rebuilt streams do not depend on partitioning."""
     rows, _, _ = capture
-    from pgoutput_arrow.spark.batch import collect_catalog, normalized
+    from pgoutput_arrow.spark._catalog_pass import collect_catalog, normalized
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
     df = normalized(_capture_df(spark, rows), None)
@@ -633,16 +633,16 @@ def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: A
     others from the driver)."""
     import logging
 
-    from pgoutput_arrow.spark import batch
+    from pgoutput_arrow.spark import _packing
 
     if handed_out == "unpacked":
-        monkeypatch.setattr(batch, "_DIRECT_ROW_BYTES", 1 << 40)
-        monkeypatch.setattr(batch, "_SMALL_TABLE", -1)
+        monkeypatch.setattr(_packing, "DIRECT_ROW_BYTES", 1 << 40)
+        monkeypatch.setattr(_packing, "SMALL_TABLE", -1)
     else:
-        monkeypatch.setattr(batch, "_DIRECT_ROW_BYTES", 0)
+        monkeypatch.setattr(_packing, "DIRECT_ROW_BYTES", 0)
 
     import pgoutput_arrow
-    from pgoutput_arrow.spark.batch import capture_catalog, normalized
+    from pgoutput_arrow.spark._catalog_pass import capture_catalog, normalized
     from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
     rows, tables, _ = capture
@@ -685,18 +685,19 @@ def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: A
 def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide() -> None:
     """The catalog scan's sample picks the table decoded direct: the one with the most sampled
     bytes, and only if its changes average 1 KiB (narrow rows are cheaper unpacked)."""
-    from pgoutput_arrow.spark import batch
+    from pgoutput_arrow.spark._catalog_pass import sample_sizes, split_transactions
+    from pgoutput_arrow.spark._packing import largest
 
     schemas = {name: pa.schema([], metadata={b"pg.relation_id": str(relid).encode()})
                for name, relid in (("a", 10), ("b", 20), ("c", 30))}
     names = sorted(schemas)
-    assert batch._largest(names, schemas, {10: (5, 9000), 20: (50, 20000), 30: (1, 100)}) == -1
-    assert batch._largest(names, schemas, {10: (5, 9000), 20: (2, 4000), 99: (1, 10**9)}) == 0
-    assert batch._largest(names, schemas, {}) == -1 and batch._largest([], {}, {10: (1, 5000)}) == -1
-    assert batch._split(np.array([7, 7, 8, 9, 9, 0, 0]), np.array([0, 1, 1, 2, 2, 0, 3])) == [7]
+    assert largest(names, schemas, {10: (5, 9000), 20: (50, 20000), 30: (1, 100)}) == -1
+    assert largest(names, schemas, {10: (5, 9000), 20: (2, 4000), 99: (1, 10**9)}) == 0
+    assert largest(names, schemas, {}) == -1 and largest([], {}, {10: (1, 5000)}) == -1
+    assert split_transactions(np.array([7, 7, 8, 9, 9, 0, 0]), np.array([0, 1, 1, 2, 2, 0, 3])) == [7]
     heads = pa.table({"data": pa.array([b"I\x00\x00\x00\x0aN\x00\x01t", b"I\x00\x00\x03\xe8\x00\x00\x00\x14"]),
                       "bytes": pa.array([100, 300], pa.int32())})
-    sizes = batch._sample_sizes(heads)
+    sizes = sample_sizes(heads)
     assert sizes[10] == (1, 100) and sizes[1000] == (1, 300) and sizes[20] == (1, 300)
 
 
@@ -704,12 +705,12 @@ def test_a_small_table_without_rows_comes_from_the_driver(spark: Any) -> None:
     """A table of the catalog none of whose rows the capture holds, handed out from the driver:
     an empty DataFrame of its schema, nested columns included (pyspark's createDataFrame fails
     on a table of no chunks with one; found by the randomized tester, seed 9500)."""
-    from pgoutput_arrow.spark import batch
+    from pgoutput_arrow.spark._packing import PACKED, from_driver, unpack_fn
 
     target = pa.schema([pa.field("_before", pa.struct([pa.field("at", pa.timestamp("us", "UTC"))])),
                         pa.field("_seq", pa.int64())])
-    packed = spark.createDataFrame([], spark_schema_of(batch.PACKED))
-    small = batch._from_driver(packed, [0], [target], batch._unpack_fn({}))
+    packed = spark.createDataFrame([], spark_schema_of(PACKED))
+    small = from_driver(packed, [0], [target], unpack_fn({}))
     got = small[0].toArrow()
     assert got.num_rows == 0 and got.column_names == ["_before", "_seq"]
 

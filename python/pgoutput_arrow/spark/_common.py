@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Collection, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -123,3 +123,17 @@ def with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
     """``table`` with ``seq`` as its ``_seq``."""
     i = table.schema.get_field_index("_seq")
     return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))
+
+
+def with_setting(spark: Any, key: str, default: str, value: Callable[[str], str], action: Callable[[], Any]) -> Any:
+    """``action()`` with the session's SQL setting ``key`` at ``value(its value, or
+    default)``, then the setting as it was (unset if it was empty)."""
+    before = spark.conf.get(key, default)
+    spark.conf.set(key, value(before))
+    try:
+        return action()
+    finally:
+        if before:
+            spark.conf.set(key, before)
+        else:
+            spark.conf.unset(key)

@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from ._capture import CaptureFiles, list_capture, read_catalog, read_files
 from ._common import is_binary_capture, narrow_catalog, ranked_seq, spark_schema, with_seq
-from .batch import canonical_stream, table_schemas
+from ._catalog_pass import table_schemas
+from .batch import canonical_stream
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 

@@ -1,0 +1,215 @@
+"""The decoding pass's rows (:func:`layout`): each table's decoded rows packed as Arrow IPC
+streams, or, for the one table decoded *direct*, as rows of the pass; each partition's
+summary and sizes beside them; and how the driver hands each table's DataFrame out of the
+cached pass (unpacked on the executors, collected for the small tables, projected for the
+direct one).
+
+Public names of a private module: :mod:`.batch` uses them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._common import spark_schema
+
+__all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "ipc_value", "packed_row", "direct_rows",
+           "unpack_fn", "xid_index", "shifted", "summaries", "SMALL_TABLE", "SMALL_TOTAL", "small_tables",
+           "from_driver", "DIRECT_ROW_BYTES", "largest", "direct_columns"]
+
+
+#: The decoding pass's first columns: ``_t`` is the row's table's number (or
+#: :data:`SUMMARY_T`), ``_p`` the partition it was decoded in; ``ipc``, when set, an Arrow IPC
+#: stream of up to 64 Ki of the table's rows (:func:`layout`).
+PACKED = pa.schema([pa.field("_t", pa.int32(), False), pa.field("_p", pa.int32(), False),
+                    pa.field("ipc", pa.binary())])
+
+
+def layout(direct: pa.Schema | None) -> pa.Schema:
+    """What the decoding pass hands the JVM: :data:`PACKED`, then the columns of the one
+    table decoded *direct* (``direct``, its schema for Spark; ``f0``, ``f1``, … in its
+    order). Its rows are rows of the pass (``ipc`` null): the JVM caches them as columns, and
+    its DataFrame is a projection of the cache, with no second trip through Python. Every
+    other table's rows travel packed, a few large values of ``ipc``; each table's DataFrame
+    unpacks its own (:func:`unpack_fn`). One table only: another's columns would be nulls
+    in each of its rows, which cost as much to move as values."""
+    direct_fields = [pa.field(f"f{j}", f.type) for j, f in enumerate(direct or [])]
+    return pa.schema([*PACKED, *direct_fields])
+
+
+#: ``_t`` of a partition's summary (:data:`SUMMARY`), beside its tables' rows.
+SUMMARY_T = -1
+
+#: ``_t`` of a partition's :data:`SIZES`, after its tables' rows.
+SIZES_T = -2
+
+#: The bytes of each packed table's IPC streams in a partition (``t``: the table's number).
+SIZES = pa.schema([pa.field("t", pa.int32()), pa.field("bytes", pa.int64())])
+
+#: A partition's summary (``_p``: the partition): the rows it decoded of each split
+#: transaction, the span of that transaction's changes it held, and the transactions it held a
+#: part of that the catalog scan did not find split (``incomplete``; see
+#: ``_internal.partition_summary``).
+SUMMARY = pa.schema([pa.field("p", pa.int32()), pa.field("xid", pa.int64()), pa.field("rows", pa.int64()),
+                     pa.field("first_lsn", pa.int64()), pa.field("first_tb", pa.int64()),
+                     pa.field("last_lsn", pa.int64()), pa.field("last_tb", pa.int64()),
+                     pa.field("incomplete", pa.bool_())])
+
+
+def ipc_value(batch: pa.RecordBatch) -> pa.Array:
+    """``batch`` as one Arrow IPC stream, in a binary array of one value (no copy of it)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    ipc = sink.getvalue()
+    offsets = pa.py_buffer(np.array([0, ipc.size], np.int32).tobytes())
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, ipc])
+
+
+def packed_row(t: int, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """One row of the pass (``schema``: its :func:`layout`) holding ``batch`` packed."""
+    head = [pa.array([t], pa.int32()), pa.array([partition], pa.int32()), ipc_value(batch)]
+    return pa.record_batch(head + [pa.nulls(1, f.type) for f in list(schema)[len(head):]], schema=schema)
+
+
+def direct_rows(t: int, partition: int, batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (the direct table's rows) as rows of the pass (``schema``: its :func:`layout`)."""
+    n = batch.num_rows
+    head = [pa.array(np.full(n, t, np.int32)), pa.array(np.full(n, partition, np.int32)), pa.nulls(n, pa.binary())]
+    return pa.RecordBatch.from_arrays(head + batch.columns, schema=schema)
+
+
+def unpack_fn(offsets: dict[int, dict[int, int]]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The rows of the IPC streams of :data:`PACKED` batches (one table's), the ``_seq`` of
+    the rows of a split transaction moved past the rows of its parts in partitions before
+    (``offsets``: :attr:`._catalog_pass.Placement.offsets`)."""
+    shifts = {p: (np.array(sorted(by_xid), np.int64), np.array([by_xid[x] for x in sorted(by_xid)], np.int64))
+              for p, by_xid in offsets.items()}
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for p, ipc in zip(batch.column("_p").to_pylist(), batch.column("ipc")):
+                shift = shifts.get(p)
+                for rows in pa.ipc.open_stream(ipc.as_buffer()):
+                    yield rows if shift is None else shifted(rows, *shift)
+
+    return run
+
+
+def xid_index(xids: np.ndarray, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``rows`` (a table or batch with ``_xid``): its transaction's place in
+    ``xids`` (sorted, not empty), and whether it is one of them."""
+    row_xid = rows.column("_xid").to_numpy(zero_copy_only=False)
+    at = np.clip(np.searchsorted(xids, row_xid), 0, len(xids) - 1)
+    return at, xids[at] == row_xid
+
+
+def shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.RecordBatch:
+    """``rows`` with ``before[i]`` added to the ``_seq`` of the rows of transaction ``xids[i]``."""
+    at, hit = xid_index(xids, rows)
+    add = np.where(hit, before[at], 0)
+    if not add.any():
+        return rows
+    i = rows.schema.get_field_index("_seq")
+    seq = pa.array(rows.column(i).to_numpy(zero_copy_only=False) + add, rows.schema.field(i).type)
+    return pa.RecordBatch.from_arrays([seq if j == i else c for j, c in enumerate(rows.columns)], schema=rows.schema)
+
+
+def summaries(packed: Any) -> tuple[pa.Table, dict[int, int]]:
+    """Every partition's :data:`SUMMARY` rows of a persisted decoding pass (the job that
+    decodes the capture and fills the cache), and the bytes of each packed table's IPC
+    streams (:data:`SIZES`, by ``_t``)."""
+    from pyspark.sql import functions as F
+
+    got = packed.where(F.col("_t") < 0).select("_t", "ipc").toArrow()
+    batches: dict[int, list[pa.RecordBatch]] = {SUMMARY_T: [], SIZES_T: []}
+    for t, ipc in zip(got.column("_t").to_pylist(), got.column("ipc")):
+        batches[t] += pa.ipc.open_stream(ipc.as_buffer())
+    sizes: dict[int, int] = {}
+    for r in pa.Table.from_batches(batches[SIZES_T], schema=SIZES).to_pylist():
+        sizes[r["t"]] = sizes.get(r["t"], 0) + r["bytes"]
+    return pa.Table.from_batches(batches[SUMMARY_T], schema=SUMMARY), sizes
+
+
+#: A packed table whose IPC streams take at most this many bytes is handed out from the
+#: driver (``createDataFrame``), collected with the other small ones in one job: a table's
+#: own job over the cache costs about 0.2 s of Spark's overhead, paid by each of a capture's
+#: many small tables (BENCHMARKS.md). At most :data:`SMALL_TOTAL` bytes in all.
+SMALL_TABLE = 4 << 20
+SMALL_TOTAL = 64 << 20
+
+
+def small_tables(sizes: dict[int, int], tables: int, direct: int) -> list[int]:
+    """The tables (numbers ``0 .. tables - 1``, not the ``direct`` one) handed out from the
+    driver, smallest first."""
+    chosen, total = [], 0
+    for t in sorted((t for t in range(tables) if t != direct), key=lambda t: sizes.get(t, 0)):
+        n = sizes.get(t, 0)
+        if n > SMALL_TABLE or total + n > SMALL_TOTAL:
+            break
+        chosen.append(t)
+        total += n
+    return chosen
+
+
+def from_driver(packed: Any, small: list[int], targets: list[pa.Schema],
+                 unpack: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> dict[int, Any]:
+    """The ``small`` tables' DataFrames, made on the driver from their packed rows collected
+    in one job (unpacked as the executors would)."""
+    from pyspark.sql import functions as F
+
+    if not small:
+        return {}
+    spark = packed.sparkSession
+    got = packed.where(F.col("_t").isin(small)).select("_t", "_p", "ipc").toArrow()
+    out = {}
+    for t in small:
+        mine = got.filter(pc.equal(got.column("_t"), t)).select(["_p", "ipc"])
+        # At least one batch: pyspark's createDataFrame fails on a table of no chunks with a
+        # nested column ("cannot construct ChunkedArray from empty vector").
+        batches = list(unpack(iter(mine.to_batches()))) or [pa.RecordBatch.from_pylist([], schema=targets[t])]
+        table = pa.Table.from_batches(batches, schema=targets[t])
+        out[t] = spark.createDataFrame(table, schema=spark_schema(targets[t]))
+    return out
+
+
+#: The direct table (:func:`layout`) is the largest only if its changes average at least
+#: this many bytes: the JVM caches a direct row column by column and reads it back, which costs
+#: more than a second trip through Python for narrow rows (a bulk load of pgbench's) and less
+#: for wide ones (TOAST values): BENCHMARKS.md.
+DIRECT_ROW_BYTES = 1024
+
+
+def largest(names: list[str], schemas: dict[str, pa.Schema], sampled: dict[int, tuple[int, int]]) -> int:
+    """The number of the table decoded direct (:func:`layout`): the one with the most bytes
+    of sampled changes, when they average :data:`DIRECT_ROW_BYTES` at least; else -1."""
+    def sample(i: int) -> tuple[int, int]:
+        relid = (schemas[names[i]].metadata or {}).get(b"pg.relation_id", b"")
+        return sampled.get(int(relid), (0, 0)) if relid.isdigit() else (0, 0)
+
+    best = max(range(len(names)), key=lambda i: (sample(i)[1], i), default=-1)
+    if best < 0:
+        return -1
+    count, size = sample(best)
+    return best if count and size >= DIRECT_ROW_BYTES * count else -1
+
+
+def direct_columns(target: pa.Schema, offsets: dict[int, dict[int, int]]) -> list[Any]:
+    """The direct table's columns, from the pass's ``f0``, ``f1``, … (:func:`layout`), with
+    the ``_seq`` of its rows of split transactions moved past the parts before (as
+    :func:`shifted` does to an unpacked table's)."""
+    from pyspark.sql import functions as F
+
+    names = target.names
+    columns = [F.col(f"f{j}") for j in range(len(names))]
+    moved = {(p << 32) + x: before for p, by_xid in offsets.items() for x, before in by_xid.items()}
+    if moved:
+        # The decoder's columns come after the table's: the last _seq and _xid are its.
+        seq, xid = (len(names) - 1 - names[::-1].index(n) for n in ("_seq", "_xid"))
+        pairs = [F.lit(v).cast("bigint") for item in sorted(moved.items()) for v in item]
+        key = F.col("_p").cast("bigint") * F.lit(1 << 32) + columns[xid]
+        columns[seq] = columns[seq] + F.coalesce(F.try_element_at(F.create_map(*pairs), key), F.lit(0).cast("bigint"))
+    return [c.alias(n) for c, n in zip(columns, names)]
