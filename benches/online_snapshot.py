@@ -74,22 +74,25 @@ class Writer(threading.Thread):
         conn.close()
 
 
-def xmin_holders(cur: Any, exclude: list[int], application: str | None = None) -> list[tuple[int, float, float]]:
-    """(pid, its transaction's start as epoch seconds, seconds it has been open) of each open
-    transaction that holds an xmin (client sessions other than ``exclude`` and the caller's
-    own; with ``application``, only sessions of that application_name)."""
+def xmin_holders(cur: Any, exclude: list[int], application: str | None = None
+                 ) -> list[tuple[int, float, float, str]]:
+    """(pid, its transaction's start as epoch seconds, seconds it has been open, its state
+    and the head of its last query) of each open transaction that holds an xmin (client
+    sessions other than ``exclude`` and the caller's own; with ``application``, only sessions
+    of that application_name)."""
     cur.execute("SELECT pid, extract(epoch FROM xact_start)::float8, "
-                "extract(epoch FROM clock_timestamp() - xact_start)::float8 FROM pg_stat_activity "
+                "extract(epoch FROM clock_timestamp() - xact_start)::float8, "
+                "state || ': ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 50) FROM pg_stat_activity "
                 "WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() AND pid <> ALL(%s) "
                 "AND backend_type = 'client backend' AND (%s::text IS NULL OR application_name = %s)",
                 (exclude, application, application))
-    return [(int(pid), float(start), float(age)) for pid, start, age in cur.fetchall()]
+    return [(int(pid), float(start), float(age), str(what)) for pid, start, age, what in cur.fetchall()]
 
 
 def oldest_xmin_holder(cur: Any, exclude: list[int], application: str | None = None) -> float:
     """Seconds the oldest open transaction that holds an xmin has been open (see
     :func:`xmin_holders`), 0 if none."""
-    return max((age for _, _, age in xmin_holders(cur, exclude, application)), default=0.0)
+    return max((h[2] for h in xmin_holders(cur, exclude, application)), default=0.0)
 
 
 class Sampler(threading.Thread):

@@ -171,18 +171,18 @@ class Sampler(threading.Thread):
         #: Which run is going, and since when (set by the loop that starts them).
         self.run_name, self.run_started = "", time.monotonic()
         #: Each xmin-holding transaction seen, (pid, its start) → (its oldest age seen, the run,
-        #: seconds from the run's start to the transaction's).
-        self.holders: dict[tuple[int, float], tuple[float, str, float]] = {}
+        #: seconds from the run's start to the transaction's, its state and query then).
+        self.holders: dict[tuple[int, float], tuple[float, str, float, str]] = {}
 
     def run(self) -> None:
         conn = self.pg.connect()
         conn.autocommit = True
         with conn.cursor() as cur:
             while not self.stop.is_set():
-                for pid, start, age in xmin_holders(cur, self.exclude, APPLICATION):
+                for pid, start, age, what in xmin_holders(cur, self.exclude, APPLICATION):
                     seen = self.holders.get((pid, start))
                     into_run = seen[2] if seen else max(0.0, time.monotonic() - self.run_started - age)
-                    self.holders[(pid, start)] = (max(age, seen[0] if seen else 0.0), self.run_name, into_run)
+                    self.holders[(pid, start)] = (max(age, seen[0] if seen else 0.0), self.run_name, into_run, what)
                 cur.execute("SELECT active, (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
                             "FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))
                 row = cur.fetchone()
@@ -205,16 +205,18 @@ def read_state(out: Path, fmt: str) -> Any:
         return None
 
 
-def _holders(holders: dict[tuple[int, float], tuple[float, str, float]]) -> dict[str, Any]:
+def _holders(holders: dict[tuple[int, float], tuple[float, str, float, str]]) -> dict[str, Any]:
     """The xmin-holding transactions sampled: how many, their ages (median, 95th percentile,
-    largest), and the five oldest with their run and how far into it they began."""
-    ages = sorted(age for age, _, _ in holders.values())
+    largest), and the five oldest with their run, how far into it they began, and what they
+    were doing when last seen (state and query)."""
+    ages = sorted(h[0] for h in holders.values())
     if not ages:
         return {"count": 0}
     top = sorted(holders.values(), reverse=True)[:5]
     return {"count": len(ages), "median_s": round(ages[len(ages) // 2], 3),
             "p95_s": round(ages[int(len(ages) * 0.95)], 3), "max_s": round(ages[-1], 3),
-            "oldest": [{"age_s": round(a, 2), "run": r, "began_into_run_s": round(t, 1)} for a, r, t in top]}
+            "oldest": [{"age_s": round(a, 2), "run": r, "began_into_run_s": round(t, 1), "doing": w}
+                       for a, r, t, w in top]}
 
 
 def progress(pg: Any, out: Path, fmt: str, slot: str) -> tuple[Any, Any]:
@@ -469,7 +471,7 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
         "excess_chunks": round(excess_chunks, 2), "excess_chunks_per_kill": round(excess_chunks / args.kills, 3),
         "chunks_read": len(chunk_times), "longest_chunk_read_s": max(chunk_times, default=0.0),
         "median_chunk_read_s": statistics.median(chunk_times) if chunk_times else 0.0,
-        "oldest_xmin_holder_s": round(max((age for age, _, _ in sampler.holders.values()), default=0.0), 3),
+        "oldest_xmin_holder_s": round(max((h[0] for h in sampler.holders.values()), default=0.0), 3),
         "xmin_holders": _holders(sampler.holders),
         "lag_bytes_during_snapshot": {"median": statistics.median(lag_snapshot) if lag_snapshot else None,
                                       "max": max(lag_snapshot, default=None)},

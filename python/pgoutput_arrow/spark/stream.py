@@ -397,11 +397,14 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._wait_for(pump, lambda: pump.upto >= last)
         with pump.lock:
             changes = pump.held.take(first, last)
-        parts: list[InputPartition] = [ChangesRange(first, last, i, tables, truncates)
-                                       for i, (tables, truncates) in enumerate(split(changes))]
         # The online snapshot's chunks: each part of each read by an executor, under the
-        # chunk's exported snapshot (open on the driver until Spark commits this batch).
-        parts += [ChunkRange(chunk, i) for chunk in changes.exported for i in range(len(chunk.parts))]
+        # chunk's exported snapshot, open on the driver until every part was read. They come
+        # first: Spark starts the batch's tasks in this order, and the snapshot (the server's
+        # xmin horizon) is held until the last part is read, not behind the changes' parts.
+        parts: list[InputPartition] = [ChunkRange(chunk, i) for chunk in changes.exported
+                                       for i in range(len(chunk.parts))]
+        parts += [ChangesRange(first, last, i, tables, truncates)
+                  for i, (tables, truncates) in enumerate(split(changes))]
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
