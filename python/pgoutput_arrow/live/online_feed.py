@@ -31,14 +31,10 @@ __all__ = ["OnlineFeed", "HandOut", "PUBLICATION_POLL_S"]
 #: Seconds between two looks of the online snapshot for tables added to the publication.
 PUBLICATION_POLL_S = 10.0
 
-#: An exported chunk is taken only once the stream's walsender is at most this many bytes of
-#: WAL behind the server's flushed WAL (see :meth:`OnlineFeed.caught_up`) ...
+#: A chunk is exported only while the stream's walsender is at most this many bytes of WAL
+#: behind the server's flushed WAL (see :meth:`OnlineFeed.caught_up`); else its rows are read
+#: on the stream's side.
 CATCH_UP_BYTES = 4 << 20
-#: ... or once it waited this long for the stream to catch up (a stream that never does still
-#: takes its chunks).
-CATCH_UP_MAX_S = 60.0
-#: Seconds between two looks at how far behind the walsender is.
-_CATCH_UP_POLL_S = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +72,6 @@ class OnlineFeed:
         self.current: OnlineSnapshot | None = None
         self._exports: Exports | None = None
         self._last_poll = 0.0
-        # Since when the next exported chunk waits for the stream to catch up, and when the
-        # walsender was last looked at.
-        self._behind_since: float | None = None
-        self._behind_checked = 0.0
 
     # ------------------------------------------------------------------ state
 
@@ -151,43 +143,31 @@ class OnlineFeed:
             return
         if self.options.online_snapshot and time.monotonic() - self._last_poll >= PUBLICATION_POLL_S:
             self._sync_publications()
-        if read_chunk and online.chunk is None and not online.finished and self.caught_up():
+        if read_chunk and online.chunk is None and not online.finished:
             # The next chunk: it comes out where its watermark passes in the stream.
             try:
-                online.read()
+                online.read(export=self.caught_up())
             except UnorderedKey as e:
                 self._fall_back(e.table, e.why)
 
     def caught_up(self) -> bool:
-        """Whether the next chunk may be taken now. An exported chunk's snapshot is held
-        until its rows are read, after its watermark passed in the stream: taken while the
-        stream is far behind (a consumer restarted after a while, a burst of writes), it would
-        hold the server's xmin horizon while the stream reads its way to the watermark. So it
-        waits until the slot's walsender is at most :data:`CATCH_UP_BYTES` behind the
-        server's flushed WAL (``pg_stat_replication.sent_lsn``), at most
-        :data:`CATCH_UP_MAX_S`. A chunk read on the stream's side holds nothing while it
-        waits for its watermark: it does not wait."""
+        """Whether the next chunk may be exported (read elsewhere, after its watermark passed
+        in the stream). An exported chunk's snapshot is held until its rows are read: taken
+        while the stream is far behind (a consumer restarted after a while, a burst of
+        writes, a consumer that does not keep up), it would hold the server's xmin horizon
+        while the stream reads its way to the watermark. So a chunk is exported only while
+        the slot's walsender is at most :data:`CATCH_UP_BYTES` behind the server's flushed WAL
+        (``pg_stat_replication.sent_lsn``); else its rows are read on the stream's side at
+        once, its transaction ended, and they wait for the watermark in memory. (Without
+        ``export_chunks`` every chunk is read so.)"""
         if not self.export_chunks or self.current is None:
-            return True
-        now = time.monotonic()
-        if self._behind_since is not None and now - self._behind_since >= CATCH_UP_MAX_S:
-            self._behind_since = None
-            return True
-        if now - self._behind_checked < _CATCH_UP_POLL_S:
-            return self._behind_since is None
-        self._behind_checked = now
+            return False
         with self.current.conn.cursor() as cur:
             cur.execute("SELECT (pg_current_wal_flush_lsn() - r.sent_lsn)::bigint FROM pg_replication_slots s "
                         "JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = %s",
                         (self.options.slot,))
             row = cur.fetchone()
-        behind = int(row[0]) if row is not None and row[0] is not None else 0
-        if behind <= CATCH_UP_BYTES:
-            self._behind_since = None
-            return True
-        if self._behind_since is None:
-            self._behind_since = now
-        return False
+        return row is None or row[0] is None or int(row[0]) <= CATCH_UP_BYTES
 
     def _sync_publications(self) -> None:
         """Reads every published table the online snapshot does not know yet (a table added

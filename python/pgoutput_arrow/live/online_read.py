@@ -113,15 +113,15 @@ class ChunkReader:
         self._run = secrets.token_hex(6)
         self._seq = 0
 
-    def read(self, table: OnlineTable, p: Progress) -> Chunk:
+    def read(self, table: OnlineTable, p: Progress, export: bool = True) -> Chunk:
         """The next chunk of ``table``, standing at ``p`` (see the module documentation of
         :mod:`.online_snapshot`); its ``table`` has the columns published when it was read.
-        With exports, its rows are left to be read under its exported snapshot
-        (:mod:`.online_export`)."""
+        With exports (and ``export``), its rows are left to be read under its exported
+        snapshot (:mod:`.online_export`); else they are read here."""
         started = time.monotonic()
         token = f"{self._run}:{self._seq}"
         self._seq += 1
-        exports = self.exports
+        exports = self.exports if export else None
         conn = exports.begin() if exports is not None else self.conn
         cur = conn.cursor()
         cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")

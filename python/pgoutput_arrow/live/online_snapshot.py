@@ -161,14 +161,15 @@ class OnlineSnapshot:
         """How many chunks were read."""
         return self.reader.chunks
 
-    def read(self) -> Chunk | None:
-        """Reads the next chunk (:class:`~.online_read.ChunkReader`); None when every table
-        is read. The chunk waits in :attr:`chunk` for its watermark."""
+    def read(self, export: bool = True) -> Chunk | None:
+        """Reads the next chunk (:class:`~.online_read.ChunkReader`; exported if it exports
+        and ``export``, else its rows read now); None when every table is read. The chunk
+        waits in :attr:`chunk` for its watermark."""
         assert self.chunk is None
         table = self.next_table()
         if table is None:
             return None
-        self.chunk = self.reader.read(table, self.progress[table.table])
+        self.chunk = self.reader.read(table, self.progress[table.table], export)
         self.tables[table.table] = table = self.chunk.table  # its columns as the chunk read them
         # Changes handed out before this chunk by transactions its snapshot does not see
         # (committed, but not yet visible: PostgreSQL writes a commit before it shows it, and

@@ -779,9 +779,7 @@ impl ColumnBuilder {
                 // Every type with special values has a renderer; this is a fallback only.
                 text.clear();
                 text.push_str("\\x");
-                for b in bytes {
-                    text.push_str(&format!("{b:02x}"));
-                }
+                num::push_hex(&mut text, bytes);
                 text
             }
         }

@@ -164,8 +164,31 @@ pub(crate) fn push_digits(out: &mut String, mut v: u64, width: usize) {
         buf[i] = b'0' + v as u8;
     }
     let start = i.min(buf.len() - width.min(buf.len()));
-    // ASCII digits: each byte is its char, so no validation is needed.
+    // ASCII digits: each byte is its char, so no validation is needed (and a few chars
+    // extended one by one cost less than a checked copy of them).
     out.extend(buf[start..].iter().map(|&b| char::from(b)));
+}
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// `bytes` in lowercase hex, two digits each (as `{b:02x}` per byte), without `fmt`'s
+/// machinery: bytea, uuid and macaddr text is rendered once per value.
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    out.reserve(2 * bytes.len());
+    for &b in bytes {
+        out.push(char::from(HEX_DIGITS[(b >> 4) as usize]));
+        out.push(char::from(HEX_DIGITS[(b & 15) as usize]));
+    }
+}
+
+/// A uuid's 16 bytes as its text: hex digits grouped 8-4-4-4-12 by dashes.
+pub(crate) fn push_uuid(out: &mut String, b: &[u8; 16]) {
+    for (i, group) in [&b[0..4], &b[4..6], &b[6..8], &b[8..10], &b[10..16]].into_iter().enumerate() {
+        if i > 0 {
+            out.push('-');
+        }
+        push_hex(out, group);
+    }
 }
 
 /// Each byte's value as a hex digit, or `INVALID_HEX` (its high bits set).
@@ -440,8 +463,18 @@ pub(crate) fn numeric_bin_to_decimal(
         numeric_bin_to_text(bytes, &mut text).ok();
         Ok(Err(not_fit(&text, precision, scale)))
     };
-    // Each base-10000 digit i stands for digit * 10^(4 * (weight - i)); in the unscaled
-    // integer that is digit * 10^(4 * (weight - i) + scale).
+    // Horner's rule first; the digit-wise rule where it cannot tell (a value that needs
+    // every one of decimal128's digits, or one that does not fit).
+    match horner_unscaled(&n, scale).filter(|&v| fits(v, precision)).or_else(|| digitwise_unscaled(&n, scale)) {
+        Some(v) if fits(v, precision) => Ok(Ok(if n.sign == NUMERIC_NEG { -v } else { v })),
+        _ => overflow(),
+    }
+}
+
+/// The unscaled value of `n` at `scale` (its magnitude), digit by digit: each base-10000
+/// digit i stands for digit * 10^(4 * (weight - i)); in the unscaled integer that is
+/// digit * 10^(4 * (weight - i) + scale). None: past i128, or digits below the scale.
+fn digitwise_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
     let mut v: i128 = 0;
     for i in 0..n.ndigits() {
         let d = n.digit(i) as u32;
@@ -457,15 +490,36 @@ pub(crate) fn numeric_bin_to_decimal(
         } else {
             None
         };
-        v = match term.and_then(|t| v.checked_add(t)) {
-            Some(v) => v,
-            None => return overflow(),
-        };
+        v = v.checked_add(term?)?;
     }
-    if !fits(v, precision) {
-        return overflow();
+    Some(v)
+}
+
+/// The unscaled value of `n` at `scale` (its magnitude) by Horner's rule over its base-10000
+/// digits, then one multiplication or exact division by a power of ten; None where that does
+/// not work out (the digits' integer past u128, digits below the scale), for the digit-wise
+/// rule of [`numeric_bin_to_decimal`] to decide.
+fn horner_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
+    let digits = n.ndigits();
+    let mut acc: u128 = 0;
+    for i in 0..digits {
+        acc = acc.checked_mul(10_000)?.checked_add(n.digit(i) as u128)?;
     }
-    Ok(Ok(if n.sign == NUMERIC_NEG { -v } else { v }))
+    if acc == 0 {
+        return Some(0);
+    }
+    // acc stands for its last digit at 10^(4 * (weight - (digits - 1))).
+    let exp = 4 * (n.weight as i32 - (digits as i32 - 1)) + scale as i32;
+    let v = if exp >= 0 {
+        acc.checked_mul(pow10(exp as u32)? as u128)?
+    } else {
+        let p = pow10((-exp) as u32)? as u128;
+        if acc % p != 0 {
+            return None;
+        }
+        acc / p
+    };
+    i128::try_from(v).ok()
 }
 
 /// numeric_out's text of a binary numeric (get_str_from_var in numeric.c): the integer
@@ -516,7 +570,61 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
 
 #[cfg(test)]
 mod tests {
-    use super::push_digits;
+    use super::{digitwise_unscaled, horner_unscaled, numeric_bin, push_digits, push_hex, push_uuid};
+
+    #[test]
+    fn push_hex_and_push_uuid_are_fmts_lowercase_hex() {
+        let bytes: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
+        for len in [0, 1, 2, 63, 64, 65, 200, bytes.len()] {
+            let mut out = String::from("x");
+            push_hex(&mut out, &bytes[..len]);
+            let expected: String = bytes[..len].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(out, format!("x{expected}"));
+        }
+        let u: [u8; 16] = std::array::from_fn(|i| (i * 17 + 3) as u8);
+        let mut out = String::new();
+        push_uuid(&mut out, &u);
+        let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(out, format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]));
+    }
+
+    #[test]
+    fn horner_agrees_with_the_digit_wise_rule() {
+        // Pseudo-random binary numerics (a fixed LCG): any digits, weights and scales; the
+        // last digit non-zero or not, and values that need all of decimal128's digits.
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |m: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % m
+        };
+        let mut compared = 0;
+        for case in 0..200_000 {
+            let ndigits = next(12) as usize;
+            let weight = next(24) as i16 - 10;
+            let scale = next(16) as i8 - 3;
+            let mut bytes = Vec::with_capacity(8 + 2 * ndigits);
+            bytes.extend_from_slice(&(ndigits as u16).to_be_bytes());
+            bytes.extend_from_slice(&weight.to_be_bytes());
+            bytes.extend_from_slice(&0u16.to_be_bytes());
+            bytes.extend_from_slice(&0u16.to_be_bytes());
+            for i in 0..ndigits {
+                let d = match next(4) {
+                    0 => 0,
+                    1 => 9999,
+                    2 if i + 1 == ndigits => 5000,
+                    _ => next(10_000),
+                } as u16;
+                bytes.extend_from_slice(&d.to_be_bytes());
+            }
+            let n = numeric_bin(&bytes).expect("well-formed");
+            let (fast, slow) = (horner_unscaled(&n, scale), digitwise_unscaled(&n, scale));
+            if let Some(v) = fast {
+                assert_eq!(Some(v), slow, "case {case}: {bytes:?} at scale {scale}");
+                compared += 1;
+            }
+        }
+        assert!(compared > 50_000, "{compared} cases compared");
+    }
 
     #[test]
     fn push_digits_is_fmts_zero_padded_decimal() {

@@ -17,6 +17,7 @@ use arrow_array::{Array, ArrayRef, StringArray};
 use arrow_schema::{DataType, TimeUnit};
 
 use super::datetime;
+use super::num::{push_hex, push_uuid};
 use super::interval::{self, Interval};
 use super::render;
 use super::value::ValueError;
@@ -119,11 +120,9 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
         }
         DataType::FixedSizeBinary(16) => {
             let b = array.as_fixed_size_binary().value(i);
-            for (k, byte) in b.iter().enumerate() {
-                if matches!(k, 4 | 6 | 8 | 10) {
-                    out.push('-');
-                }
-                let _ = write!(out, "{byte:02x}");
+            match <&[u8; 16]>::try_from(b) {
+                Ok(b) => push_uuid(out, b),
+                Err(_) => push_hex(out, b),
             }
         }
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
@@ -134,9 +133,7 @@ fn value_text(array: &dyn Array, i: usize, in_array: bool, out: &mut String) -> 
                 _ => array.as_fixed_size_binary().value(i),
             };
             out.push_str(if in_array { "\"\\\\x" } else { "\\x" });
-            for b in bytes {
-                let _ = write!(out, "{b:02x}");
-            }
+            push_hex(out, bytes);
             if in_array {
                 out.push('"');
             }

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::datetime;
 use super::interval;
-use super::num::{err, fixed, numeric_bin_to_text};
+use super::num::{err, fixed, numeric_bin_to_text, push_hex, push_uuid};
 use super::oid;
 use super::value::{Result, ValueError};
 
@@ -247,7 +247,7 @@ pub(crate) fn render(kind: StrKind, bytes: &[u8], out: &mut String) -> Result<()
                 if i > 0 {
                     out.push(':');
                 }
-                let _ = write!(out, "{b:02x}");
+                push_hex(out, std::slice::from_ref(b));
             }
         }
         StrKind::Money => money(i64::from_be_bytes(fixed::<8>("money", bytes)?), out),
@@ -387,24 +387,13 @@ pub(crate) fn render(kind: StrKind, bytes: &[u8], out: &mut String) -> Result<()
         StrKind::Bytea => {
             // byteaout with bytea_output 'hex' (the default).
             out.push_str("\\x");
-            for b in bytes {
-                let _ = write!(out, "{b:02x}");
-            }
+            push_hex(out, bytes);
         }
-        StrKind::Uuid => {
-            for (i, b) in super::num::uuid_bin(bytes)?.iter().enumerate() {
-                if matches!(i, 4 | 6 | 8 | 10) {
-                    out.push('-');
-                }
-                let _ = write!(out, "{b:02x}");
-            }
-        }
+        StrKind::Uuid => push_uuid(out, &super::num::uuid_bin(bytes)?),
         StrKind::Array(elem) => array(elem, bytes, out)?,
         StrKind::Unrendered => {
             out.push_str("\\x");
-            for b in bytes {
-                let _ = write!(out, "{b:02x}");
-            }
+            push_hex(out, bytes);
         }
     }
     Ok(())
