@@ -514,7 +514,7 @@ fn horner_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
         acc.checked_mul(pow10(exp as u32)? as u128)?
     } else {
         let p = pow10((-exp) as u32)? as u128;
-        if acc % p != 0 {
+        if !acc.is_multiple_of(p) {
             return None;
         }
         acc / p
