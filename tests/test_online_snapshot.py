@@ -259,10 +259,10 @@ def test_a_chunk_is_exported_only_while_the_stream_keeps_up(pg: PgServer, unique
         # What it looks at: the slot's walsender, seen by the stream's own user.
         assert pg.query("SELECT r.sent_lsn IS NOT NULL FROM pg_replication_slots s JOIN pg_stat_replication r "
                         "ON r.pid = s.active_pid WHERE s.slot_name = %s", (p,)) == [(True,)]
-        assert s.online.caught_up()  # an idle walsender keeps up
         started = time.monotonic()
         while s.snapshot_pending:
-            monkeypatch.setattr(online_feed, "CATCH_UP_BYTES", -1 if len(kinds) % 2 else 4 << 20)
+            # "Keeping up" whatever WAL the other tests write on this server meanwhile.
+            monkeypatch.setattr(online_feed, "CATCH_UP_BYTES", -1 if len(kinds) % 2 else 1 << 62)
             group = s.poll(wait=False)
             for b in group[0] if group else []:
                 if b.read_elsewhere is not None:

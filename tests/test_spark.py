@@ -1542,8 +1542,8 @@ def test_stream_source_online_snapshot_resumes_from_the_checkpoint(spark: Any, v
 
 
 @pytest.mark.parametrize("hold", [False, True], ids=["ends-when-read", "holdChunkSnapshot"])
-def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: Any, unique_name: str,
-                                                                      hold: bool) -> None:
+def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: Any, unique_name: str, hold: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """With onlineSnapshot, a chunk reaches the executors as partitions of key ranges (no rows
     through the driver): each part is read under the chunk's exported snapshot, which ends
     once every part was read (the server's xmin horizon is held for one chunk's read; a part
@@ -1552,8 +1552,12 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from pgoutput_arrow.live.snapshot import SnapshotGone
+    from pgoutput_arrow.live import online_feed
     from pgoutput_arrow.spark.stream import ChangesRange, ChunkRange, PgoutputStreamReader, stream_schema
 
+    # Exported whatever WAL the other tests write meanwhile (a walsender "behind" would have
+    # the driver read the chunk itself: test_a_chunk_is_exported_only_while_the_stream_keeps_up).
+    monkeypatch.setattr(online_feed, "CATCH_UP_BYTES", 1 << 62)
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
     pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); "
                  f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 25000) g; "
