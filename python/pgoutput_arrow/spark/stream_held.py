@@ -37,7 +37,7 @@ PART_BYTES = 32 << 20
 #: planned in, one chunk per micro-batch (:meth:`Held.one_chunk`). Spark commits batch N to
 #: the source only after it planned batch N + 1: the chunk of batch N + 1 is the second one
 #: held. The chunk's snapshot (and the server's xmin horizon) is held from the plan of its
-#: micro-batch to its commit; a kill costs the rows of the one chunk in flight (the offsets
+#: micro-batch until its parts were read (``holdChunkSnapshot``: to its commit); a kill costs the rows of the one chunk in flight (the offsets
 #: claim a batch's chunks one batch late: a chunk not committed is read again after a kill).
 MAX_HELD_CHUNKS = 2
 
