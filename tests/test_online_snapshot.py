@@ -238,15 +238,16 @@ def test_a_table_without_a_key_is_taken_by_an_exported_snapshot(pg: PgServer, un
 
 def test_a_chunk_is_exported_only_while_the_stream_keeps_up(pg: PgServer, unique_name: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """With exported chunks (Spark's executors read them), a chunk is exported only while the
-    slot's walsender is close to the server's flushed WAL: its snapshot would otherwise be held
-    while the stream reads its way to the watermark. A walsender "behind" (CATCH_UP_BYTES = -1)
-    gets the chunk's rows read on the stream's side at once instead; the snapshot goes on
-    either way, and its rows are the table's."""
+    """With exported chunks (Spark's executors read them), a chunk is exported only once the
+    consumer committed a batch (its readers run), and only while the slot's walsender is close
+    to the server's flushed WAL: its snapshot would otherwise be held while the readers start,
+    or while the stream reads its way to the watermark. Before the first commit, or with a
+    walsender "behind" (CATCH_UP_BYTES = -1), the chunk's rows are read on the stream's side at
+    once instead; the snapshot goes on either way, and its rows are the table's."""
     from pgoutput_arrow.live import online_feed
     from pgoutput_arrow.live.snapshot import open_snapshot_connection
 
-    p, rows = unique_name, 300
+    p, rows = unique_name, 400
     make_tables(pg, p, rows)
     pg.create_slot(p)
     s = pgoutput_arrow.stream(pg.dsn, slot=p, publication=p, online_snapshot=True, snapshot_chunk_rows=100,
@@ -261,24 +262,26 @@ def test_a_chunk_is_exported_only_while_the_stream_keeps_up(pg: PgServer, unique
                         "ON r.pid = s.active_pid WHERE s.slot_name = %s", (p,)) == [(True,)]
         started = time.monotonic()
         while s.snapshot_pending:
-            # "Keeping up" whatever WAL the other tests write on this server meanwhile.
-            monkeypatch.setattr(online_feed, "CATCH_UP_BYTES", -1 if len(kinds) % 2 else 1 << 62)
+            # The first chunk: nothing committed yet. The third: the walsender "behind". Else
+            # "keeping up" whatever WAL the other tests write on this server meanwhile.
+            monkeypatch.setattr(online_feed, "CATCH_UP_BYTES", -1 if len(kinds) == 2 else 1 << 62)
             group = s.poll(wait=False)
             for b in group[0] if group else []:
-                if b.read_elsewhere is not None:
+                if b.read_elsewhere is not None and b.read_elsewhere.parts:  # (past the last key: none)
                     kinds.append("exported")
                     conn = open_snapshot_connection(pg.dsn, b.read_elsewhere.snapshot_name)
                     keys += [k for part in range(len(b.read_elsewhere.parts))
                              for batch in b.read_elsewhere.read(conn, part) for k in batch.column("id").to_pylist()]
                     conn.close()
-                    s.online.release_exported(b.ack_lsn + 1)
                 elif b.snapshot and b.batch.num_rows:
                     kinds.append("read here")
                     keys += b.batch.column("id").to_pylist()
+            if group:  # the consumer committed what it took (as Spark commits, up to its ack_lsn)
+                s.online.release_exported(group[1])
             assert time.monotonic() - started < 120
     finally:
         s.close()
-    assert kinds == ["exported", "read here", "exported"], kinds
+    assert kinds == ["read here", "exported", "read here", "exported"], kinds
     assert sorted(keys) == [r[0] for r in pg.query(f"SELECT id FROM {p}_main ORDER BY id")]
 
 

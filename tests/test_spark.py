@@ -1548,7 +1548,9 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
     through the driver): each part is read under the chunk's exported snapshot, which ends
     once every part was read (the server's xmin horizon is held for one chunk's read; a part
     read again fails, SnapshotGone, saying why), or with holdChunkSnapshot when Spark commits
-    the batch (a part may be read again until then); then the next chunk is read."""
+    the batch (a part may be read again until then); then the next chunk is read. The first
+    chunk, before Spark committed a batch of the query (its executors' Python workers may not
+    run yet), is read by the driver and shipped with the batch's changes."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from pgoutput_arrow.live.snapshot import SnapshotGone
@@ -1560,7 +1562,7 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
     monkeypatch.setattr(online_feed, "CATCH_UP_BYTES", 1 << 62)
     t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
     pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); "
-                 f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 25000) g; "
+                 f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 49000) g; "
                  f"CREATE PUBLICATION {pub} FOR TABLE {t}")
     options = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
                "onlineSnapshot": "true", "snapshotChunkRows": "24000", "pollInterval": "0.1",
@@ -1570,6 +1572,16 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
         start = reader.initialOffset()
         rows: list[int] = []
         deadline = time.monotonic() + 60
+        while not rows:  # the first chunk: read by the driver, shipped with the changes
+            end = reader.latestOffset(start, ReadAllAvailable())
+            parts = reader.partitions(start, end) if end != start else []
+            assert not any(isinstance(p, ChunkRange) for p in parts)
+            rows = [i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist()]
+            reader.commit(end)
+            assert time.monotonic() < deadline
+            start = end
+        assert sorted(rows) == list(range(1, 24001))
+        rows = []
         while True:
             end = reader.latestOffset(start, ReadAllAvailable())
             parts = reader.partitions(start, end) if end != start else []
@@ -1590,7 +1602,7 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
             batches = list(reader.read(p))
             rows += [i for b in batches for i in b.column("id").to_pylist()]
             assert all(set(b.column("_op").to_pylist()) <= {"snapshot"} for b in batches)
-        assert sorted(rows) == list(range(1, 24001))
+        assert sorted(rows) == list(range(24001, 48001))
         if hold:
             time.sleep(1)
             assert exporting() >= 1  # until Spark commits the batch
@@ -1614,7 +1626,7 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
             assert time.monotonic() < deadline
             start = end
         assert [i for p in nxt for b in reader.read(p) for i in b.column("id").to_pylist()] == \
-            list(range(24001, 25001))
+            list(range(48001, 49001))
     finally:
         reader.stop()
     pg18.drop_slot(slot)

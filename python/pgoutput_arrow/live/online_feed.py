@@ -32,7 +32,7 @@ __all__ = ["OnlineFeed", "HandOut", "PUBLICATION_POLL_S"]
 PUBLICATION_POLL_S = 10.0
 
 #: A chunk is exported only while the stream's walsender is at most this many bytes of WAL
-#: behind the server's flushed WAL (see :meth:`OnlineFeed.caught_up`); else its rows are read
+#: behind the server's flushed WAL (see :meth:`OnlineFeed.may_export`); else its rows are read
 #: on the stream's side.
 CATCH_UP_BYTES = 4 << 20
 
@@ -68,6 +68,10 @@ class OnlineFeed:
         #: (and at the latest) at :meth:`release_exported`.
         self.export_chunks = False
         self.end_exports_when_read = True
+        #: Whether the readers of exported chunks run already: :meth:`release_exported` was
+        #: called (Spark committed a batch of this stream). Until then every chunk is read on
+        #: the stream's side, as :meth:`may_export` says why.
+        self._readers_running = False
         #: The online snapshot, once started.
         self.current: OnlineSnapshot | None = None
         self._exports: Exports | None = None
@@ -146,21 +150,27 @@ class OnlineFeed:
         if read_chunk and online.chunk is None and not online.finished:
             # The next chunk: it comes out where its watermark passes in the stream.
             try:
-                online.read(export=self.caught_up())
+                online.read(export=self.may_export())
             except UnorderedKey as e:
                 self._fall_back(e.table, e.why)
 
-    def caught_up(self) -> bool:
+    def may_export(self) -> bool:
         """Whether the next chunk may be exported (read elsewhere, after its watermark passed
-        in the stream). An exported chunk's snapshot is held until its rows are read: taken
-        while the stream is far behind (a consumer restarted after a while, a burst of
-        writes, a consumer that does not keep up), it would hold the server's xmin horizon
-        while the stream reads its way to the watermark. So a chunk is exported only while
-        the slot's walsender is at most :data:`CATCH_UP_BYTES` behind the server's flushed WAL
-        (``pg_stat_replication.sent_lsn``); else its rows are read on the stream's side at
-        once, its transaction ended, and they wait for the watermark in memory. (Without
-        ``export_chunks`` every chunk is read so.)"""
-        if not self.export_chunks or self.current is None:
+        in the stream). An exported chunk's snapshot is held until its rows are read, so it
+        holds the server's xmin horizon for as long as its readers take to come:
+
+        - taken while the stream is far behind (a consumer restarted after a while, a burst
+          of writes, a consumer that does not keep up), while the stream reads its way to the
+          watermark. So a chunk is exported only while the slot's walsender is at most
+          :data:`CATCH_UP_BYTES` behind the server's flushed WAL (``pg_stat_replication.sent_lsn``);
+        - taken before the readers run, while they start (a Spark query's first tasks start
+          the executors' Python workers: seconds, tens of seconds on a busy cluster). So a
+          chunk is exported only once the consumer committed a batch of this stream
+          (:meth:`release_exported`).
+
+        Else its rows are read on the stream's side at once, its transaction ended, and they
+        wait for the watermark in memory. (Without ``export_chunks`` every chunk is read so.)"""
+        if not self.export_chunks or self.current is None or not self._readers_running:
             return False
         with self.current.conn.cursor() as cur:
             cur.execute("SELECT (pg_current_wal_flush_lsn() - r.sent_lsn)::bigint FROM pg_replication_slots s "
@@ -236,8 +246,10 @@ class OnlineFeed:
     # ------------------------------------------------------------------ exported chunks
 
     def release_exported(self, upto: int) -> None:
-        """The exported chunks handed out below ``upto`` were read (``export_chunks``):
-        their snapshots end."""
+        """The consumer committed what was handed out below ``upto``: the exported chunks among
+        it were read, their snapshots end, and the next chunks may be exported
+        (:meth:`may_export`)."""
+        self._readers_running = True
         if self._exports is not None:
             self._exports.end(upto)
 
