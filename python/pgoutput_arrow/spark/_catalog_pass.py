@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from .. import _internal
 from ._common import narrow_catalog, with_setting
 
-__all__ = ["kind_is", "BINARY_SAMPLE", "normalized", "collect_catalog", "sample_inserts", "table_schemas",
+__all__ = ["kind_is", "BINARY_SAMPLE", "normalized", "lsn_as_long", "collect_catalog", "sample_inserts", "table_schemas",
            "CaptureCatalog", "SAMPLE_EVERY", "capture_catalog", "split_transactions", "sample_sizes",
            "Placement", "placement"]
 
@@ -52,19 +52,31 @@ def normalized(df: Any, order_col: str | None, lsn_text: bool = False) -> Any:
     crates, which read either), ``xid`` as a long, ``data`` binary and a tie-breaker column
     ``_tb`` (Spark expressions: these run in the JVM, before any row reaches Python)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
 
-    lsn = F.col("lsn")
-    text = isinstance(df.schema["lsn"].dataType, StringType)
-    if text and not lsn_text:
-        hi = F.conv(F.substring_index(lsn, "/", 1), 16, 10).cast("bigint")
-        lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
-        lsn = F.shiftleft(hi, 32) + lo
-    if not (text and lsn_text):
-        lsn = lsn.cast("bigint")
+    text = _lsn_is_text(df)
+    lsn = F.col("lsn") if text and lsn_text else lsn_as_long(df)
     tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
     return df.select(lsn.alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
                      F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
+
+
+def _lsn_is_text(df: Any) -> bool:
+    from pyspark.sql.types import StringType
+
+    return isinstance(df.schema["lsn"].dataType, StringType)
+
+
+def lsn_as_long(df: Any) -> Any:
+    """``df``'s ``lsn`` column as a long (a Spark expression), from 'X/Y' text if need be:
+    the JVM's ``conv`` costs about a microsecond a row, so it is taken after any filter."""
+    from pyspark.sql import functions as F
+
+    lsn = F.col("lsn")
+    if _lsn_is_text(df):
+        hi = F.conv(F.substring_index(lsn, "/", 1), 16, 10).cast("bigint")
+        lo = F.conv(F.substring_index(lsn, "/", -1), 16, 10).cast("bigint")
+        lsn = F.shiftleft(hi, 32) + lo
+    return lsn.cast("bigint")
 
 
 def collect_catalog(ndf: Any) -> pa.Table:
@@ -117,21 +129,22 @@ SAMPLE_EVERY = 64
 
 
 def capture_catalog(ndf: Any) -> CaptureCatalog:
-    """One Spark job over a :func:`normalized` capture: a filter of the messages of the kinds
-    :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and ``FRAMING_KINDS``, collected to the
-    driver with their partition (a few per transaction; no aggregation, no shuffle), and the
-    heads of a sample of the changes."""
+    """One Spark job over a :func:`normalized` capture (its ``lsn`` text or long): a filter
+    of the messages of the kinds :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and
+    ``FRAMING_KINDS``, collected to the driver with their partition (a few per transaction; no
+    aggregation, no shuffle), and the heads of a sample of the changes."""
     from pyspark.sql import functions as F
 
     # The partition is taken before the filter: spark_partition_id() is not deterministic, so
     # the optimizer cannot push the filter below a repartition in ``ndf`` (a round-robin one
     # would then deal out the kept rows alone, not every row as the decoding pass sees them).
+    # So nothing costly is computed before the filter: a text lsn is converted after it.
     whole = kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)
     sampled = kind_is(b"IUD") & (F.monotonically_increasing_id() % SAMPLE_EVERY == 0)
-    kept = (ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "data")
-            .where(whole | sampled)
-            .select("p", "xid", "lsn", F.when(whole, F.col("data")).otherwise(F.substring("data", 1, 9)).alias("data"),
-                    F.when(whole, F.lit(None)).otherwise(F.length("data")).alias("bytes")))
+    filtered = ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "data").where(whole | sampled)
+    kept = filtered.select("p", "xid", lsn_as_long(filtered).alias("lsn"),
+                           F.when(whole, F.col("data")).otherwise(F.substring("data", 1, 9)).alias("data"),
+                           F.when(whole, F.lit(None)).otherwise(F.length("data")).alias("bytes"))
     table = _on_partitions(kept)
     is_sample = table.column("bytes").is_valid()
     samples, table = table.filter(is_sample), table.filter(pc.invert(is_sample))

@@ -229,12 +229,14 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         # nest arrays as deep as it does, not learn a depth from its own first array (an
         # array of another depth is kept in _special, as everywhere).
         options["array_ndims"] = 1
-    ndf = normalized(df, order_col)
-    catalog = capture_catalog(ndf)
+    # The crates read text LSNs faster than the JVM converts them (the catalog scan converts
+    # only the rows it keeps).
+    rows = normalized(df, order_col, lsn_text=True)
+    catalog = capture_catalog(rows)
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
         # schemas are made before any data is seen: a few Inserts tell, when it matters.
-        options["binary"], schemas = _binary_mode(catalog.catalog, options, ndf)
+        options["binary"], schemas = _binary_mode(catalog.catalog, options, rows)
     else:
         schemas = table_schemas(catalog.catalog, options)
     names = sorted(schemas)
@@ -243,8 +245,6 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     targets.append(to_spark_arrow_schema(_decoder(options).finish().truncates.schema))
     direct = largest(names, schemas, catalog.sampled)
     pass_schema = spark_schema(layout(targets[direct] if direct >= 0 else None))
-    # The crates read text LSNs faster than the JVM converts them.
-    rows = normalized(df, order_col, lsn_text=True)
     fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=False)
     packed = _persist_adaptively(rows.mapInArrow(fn, pass_schema))
     summary, sizes = summaries(packed)
@@ -277,13 +277,13 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     return out
 
 
-def _binary_mode(catalog: pa.Table, options: dict[str, Any], ndf: Any) -> tuple[bool, dict[str, pa.Schema]]:
+def _binary_mode(catalog: pa.Table, options: dict[str, Any], rows: Any) -> tuple[bool, dict[str, pa.Schema]]:
     """Whether the capture was taken with ``binary 'true'``, and the tables' schemas in that
     mode. Its first Inserts are asked (a small job) only when the schemas depend on it (a
     type without a text rendering: an enum, a composite, …); else ``False``, which types
     them alike."""
     by_mode = {b: table_schemas(catalog, {**options, "binary": b}) for b in (False, True)}
-    binary = by_mode[False] != by_mode[True] and is_binary_capture(sample_inserts(ndf))
+    binary = by_mode[False] != by_mode[True] and is_binary_capture(sample_inserts(rows))
     return binary, by_mode[binary]
 
 
