@@ -1692,3 +1692,27 @@ def test_stream_source_snapshot_first_then_changes(spark: Any, pg18: Any, unique
         restarted.partitions(start, end)
     restarted.stop()
     assert pg18.scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)) == 0
+
+
+def test_held_counts_a_chunk_once_however_many_batches_carry_it() -> None:
+    """A chunk of the online snapshot read on the driver comes in several batches at its
+    watermark (its range's rows, then the keys read again): the streaming source's batches
+    hold one chunk each, so the chunk must count once. Counted twice, a batch starting at the
+    watermark ended there, empty, and the query stalled (found by the Spark soak)."""
+    from pgoutput_arrow.live.batches import LiveBatch
+    from pgoutput_arrow.spark.stream_held import Held
+
+    def rows(commits: list[int], snapshot: bool) -> LiveBatch:
+        batch = pa.record_batch({"id": pa.array(range(len(commits)), pa.int64()),
+                                 "_commit_lsn": pa.array(commits, pa.int64()),
+                                 "_seq": pa.array(range(len(commits)), pa.int64())})
+        return LiveBatch("table", "public.t", 1, batch, max(commits), snapshot=snapshot)
+
+    held = Held(None)
+    held.add([rows([90, 95], False)])
+    held.add([rows([100] * 5, True), rows([100] * 2, True)])  # one chunk, its keys read again
+    held.add([rows([110, 120], False), rows([200] * 3, True)])  # changes, then the next chunk
+    assert held.chunks == [100, 200]
+    assert held.one_chunk(90, 300) == 200  # up to the second chunk
+    assert held.one_chunk(100, 300) == 200  # from the first chunk: not empty
+    assert held.one_chunk(200, 300) == 300

@@ -92,10 +92,10 @@ class Held:
             if item.snapshot_state is not None:
                 state = item.snapshot_state
             if item.snapshot and item.batch.num_rows:
-                self.chunks.append(int(_commits(item.batch).max()))
+                self._chunk_at(int(_commits(item.batch).max()))
             if item.read_elsewhere is not None:
                 self.exported.append(item.read_elsewhere)
-                self.chunks.append(item.read_elsewhere.lsn)
+                self._chunk_at(item.read_elsewhere.lsn)
                 self._last = max(self._last, item.read_elsewhere.lsn)
             batch = item.batch
             if item.kind == "table" and item.table:
@@ -112,6 +112,12 @@ class Held:
         if state is not None:
             # It rides on the group's last batch: it holds once every row so far is stored.
             self.states.append((self._last, state))
+
+    def _chunk_at(self, lsn: int) -> None:
+        """A chunk's rows (or its exported rows) came at its watermark ``lsn``: once, however
+        many batches they came in (a chunk read on the driver with keys read again: two)."""
+        if lsn not in self.chunks:
+            self.chunks.append(lsn)
 
     def state_at(self, end: int) -> Mapping[str, Any] | None:
         """The online snapshot's progress after the last group whose rows all commit before
