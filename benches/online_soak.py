@@ -360,6 +360,8 @@ def soak_one(pg: Any, version: int, fmt: str, args: argparse.Namespace, work: Pa
     if fmt == "spark":  # Spark's streaming source, its progress in the query's checkpoint
         cmd = [sys.executable, str(Path(__file__).with_name("spark_online_job.py")), "--dsn", pg.dsn,
                "--slot", slot, "--out", str(out), "--chunk-rows", str(args.chunk_rows)]
+        if args.spark_chunks_on_driver:
+            cmd.append("--chunks-on-driver")
         last_cmd = [*cmd, "--trigger", "available-now"]
     else:
         cmd = [sys.executable, "-m", "pgoutput_arrow.cli", "-v", "--dsn", pg.dsn, "--slot", slot, "--create-slot",
@@ -496,6 +498,8 @@ def main() -> int:
     p.add_argument("--max-kill-delay", type=float, default=0.5,
                    help="seconds after a run stored progress it is killed, at most (in the stream: 4 times that)")
     p.add_argument("--chunk-rows", type=int, default=50_000)
+    p.add_argument("--spark-chunks-on-driver", action="store_true",
+                   help="--formats spark: the streaming source's chunksOnDriver option (every chunk read by the driver)")
     p.add_argument("--writes-per-s", type=float, default=200.0)
     p.add_argument("--spark", action="store_true",
                    help="also build the Parquet output's replica with Spark (pgspark.apply_changes) and compare it")

@@ -24,6 +24,7 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--chunk-rows", type=int, default=50_000)
     p.add_argument("--trigger", choices=["processing", "available-now"], default="processing")
+    p.add_argument("--chunks-on-driver", action="store_true", help="the source's chunksOnDriver option")
     args = p.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     checkpoint = Path(args.out) / "_checkpoint"
@@ -44,7 +45,7 @@ def main() -> int:
           .option("publication", args.publication).option("table", "public.soak")
           .option("onlineSnapshot", "true").option("snapshotChunkRows", str(args.chunk_rows))
           .option("maxChangesPerTrigger", str(2 * args.chunk_rows)).option("pollInterval", "0.2")
-          .option("verbose", "true").load())
+          .option("chunksOnDriver", str(args.chunks_on_driver).lower()).option("verbose", "true").load())
 
     def store(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
         batch.write.mode("overwrite").parquet(f"{args.out}/public.soak/batch={batch_id}")

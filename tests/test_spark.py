@@ -1632,6 +1632,42 @@ def test_stream_source_online_snapshot_chunks_are_read_by_the_executors(pg18: An
     pg18.drop_slot(slot)
 
 
+def test_stream_source_online_snapshot_chunks_on_driver(pg18: Any, unique_name: str) -> None:
+    """chunksOnDriver: every chunk is read by the driver in its own short transaction and its
+    rows shipped with the batch's changes (no part for the executors, no exported snapshot
+    left open while Spark plans and schedules); the rows are the table's."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from pgoutput_arrow.spark.stream import ChunkRange, PgoutputStreamReader, stream_schema
+
+    t, pub, slot = f"{unique_name}_t", f"{unique_name}_pub", f"{unique_name}_slot"
+    pg18.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text); "
+                 f"INSERT INTO {t} SELECT g, 'v' || g FROM generate_series(1, 25000) g; "
+                 f"CREATE PUBLICATION {pub} FOR TABLE {t}")
+    options = {"dsn": pg18.dsn, "slot": slot, "publication": pub, "table": f"public.{t}",
+               "onlineSnapshot": "true", "snapshotChunkRows": "10000", "pollInterval": "0.1",
+               "chunksOnDriver": "true"}
+    reader = PgoutputStreamReader(options, stream_schema(options))
+    rows: list[int] = []
+    try:
+        start, deadline = reader.initialOffset(), time.monotonic() + 60
+        while len(rows) < 25000:
+            end = reader.latestOffset(start, ReadAllAvailable())
+            parts = reader.partitions(start, end) if end != start else []
+            assert not any(isinstance(p, ChunkRange) for p in parts)
+            rows += [i for p in parts for b in reader.read(p) for i in b.column("id").to_pylist()]
+            reader.commit(end)
+            exporting = pg18.scalar("SELECT count(*) FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND "
+                                    "state = 'idle in transaction' AND datname = current_database()")
+            assert exporting == 0
+            assert time.monotonic() < deadline
+            start = end
+    finally:
+        reader.stop()
+    assert sorted(rows) == list(range(1, 25001))
+    pg18.drop_slot(slot)
+
+
 def test_stream_source_snapshot_first_then_changes(spark: Any, pg18: Any, unique_name: str,
                                                    tmp_path: Any) -> None:
     """readStream.format("pgoutput").option("snapshot", "true"): the query creates the slot

@@ -352,7 +352,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               start_lsn=begin, connect_timeout=source.connect_timeout, **online,
                               **DECODER_OPTIONS)
             live.follow_idle = False  # the slot moves where Spark commits, nowhere else
-            live.online.export_chunks = True  # the executors read the online snapshot's chunks
+            # The executors read the online snapshot's chunks (unless chunksOnDriver).
+            live.online.export_chunks = not source.chunks_on_driver
             live.online.end_exports_when_read = not source.hold_chunk_snapshot
             live.open()
             return live

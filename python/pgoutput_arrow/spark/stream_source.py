@@ -44,6 +44,9 @@ class StreamSource:
     #: Whether a chunk's exported snapshot lasts until Spark commits its micro-batch (its
     #: parts may be read again until then) instead of until its parts were read once.
     hold_chunk_snapshot: bool = False
+    #: Whether the driver reads every chunk's rows itself (the horizon held for one chunk's
+    #: read on the driver, the rows shipped with the batch) instead of the executors.
+    chunks_on_driver: bool = False
     verbose: bool = False
 
     @classmethod
@@ -71,6 +74,7 @@ class StreamSource:
             online_snapshot=_online_option(opts),
             chunk_rows=_int_option(opts, "snapshotChunkRows", 20_000, minimum=1) or 20_000,
             hold_chunk_snapshot=_bool_option(opts, "holdChunkSnapshot"),
+            chunks_on_driver=_bool_option(opts, "chunksOnDriver"),
             verbose=_bool_option(opts, "verbose"),
         )
 
