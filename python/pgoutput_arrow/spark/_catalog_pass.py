@@ -53,8 +53,7 @@ def normalized(df: Any, order_col: str | None, lsn_text: bool = False) -> Any:
     ``_tb`` (Spark expressions: these run in the JVM, before any row reaches Python)."""
     from pyspark.sql import functions as F
 
-    text = _lsn_is_text(df)
-    lsn = F.col("lsn") if text and lsn_text else lsn_as_long(df)
+    lsn = F.col("lsn") if lsn_text and _lsn_is_text(df) else lsn_as_long(df)
     tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
     return df.select(lsn.alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
                      F.col("data").cast("binary").alias("data"), tb.alias("_tb"))

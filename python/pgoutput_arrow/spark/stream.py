@@ -290,7 +290,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if asked:
             # The online snapshot's next chunk, read now for this batch (its snapshot is held
             # from here to the batch's commit): its keys' bounds, and its watermark reached.
-            self._wait_for(pump, lambda: not pump.snapshot_pending or any(w >= begin for w in pump.held.chunks),
+            self._wait_for(pump, lambda: not pump.snapshot_pending or pump.held.chunk_from(begin),
                            give_up_s=CHUNK_WAIT_S)
         target = self._target
         if target is not None:

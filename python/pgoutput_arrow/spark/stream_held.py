@@ -37,8 +37,9 @@ PART_BYTES = 32 << 20
 #: planned in, one chunk per micro-batch (:meth:`Held.one_chunk`). Spark commits batch N to
 #: the source only after it planned batch N + 1: the chunk of batch N + 1 is the second one
 #: held. The chunk's snapshot (and the server's xmin horizon) is held from the plan of its
-#: micro-batch until its parts were read (``holdChunkSnapshot``: to its commit); a kill costs the rows of the one chunk in flight (the offsets
-#: claim a batch's chunks one batch late: a chunk not committed is read again after a kill).
+#: micro-batch until its parts were read (``holdChunkSnapshot``: to its commit); a kill costs
+#: the rows of the one chunk in flight (the offsets claim a batch's chunks one batch late: a
+#: chunk not committed is read again after a kill).
 MAX_HELD_CHUNKS = 2
 
 #: The columns a row of another table keeps when the query reads one table: they count for
@@ -118,6 +119,10 @@ class Held:
         many batches they came in (a chunk read on the driver with keys read again: two)."""
         if lsn not in self.chunks:
             self.chunks.append(lsn)
+
+    def chunk_from(self, start: int) -> bool:
+        """Whether a chunk at or after ``start`` is held."""
+        return any(w >= start for w in self.chunks)
 
     def state_at(self, end: int) -> Mapping[str, Any] | None:
         """The online snapshot's progress after the last group whose rows all commit before
@@ -319,7 +324,7 @@ class StreamPump:
     def want_chunk(self, start: int) -> bool:
         """Ask the online snapshot for its next chunk unless one committing at or after
         ``start`` is held already (under the lock); True when one was asked for."""
-        if not self.snapshot_pending or any(w >= start for w in self.held.chunks):
+        if not self.snapshot_pending or self.held.chunk_from(start):
             return False
         self.chunk_wanted = True
         return True

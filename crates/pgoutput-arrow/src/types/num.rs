@@ -464,8 +464,8 @@ pub(crate) fn numeric_bin_to_decimal(
         Ok(Err(not_fit(&text, precision, scale)))
     };
     // Horner's rule first; the digit-wise rule where it cannot tell (a value that needs
-    // every one of decimal128's digits, or one that does not fit).
-    match horner_unscaled(&n, scale).filter(|&v| fits(v, precision)).or_else(|| digitwise_unscaled(&n, scale)) {
+    // every one of decimal128's digits). Where both tell, they agree (a unit test).
+    match horner_unscaled(&n, scale).or_else(|| digitwise_unscaled(&n, scale)) {
         Some(v) if fits(v, precision) => Ok(Ok(if n.sign == NUMERIC_NEG { -v } else { v })),
         _ => overflow(),
     }
