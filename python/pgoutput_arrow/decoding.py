@@ -5,9 +5,10 @@ of its own so that the live source can use the decoder without importing the pac
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, cast
 
 import pyarrow as pa
 
@@ -15,7 +16,7 @@ from . import _internal
 from ._internal import lsn_to_int
 from .capture import Capture, capture_from, open_capture
 
-__all__ = ["decode", "Decoder", "Changes", "Output", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
+__all__ = ["decode", "Decoder", "Changes", "Output", "commit_column", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
            "IntervalType", "UuidType", "TimeType",
            "unify_schemas", "conform"]
 
@@ -29,18 +30,68 @@ DatetimeRange = Literal["python", "arrow", "pandas"]
 OutputKind = Literal["table", "truncates", "messages", "transactions"]
 
 
-class Output(NamedTuple):
-    """One batch that :meth:`Decoder.take` hands out.
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One decoded batch: what :meth:`Decoder.take` hands out, and what the live stream
+    (:func:`~pgoutput_arrow.stream`, where it is also called ``LiveBatch``), ``pgoutput-dump``
+    and every sink take. One type from the decoder to every sink.
 
     ``kind`` is ``"table"`` for changes of a relation (then ``table`` is ``"schema.table"``
     and ``version`` the number of its schema version, which a new Relation message
-    increments), or ``"truncates"``, ``"messages"``, ``"transactions"``.
+    increments), or ``"truncates"``, ``"messages"``, ``"transactions"``. It unpacks as
+    ``kind, table, version, batch``.
+
+    The live stream sets the rest: ``ack_lsn`` may be passed to ``LiveStream.ack`` once this
+    batch and every batch before it are durable (0 from a :class:`Decoder`: nothing to
+    acknowledge); ``snapshot`` marks rows of the initial snapshot (``_op = 'snapshot'``), not
+    changes; ``snapshot_state``, on the last batch of each chunk of the online snapshot, its
+    progress, to store with the chunk and give back as ``snapshot_state`` to resume there;
+    ``read_elsewhere``, a chunk of the online snapshot whose rows are not in ``batch`` (no
+    rows) but read under its exported snapshot by whoever takes it (Spark's executors:
+    ``live.online_export.ExportedChunk``).
     """
 
     kind: OutputKind
     table: str | None
     version: int | None
     batch: pa.RecordBatch
+    ack_lsn: int = 0
+    snapshot: bool = False
+    snapshot_state: Mapping[str, Any] | None = None
+    read_elsewhere: Any = None
+
+    def __iter__(self) -> Iterator[Any]:
+        """``kind, table, version, batch``: what the decoder decided."""
+        return iter((self.kind, self.table, self.version, self.batch))
+
+    @property
+    def name(self) -> str:
+        """The table name for changes, else the kind (``truncates``, ``messages``, ...)."""
+        return self.table if self.kind == "table" and self.table else self.kind
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.batch.num_rows)
+
+    def commit_lsn_range(self) -> tuple[int, int] | None:
+        """The smallest and largest ``_commit_lsn`` in the batch, when it has that column."""
+        col = commit_column(self.batch)
+        if col is None or self.batch.num_rows == 0:
+            return None
+        import pyarrow.compute as pc
+
+        mm = pc.min_max(self.batch.column(col))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        return None if lo is None else (int(lo), int(hi))
+
+
+def commit_column(batch: pa.RecordBatch) -> str | None:
+    """The column of ``batch`` that holds each row's commit LSN, if it has one."""
+    names = batch.schema.names
+    for name in ("_commit_lsn", "commit_lsn"):
+        if name in names:
+            return name
+    return None
 
 
 def _to_pyarrow_table(native: Any) -> pa.Table:

@@ -70,12 +70,9 @@ class FileSink:
         held.append(batch)
 
     def write(self, chunk: Chunk, end_lsn: int) -> None:
-        for name, _, b in chunk.tables:
-            if b.num_rows:
-                self._add(name, b)
-        for kind in ("truncates", "messages", "transactions"):
-            for b in getattr(chunk, kind):
-                self._add(f"_{kind}", b)
+        for out in chunk.outputs:
+            if out.num_rows:
+                self._add(out.name if out.kind == "table" else f"_{out.kind}", out.batch)
         # Only here, between groups of whole transactions: a transaction is never split
         # across files, so the files' LSN ranges do not overlap and their names sort in
         # commit order (rows_per_file is a soft limit).
@@ -243,12 +240,9 @@ class LiveFileSink:
     def write(self, chunk: Chunk, end_lsn: int) -> None:
         """Writes every table of the group, then moves the checkpoint to ``end_lsn``."""
         parts: dict[str, list[pa.RecordBatch]] = {}
-        for name, _version, b in chunk.tables:
-            if b.num_rows:
-                parts.setdefault(name, []).append(b)
-        for kind in ("truncates", "messages", "transactions"):
-            for b in getattr(chunk, kind):
-                parts.setdefault(f"_{kind}", []).append(b)
+        for out in chunk.outputs:
+            if out.num_rows:
+                parts.setdefault(out.name if out.kind == "table" else f"_{out.kind}", []).append(out.batch)
         for key, batches in parts.items():
             if key.startswith("_"):
                 tables = [storable(pa.Table.from_batches(same), self.fmt)

@@ -4,12 +4,14 @@ kept rows stay zero-copy slices of the decoded batches."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..decoding import Output
+from ..decoding import Output, OutputKind
 
 __all__ = ["Chunk", "Filters", "filter_chunk", "limit_chunk"]
 
@@ -41,13 +43,20 @@ class Filters:
 
 @dataclass
 class Chunk:
-    """One group of decoded, filtered batches."""
+    """One group of decoded batches (the decoder's :class:`~pgoutput_arrow.Output`, in the
+    order it gave them), filtered: each keeps its ``kind``, ``table`` and ``version``."""
 
-    tables: list[tuple[str, int, pa.RecordBatch]] = field(default_factory=list)
-    truncates: list[pa.RecordBatch] = field(default_factory=list)
-    messages: list[pa.RecordBatch] = field(default_factory=list)
-    transactions: list[pa.RecordBatch] = field(default_factory=list)
+    outputs: list[Output] = field(default_factory=list)
     max_commit_lsn: int | None = None
+
+    @property
+    def tables(self) -> list[Output]:
+        """The changes' batches (kind ``table``)."""
+        return [o for o in self.outputs if o.kind == "table"]
+
+    def batches(self, kind: OutputKind) -> list[pa.RecordBatch]:
+        """The batches of ``kind``."""
+        return [o.batch for o in self.outputs if o.kind == kind]
 
 
 def filter_chunk(outputs: list[Output], filters: Filters) -> Chunk:
@@ -68,13 +77,9 @@ def filter_chunk(outputs: list[Output], filters: Filters) -> Chunk:
         elif out.kind == "messages" and filters.tables:
             continue
         mask = filters.mask(batch) if "_commit_lsn" in batch.schema.names else None
-        for part in (_select(batch, mask.to_pylist()) if mask is not None else [batch]):
-            if not part.num_rows:
-                continue
-            if out.kind == "table":
-                chunk.tables.append((out.table or "", out.version or 0, part))
-            else:
-                getattr(chunk, out.kind).append(part)
+        chunk.outputs += [dataclasses.replace(out, batch=part)
+                          for part in (_select(batch, mask.to_pylist()) if mask is not None else [batch])
+                          if part.num_rows]
     chunk.max_commit_lsn = max(commits) if commits else None
     return chunk
 
@@ -109,12 +114,12 @@ def _truncates_for(batch: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
 def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
     """The first ``remaining`` changes of the chunk in commit order; returns how many."""
     keys: list[tuple[int, int]] = []
-    for _, _, b in chunk.tables:
-        keys += zip(_ints(b, "_commit_lsn"), _ints(b, "_seq"))
-    for b in chunk.truncates:
+    for out in chunk.tables:
+        keys += zip(_ints(out.batch, "_commit_lsn"), _ints(out.batch, "_seq"))
+    for b in chunk.batches("truncates"):
         keys += ((c, s) for c, s, r in zip(_ints(b, "_commit_lsn"), _ints(b, "_seq"),
                                            b.column("relations").to_pylist()) for _ in r)
-    for b in chunk.messages:
+    for b in chunk.batches("messages"):
         keys += zip(_message_keys(b), _ints(b, "_seq"))
     if len(keys) <= remaining:
         return chunk, len(keys)
@@ -125,11 +130,14 @@ def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
         seq = _ints(b, "_seq")
         return _select(b, [(c, s) <= cut for c, s in zip(commit, seq)])
 
-    out = Chunk(max_commit_lsn=chunk.max_commit_lsn, transactions=chunk.transactions)
-    out.tables = [(n, v, p) for n, v, b in chunk.tables for p in upto(b, _ints(b, "_commit_lsn"))]
-    out.truncates = [p for b in chunk.truncates for p in upto(b, _ints(b, "_commit_lsn"))]
-    out.messages = [p for b in chunk.messages for p in upto(b, _message_keys(b))]
-    return out, remaining
+    def limited(out: Output) -> list[Output]:
+        if out.kind == "transactions":
+            return [out]
+        b = out.batch
+        commit = _message_keys(b) if out.kind == "messages" else _ints(b, "_commit_lsn")
+        return [dataclasses.replace(out, batch=p) for p in upto(b, commit)]
+
+    return Chunk([o for out in chunk.outputs for o in limited(out)], chunk.max_commit_lsn), remaining
 
 
 def _ints(batch: pa.RecordBatch, name: str) -> list[int]:

@@ -169,10 +169,7 @@ class LakeOutput:
     # -- the pipeline's sink
 
     def write(self, chunk: Chunk, end_lsn: int) -> None:
-        for name, _version, batch in chunk.tables:
-            self.sink.add("table", name, batch)
-        for batch in chunk.truncates:
-            self.sink.add("truncates", None, batch)
+        self.sink.write(chunk.outputs)
         self._end_lsn = max(self._end_lsn, end_lsn)
         if not self.live and self.sink.due():
             self.sink.commit()

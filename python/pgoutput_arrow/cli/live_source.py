@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Protocol, cast
 
-from ..decoding import Output, OutputKind
+from ..decoding import Output
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
 from ..exceptions import SlotInUse, SlotInvalidated, SlotNotFound
@@ -204,12 +204,11 @@ class LiveSource:
         """(batches of whole committed transactions, the LSN to acknowledge once they are
         durable)."""
         for batches, ack_lsn in self.stream.groups(linger=self.linger):
-            outputs = [Output(cast(OutputKind, b.kind), b.table, b.version, b.batch) for b in batches]
             states = [b.snapshot_state for b in batches if b.snapshot_state is not None]
             if states and self.files is not None:
                 # Stored with this group (the checkpoint, or once the lake committed it).
                 self.files.online_state = dict(states[-1])
-            yield outputs, ack_lsn
+            yield batches, ack_lsn
             self.rows += sum(b.num_rows for b in batches)
             self._update()
 

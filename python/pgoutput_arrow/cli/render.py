@@ -51,8 +51,8 @@ class TextSink:
     def write(self, chunk: Chunk, end_lsn: int) -> None:
         # Written in pieces of about a megabyte as they are rendered: a group of a million
         # changes never sits in memory as text.
-        self.renderer.render([(name, b) for name, _, b in chunk.tables], chunk.truncates,
-                             chunk.messages, self._emit)
+        self.renderer.render([(out.name, out.batch) for out in chunk.tables], chunk.batches("truncates"),
+                             chunk.batches("messages"), self._emit)
         # A group holds whole transactions: the COMMIT line now, not when the next begins.
         self._emit(self.renderer.end_transaction())
 

@@ -20,14 +20,14 @@ class StatsSink:
         self.counts: Counter[tuple[str, str]] = Counter()
 
     def write(self, chunk: Chunk, end_lsn: int) -> None:
-        for name, _, b in chunk.tables:
-            for op, n in zip(*_value_counts(b.column("_op"))):
-                self.counts[(name, op)] += n
-        for b in chunk.truncates:
+        for out in chunk.tables:
+            for op, n in zip(*_value_counts(out.batch.column("_op"))):
+                self.counts[(out.name, op)] += n
+        for b in chunk.batches("truncates"):
             for rels in b.column("relations").to_pylist():
                 for rel in rels:
                     self.counts[(rel, "truncate")] += 1
-        for b in chunk.messages:
+        for b in chunk.batches("messages"):
             for prefix in b.column("prefix").to_pylist():
                 self.counts[(f"message:{prefix}", "message")] += 1
 

@@ -1,74 +1,21 @@
-"""The live stream's batches: :class:`LiveBatch`, what every live path hands out, and what is
+"""The live stream's batches: :data:`LiveBatch` (the decoder's :class:`~pgoutput_arrow.Output`), and what is
 done to each decoded batch before it goes out: the rows already handled dropped
 (:func:`drop_handled`), and each table's versions brought to one schema
 (:class:`TableSchemas`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from typing import Any
-
 import pyarrow as pa
 
 from .._files import without_column_ids
-from ..decoding import conform, unify_schemas
+from ..decoding import Output, commit_column, conform, unify_schemas
 
 __all__ = ["LiveBatch", "TableSchemas", "drop_handled", "commit_column"]
 
 
-@dataclasses.dataclass(frozen=True)
-class LiveBatch:
-    """One decoded batch of the live stream.
-
-    ``kind`` is ``'table'`` (then ``table`` is ``"schema.table"`` and ``version`` its schema
-    version), ``'truncates'``, ``'messages'`` or ``'transactions'``. ``ack_lsn`` may be passed
-    to :meth:`LiveStream.ack` once this batch and every batch before it are durable.
-    """
-
-    kind: str
-    table: str | None
-    version: int | None
-    batch: pa.RecordBatch
-    ack_lsn: int
-    #: Rows of the initial snapshot (``_op = 'snapshot'``), not changes.
-    snapshot: bool = False
-    #: On the last batch of each chunk of the online snapshot: its progress, to store with
-    #: the chunk and give back as ``snapshot_state`` to resume there.
-    snapshot_state: Mapping[str, Any] | None = None
-    #: A chunk of the online snapshot whose rows are not in ``batch`` (no rows) but read
-    #: under its exported snapshot by whoever takes it (``OnlineFeed.export_chunks``:
-    #: Spark's executors); :class:`~.online_export.ExportedChunk`.
-    read_elsewhere: Any = None
-
-    @property
-    def name(self) -> str:
-        """The table name for changes, else the kind (``truncates``, ``messages``, ...)."""
-        return self.table if self.kind == "table" and self.table else self.kind
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.batch.num_rows)
-
-    def commit_lsn_range(self) -> tuple[int, int] | None:
-        """The smallest and largest ``_commit_lsn`` in the batch, when it has that column."""
-        col = commit_column(self.batch)
-        if col is None or self.batch.num_rows == 0:
-            return None
-        import pyarrow.compute as pc
-
-        mm = pc.min_max(self.batch.column(col))
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        return None if lo is None else (int(lo), int(hi))
-
-
-def commit_column(batch: pa.RecordBatch) -> str | None:
-    """The column of ``batch`` that holds each row's commit LSN, if it has one."""
-    names = batch.schema.names
-    for name in ("_commit_lsn", "commit_lsn"):
-        if name in names:
-            return name
-    return None
+#: The live stream's batches are the decoder's (:class:`~pgoutput_arrow.Output`), with their
+#: ``ack_lsn`` and snapshot fields set: one type from the decoder to every sink.
+LiveBatch = Output
 
 
 def drop_handled(batch: pa.RecordBatch, floor: int) -> pa.RecordBatch:

@@ -6,7 +6,7 @@ the walsender notes in the project's spec. ::
     import pgoutput_arrow
 
     with pgoutput_arrow.stream(dsn, slot="s", publication="pub") as changes:
-        for item in changes:                # LiveBatch: .kind, .table, .batch, .ack_lsn
+        for item in changes:                # Output: .kind, .table, .batch, .ack_lsn
             store(item.table, item.batch)   # make it durable
             changes.ack(item.ack_lsn)       # only now may the server discard that WAL
 
@@ -47,10 +47,10 @@ import pyarrow as pa
 
 from .._catalog import published_tables
 from .._internal import SessionPositions, TxnTracker
-from ..decoding import Decoder
+from ..decoding import Decoder, Output
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import ConnectionLost
-from .batches import LiveBatch, TableSchemas, drop_handled
+from .batches import TableSchemas, drop_handled
 from .connection import CopyBoth, CopyBothEnded, connect, reconnect
 from .online_export import ExportedChunk
 from .online_feed import OnlineFeed
@@ -68,7 +68,7 @@ _OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(StreamOptions))
 
 
 class LiveStream:
-    """An iterator of :class:`LiveBatch` over a live replication slot, and a context manager
+    """An iterator of :class:`Output` over a live replication slot, and a context manager
     that closes it (after sending the last acknowledged position). See :func:`stream`."""
 
     def __getattr__(self, name: str) -> Any:
@@ -114,8 +114,8 @@ class LiveStream:
         self._txns = TxnTracker()
         # Decoded groups not yet handed out: the batches of one decoder flush, and the
         # position that is handled once all of them are.
-        self._pending: collections.deque[tuple[list[LiveBatch], int]] = collections.deque()
-        self._current: collections.deque[LiveBatch] = collections.deque()
+        self._pending: collections.deque[tuple[list[Output], int]] = collections.deque()
+        self._current: collections.deque[Output] = collections.deque()
         self._closed = False
         self._stop = False
         self._started = False
@@ -153,10 +153,10 @@ class LiveStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __iter__(self) -> Iterator[LiveBatch]:
+    def __iter__(self) -> Iterator[Output]:
         return self
 
-    def __next__(self) -> LiveBatch:
+    def __next__(self) -> Output:
         if not self._started:
             self.open()
         positions = self._positions
@@ -172,7 +172,7 @@ class LiveStream:
         self._counters.given(1, item.num_rows)
         return item
 
-    def groups(self, linger: float = 0.0) -> Iterator[tuple[list[LiveBatch], int]]:
+    def groups(self, linger: float = 0.0) -> Iterator[tuple[list[Output], int]]:
         """Whole decoder flushes instead of single batches: ``(batches, ack_lsn)``, where
         ``ack_lsn`` is handled once every batch of the group is. With ``linger`` > 0, the
         flushes that arrive within that many seconds of the first are merged into one group
@@ -200,7 +200,7 @@ class LiveStream:
             self._counters.given(len(batches), sum(b.num_rows for b in batches))
             yield batches, ack
 
-    def poll(self, wait: bool = False) -> tuple[list[LiveBatch], int] | None:
+    def poll(self, wait: bool = False) -> tuple[list[Output], int] | None:
         """The next group as :meth:`groups` gives it, ``(batches, ack_lsn)``; None at the end
         of the stream, or (``wait`` False) when none is ready after one short read."""
         if not self._started:
@@ -240,7 +240,7 @@ class LiveStream:
             self._reconnect(e)
             self._send_status(force=True)
 
-    def _next_group(self, wait: bool) -> tuple[list[LiveBatch], int] | None:
+    def _next_group(self, wait: bool) -> tuple[list[Output], int] | None:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
         when nothing arrived during one short read). A table snapshot queued
         (:meth:`snapshot_table`) comes out before anything else, the stream read after it
@@ -390,7 +390,7 @@ class LiveStream:
         LSN too: ordered by ``_commit_lsn, _seq`` the snapshot's rows come after them."""
         lsn = self._feed.add_table(table, connections)
 
-        def below(item: LiveBatch) -> LiveBatch | None:
+        def below(item: Output) -> Output | None:
             if item.table != table or item.kind != "table" or item.snapshot:
                 return item
             kept = drop_handled(item.batch, lsn)
@@ -618,7 +618,7 @@ class LiveStream:
         previous, group_ack = self._positions.handed_out(safe, self._txns.prepared_floor(),
                                                          not batches and self.follow_idle)
         last = len(batches) - 1
-        group = [LiveBatch(kind, table, version, batch, group_ack if i == last else previous,
+        group = [Output(kind, table, version, batch, group_ack if i == last else previous,
                            snapshot=snapshot, snapshot_state=state if i == last else None,
                            read_elsewhere=read_elsewhere if i == last else None)
                  for i, (kind, table, version, batch) in enumerate(batches)]
@@ -702,6 +702,6 @@ Anything else goes to :class:`pgoutput_arrow.Decoder`. An option neither takes (
 misspelling: ``TypeError`` naming it and the nearest known one) or a decoder option of a
 wrong value (``ValueError``) fails here, before anything is done on the server.
 
-Returns a :class:`LiveStream`: iterate it for :class:`LiveBatch` items, ``ack(lsn)`` what
+Returns a :class:`LiveStream`: iterate it for :class:`Output` items, ``ack(lsn)`` what
 is durable, use it in ``with`` to close cleanly.
 """.format(options=options_doc())

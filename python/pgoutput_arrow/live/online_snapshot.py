@@ -58,6 +58,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..decoding import OutputKind
 from ..exceptions import ReplicationError
 from .online_export import Exports
 from .online_plan import Key, OnlineTable, key_rows, plan_online
@@ -75,7 +76,7 @@ DEFAULT_CHUNK_ROWS = 20_000
 STATE_VERSION = 1
 
 #: A decoded batch as the live stream holds it: (kind, table, relation version, batch).
-Item = tuple[str, str | None, int | None, pa.RecordBatch]
+Item = tuple[OutputKind, str | None, int | None, pa.RecordBatch]
 
 class OnlineSnapshot:
     """The online snapshot of a live stream: ``tables`` read chunk by chunk on ``conn`` (a

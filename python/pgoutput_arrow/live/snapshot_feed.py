@@ -11,14 +11,15 @@ import collections
 import dataclasses
 from typing import Any
 
-from .batches import LiveBatch, TableSchemas
+from ..decoding import Output
+from .batches import TableSchemas
 from .online_snapshot import OnlineSnapshot
 from .options import StreamOptions
 from .snapshot import ExportedSnapshot, SnapshotReader, export_snapshot, plan_snapshot, snapshot_table
 
 __all__ = ["SnapshotFeed", "SnapshotEnd"]
 
-Group = tuple[list[LiveBatch], int]
+Group = tuple[list[Output], int]
 
 
 @dataclasses.dataclass
@@ -34,7 +35,7 @@ class SnapshotEnd:
 
 class SnapshotFeed:
     """The initial snapshot while it is read (:attr:`initial`) and the tables' own snapshots
-    queued (:attr:`late`), as groups of :class:`LiveBatch` of snapshot rows, each table's
+    queued (:attr:`late`), as groups of :class:`Output` of snapshot rows, each table's
     brought to the stream's schema of it (``schemas``)."""
 
     def __init__(self, dsn: str, options: StreamOptions, schemas: TableSchemas) -> None:
@@ -46,7 +47,7 @@ class SnapshotFeed:
         self._exported: ExportedSnapshot | None = None
         # The last chunk's batches, held until the next one shows whether it is the last
         # (its last batch then carries the consistent point as ack_lsn).
-        self._held: list[LiveBatch] | None = None
+        self._held: list[Output] | None = None
         #: Per table: rows of transactions committed below this LSN are dropped from the
         #: stream (the table's own snapshot was taken at that point).
         self.floors: dict[str, int] = {}
@@ -87,7 +88,7 @@ class SnapshotFeed:
         except StopIteration:
             self.initial = None
             return self._end_initial(exported)
-        group = [LiveBatch("table", chunk.table, None, self.schemas.unify(chunk.table, b), emitted, snapshot=True)
+        group = [Output("table", chunk.table, None, self.schemas.unify(chunk.table, b), emitted, snapshot=True)
                  for b in batches if b.num_rows]
         if not group:
             return None, None
@@ -133,7 +134,7 @@ class SnapshotFeed:
         if batch is None:
             self.late.popleft()
             return None
-        return [LiveBatch("table", table, None, self.schemas.unify(table, batch), emitted, snapshot=True,
+        return [Output("table", table, None, self.schemas.unify(table, batch), emitted, snapshot=True,
                           snapshot_state=state)], emitted
 
     def close(self) -> None:

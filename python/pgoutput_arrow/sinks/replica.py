@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._internal import META_COLUMNS, lsn_to_str
-from ..decoding import conform, unify_schemas
+from ..decoding import Output, conform, unify_schemas
 from ..exceptions import PgoutputError
 from .collapse import DELETED, collapse_full, collapse_keyed, in_commit_order, json_lines
 from .lake_schema import storable
@@ -39,19 +39,6 @@ REPLICA_META = ["_special", "_commit_lsn", "_commit_ts"]
 
 class LakeSinkError(PgoutputError):
     """A table a lake sink cannot keep as asked (no replica identity key, ...)."""
-
-
-class _Batch(Protocol):
-    """A decoded batch as the decoder and the live stream give it (read-only here)."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def table(self) -> str | None: ...
-
-    @property
-    def batch(self) -> pa.RecordBatch: ...
 
 
 class LakeTable(Protocol):
@@ -155,7 +142,7 @@ class ReplicaSink:
 
     # -- input
 
-    def write(self, batches: Iterable[_Batch]) -> None:
+    def write(self, batches: Iterable[Output]) -> None:
         """Holds the change batches (``kind`` ``"table"``) and truncates of whole
         transactions (a live group, or a decoder's outputs); other kinds are ignored."""
         for b in batches:

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pyarrow as pa
 
-from ..live import LiveBatch, LiveStream
+from ..decoding import Output
+from ..live import LiveStream
 from ._common import ranked_seq, with_seq
 
 __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTES"]
@@ -85,7 +86,7 @@ class Held:
     def nbytes(self) -> int:
         return sum(b.nbytes for _, b in self.items)
 
-    def add(self, batches: Iterable[LiveBatch]) -> None:
+    def add(self, batches: Iterable[Output]) -> None:
         """A group of the live stream: its tables' rows and TRUNCATEs; other kinds are not
         part of a Spark stream."""
         state = None
