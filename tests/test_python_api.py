@@ -111,6 +111,11 @@ def test_incremental_decoder_matches_decode(workload: Workload) -> None:
         dec.feed(data, lsn)
         for out in dec.take():
             assert isinstance(out, pgoutput_arrow.Output) and isinstance(out.batch, pa.RecordBatch)
+            # The one batch type: the live stream's is the same class, and it unpacks as the
+            # decoder decided it (a decoder's has nothing to acknowledge).
+            assert pgoutput_arrow.LiveBatch is pgoutput_arrow.Output and out.ack_lsn == 0
+            kind, table, version, batch = out
+            assert (kind, table, version, batch) == (out.kind, out.table, out.version, out.batch)
             kinds.add(out.kind)
             if out.kind == "table":
                 got.setdefault(out.table, []).append(out.batch)
