@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from ._common import spark_schema
 
-__all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "ipc_value", "packed_row", "direct_rows",
+__all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "IPC_OPTIONS", "ipc_value", "packed_row", "direct_rows",
            "unpack_fn", "xid_index", "shifted", "summaries", "SMALL_TABLE", "SMALL_TOTAL", "small_tables",
            "from_driver", "DIRECT_ROW_BYTES", "largest", "direct_columns"]
 
@@ -46,7 +46,8 @@ SUMMARY_T = -1
 #: ``_t`` of a partition's :data:`SIZES`, after its tables' rows.
 SIZES_T = -2
 
-#: The bytes of each packed table's IPC streams in a partition (``t``: the table's number).
+#: The bytes of each packed table's rows in a partition, as Arrow arrays before their IPC
+#: streams are compressed (``t``: the table's number).
 SIZES = pa.schema([pa.field("t", pa.int32()), pa.field("bytes", pa.int64())])
 
 #: A partition's summary (``_p``: the partition): the rows it decoded of each split
@@ -59,10 +60,18 @@ SUMMARY = pa.schema([pa.field("p", pa.int32()), pa.field("xid", pa.int64()), pa.
                      pa.field("incomplete", pa.bool_())])
 
 
+#: How a packed table's IPC streams are written: zstd (level 1) makes the bytes the pass hands
+#: the JVM, caches and reads back several times fewer (decoded rows repeat: the meta columns,
+#: padded text); it costs less CPU than moving them saves (benches/findings.md, "Packed rows
+#: compressed").
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
 def ipc_value(batch: pa.RecordBatch) -> pa.Array:
-    """``batch`` as one Arrow IPC stream, in a binary array of one value (no copy of it)."""
+    """``batch`` as one Arrow IPC stream (:data:`IPC_OPTIONS`), in a binary array of one value
+    (no copy of it)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
+    with pa.ipc.new_stream(sink, batch.schema, options=IPC_OPTIONS) as writer:
         writer.write_batch(batch)
     ipc = sink.getvalue()
     offsets = pa.py_buffer(np.array([0, ipc.size], np.int32).tobytes())
@@ -120,8 +129,8 @@ def shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.Re
 
 def summaries(packed: Any) -> tuple[pa.Table, dict[int, int]]:
     """Every partition's :data:`SUMMARY` rows of a persisted decoding pass (the job that
-    decodes the capture and fills the cache), and the bytes of each packed table's IPC
-    streams (:data:`SIZES`, by ``_t``)."""
+    decodes the capture and fills the cache), and the bytes of each packed table's rows
+    (:data:`SIZES`, by ``_t``)."""
     from pyspark.sql import functions as F
 
     got = packed.where(F.col("_t") < 0).select("_t", "ipc").toArrow()
@@ -134,8 +143,8 @@ def summaries(packed: Any) -> tuple[pa.Table, dict[int, int]]:
     return pa.Table.from_batches(batches[SUMMARY_T], schema=SUMMARY), sizes
 
 
-#: A packed table whose IPC streams take at most this many bytes is handed out from the
-#: driver (``createDataFrame``), collected with the other small ones in one job: a table's
+#: A packed table whose rows take at most this many bytes (:data:`SIZES`) is handed out from
+#: the driver (``createDataFrame``), collected with the other small ones in one job: a table's
 #: own job over the cache costs about 0.2 s of Spark's overhead, paid by each of a capture's
 #: many small tables (BENCHMARKS.md). At most :data:`SMALL_TOTAL` bytes in all.
 SMALL_TABLE = 4 << 20

@@ -133,7 +133,7 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
                 yield direct_rows(i, partition, cast, schema)
             else:
                 row = packed_row(i, partition, cast, schema)
-                sizes[i] = sizes.get(i, 0) + len(row.column(2)[0].as_buffer())
+                sizes[i] = sizes.get(i, 0) + cast.nbytes
                 yield row
 
     def summary(partition: int, spans: list[tuple[int, int, int, int, int, int]], decoded: list[int],
