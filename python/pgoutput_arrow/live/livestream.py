@@ -30,7 +30,8 @@ How nothing is lost or emitted twice:
   end LSN it holds as ``start_lsn`` (what ``pgoutput-dump --output DIR`` does).
 
 Each of these rules has its one home in pgoutput-proto's ``SessionPositions``
-(``crates/pgoutput-proto/src/session.rs``), which this stream holds; a flush with nothing for
+(``crates/pgoutput-proto/src/session.rs``), which this stream's replication session holds
+(:class:`.session.ReplicationSession`: the connection, its status updates); a flush with nothing for
 the consumer is acknowledged as soon as everything handed out before it is.
 """
 
@@ -46,18 +47,17 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from .._catalog import published_tables
-from .._internal import SessionPositions, TxnTracker
 from ..decoding import Decoder, Output
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
 from ..exceptions import ConnectionLost
 from .batches import TableSchemas, drop_handled
-from .connection import CopyBoth, CopyBothEnded, connect, reconnect
+from .connection import CopyBothEnded, connect, reconnect
 from .online_export import ExportedChunk
 from .online_feed import OnlineFeed
 from .online_snapshot import Item
 from .options import StreamOptions, options_doc, parse_lsn
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
-from .slot import preflight, start_command
+from .session import ReplicationSession
 from .snapshot_feed import SnapshotFeed
 from .stats import StreamCounters, StreamStats
 
@@ -102,16 +102,14 @@ class LiveStream:
         #: source) pauses it, so that a kill loses few chunks read ahead.
         self.read_chunks = True
 
-        self.proto_version: int | None = None
-        self.server_version: int | None = None
-        self._conn: Any = None
-        self._copy: Any = None
+        # The replication connection, and where the session stands (received, handed out,
+        # acknowledged, confirmed to the server; where to resume: pgoutput-proto's
+        # SessionPositions, also self._positions).
+        self._session = ReplicationSession(dsn, o)
+        self._positions = self._session.positions
         # The ordinary connection: pg_attribute reads (see _tell_attnums) and heartbeats.
         self._sidecar = Sidecar(dsn, o.connect_timeout, o.heartbeat_interval)
-        # Reads frames natively, many messages per call, as one Arrow batch for the decoder.
-        self._receiver: Any = None
         self._decoder: Any = None
-        self._txns = TxnTracker()
         # Decoded groups not yet handed out: the batches of one decoder flush, and the
         # position that is handled once all of them are.
         self._pending: collections.deque[tuple[list[Output], int]] = collections.deque()
@@ -120,13 +118,8 @@ class LiveStream:
         self._stop = False
         self._started = False
 
-        # Where the session stands (received, handed out, acknowledged, confirmed to the
-        # server; where to resume): pgoutput-proto's SessionPositions. The start LSN says
-        # everything before it is handled already (for the CLI: the checkpoint of its output).
-        self._positions = SessionPositions(o.start_lsn)
         # Every batch of a table under one schema, whatever its versions.
         self._schemas = TableSchemas()
-        self._last_status = 0.0
 
         self._counters = StreamCounters()
         self._last_data = self._counters.t0
@@ -137,6 +130,16 @@ class LiveStream:
         self._fed_since_flush = 0
         self._last_flush = self._counters.t0
         self._metrics: Any = None
+
+    @property
+    def proto_version(self) -> int | None:
+        """The pgoutput protocol of the stream, once it started."""
+        return self._session.proto_version
+
+    @property
+    def server_version(self) -> int | None:
+        """The server's ``server_version_num``, once connected."""
+        return self._session.server_version
 
     @property
     def metrics_port(self) -> int | None:
@@ -215,11 +218,11 @@ class LiveStream:
         """With :attr:`follow_idle` False: when nothing is in flight, decoded or waiting, the
         server's WAL end is handed out, to be acknowledged like a group's position; returns
         the position handed out, or None when something is in flight."""
-        if (not self._txns.idle or self._pending or self._current or self._fed_since_flush
+        if (not self._session.txns.idle or self._pending or self._current or self._fed_since_flush
                 or self._feed.pending or self.online.waiting):
             return None
         positions = self._positions
-        positions.handed_out(positions.wal_end, self._txns.prepared_floor(), False)
+        positions.handed_out(positions.wal_end, self._session.txns.prepared_floor(), False)
         positions.yielded(positions.emitted)
         return int(positions.emitted)
 
@@ -232,13 +235,13 @@ class LiveStream:
     def confirm(self) -> None:
         """Send the acknowledged position to the server now, rather than at the next
         status update (reconnecting first if the connection was lost)."""
-        if self._copy is None:
+        if not self._session.connected:
             self._reconnect(ConnectionLost("not connected"))
         try:
-            self._send_status(force=True)
+            self._session.send_status()
         except CopyBothEnded as e:
             self._reconnect(e)
-            self._send_status(force=True)
+            self._session.send_status()
 
     def _next_group(self, wait: bool) -> tuple[list[Output], int] | None:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
@@ -311,13 +314,8 @@ class LiveStream:
         self._closed = True
         self._feed.close()
         self.online.close()
-        if self._copy is not None:
-            try:
-                self._send_status(force=True)
-                self._copy.finish()
-            except Exception:
-                pass
-        self._disconnect()
+        self._session.finish()
+        self._sidecar.close()
         metrics, self._metrics = self._metrics, None
         if metrics is not None:
             metrics.close()
@@ -412,55 +410,19 @@ class LiveStream:
     # ------------------------------------------------------------------ connecting
 
     def _connect_and_start(self, first: bool, conn: Any = None) -> None:
-        """Starts streaming on a new connection, or on ``conn`` (the one that created the
-        slot, whose checks were made)."""
-        import psycopg2
-
-        checked = conn is not None
-        if conn is None:
-            conn = connect(self.dsn, self.options.connect_timeout)
-        try:
-            if not checked:
-                # What the server holds as confirmed already counts as sent (for lag_bytes).
-                self._positions.server_confirmed(preflight(conn, self.options, first))
-            self.server_version = int(conn.server_version)
-            start = self._resume_lsn()
-            options = self.options
-            if options.online_snapshot and not options.messages:
-                # The online snapshot's watermarks are messages (not handed out).
-                options = dataclasses.replace(options, messages=True)
-            command, self.proto_version = start_command(options, self.server_version, start)
-            cur = conn.cursor()
-            try:
-                cur.start_replication_expert(command, decode=False)
-            except psycopg2.Error as e:
-                raise classify_connect_error(
-                    e, f'cannot stream replication slot "{self.options.slot}"') from None
-            copy = CopyBoth(conn)
-        except BaseException:
-            close_quietly(conn)
-            raise
-        self._conn, self._copy = conn, copy
+        """Starts streaming (:meth:`.session.ReplicationSession.start`) into a new decoder."""
+        self._session.start(first, conn)
         self._new_decoder()
-        self._receiver = copy.receiver
-        self._last_status = time.monotonic()
         self._last_data = time.monotonic()
-
-    def _resume_lsn(self) -> int:
-        """Where to ask the server to start: after everything handed out, but not past an
-        unresolved prepared transaction (the server would not send its changes again)."""
-        return self._positions.resume_lsn(self._txns.prepared_floor())
 
     def _new_decoder(self) -> None:
         # The stream's mode is known here: no need to detect it from the first change.
         self._decoder = Decoder(**{"binary": self.options.binary, **self.options.decoder_options})
         self._schemas.new_decoder()
-        self._txns = TxnTracker()
         self._fed_since_flush = 0
 
     def _disconnect(self) -> None:
-        conn, self._conn, self._copy, self._receiver = self._conn, None, None, None
-        close_quietly(conn)
+        self._session.disconnect()
         self._sidecar.close()
 
     def _tell_attnums(self, relation_ids: list[int]) -> None:
@@ -494,7 +456,7 @@ class LiveStream:
     def _pump(self) -> None:
         """Read what is there, feed the decoder, and return once batches are ready or after
         at most a short wait; handles keepalives, status updates and reconnects."""
-        if self._copy is None:
+        if not self._session.connected:
             self._reconnect(ConnectionLost("not connected"))
         try:
             self._read_available()
@@ -510,7 +472,8 @@ class LiveStream:
             self._reconnect(e)
 
     def _read_available(self) -> None:
-        copy, receiver, txns, positions = self._copy, self._receiver, self._txns, self._positions
+        session = self._session
+        copy, receiver, txns, positions = session.copy, session.receiver, session.txns, session.positions
         feed_batch = self._decoder.feed_batch
         deadline = time.monotonic() + self.options.flush_interval
         n = 0
@@ -532,7 +495,7 @@ class LiveStream:
             if end:
                 positions.server_end(end)
             if reply:
-                self._send_status(force=True, answering=True)
+                session.send_status(answering=True)
             if status == -1:
                 raise copy.ended()
             if status == -2:
@@ -540,8 +503,8 @@ class LiveStream:
             if count:
                 now = time.monotonic()
                 self._counters.tick(now)
-                if now - self._last_status >= self.options.status_interval:
-                    self._send_status(force=True)
+                if session.status_due(now):
+                    session.send_status()
                 if self._fed_since_flush >= self.options.flush_messages or now >= deadline:
                     self._flush_decoder()
                     if self._pending:
@@ -554,7 +517,7 @@ class LiveStream:
     def _after_read(self, n: int) -> None:
         """Once nothing more is readable (``n`` messages were read): hand out what is
         complete, confirm, and wait a little for more."""
-        copy = self._copy
+        session = self._session
         now = time.monotonic()
         if n:
             self._last_data = now
@@ -567,14 +530,14 @@ class LiveStream:
         if self.follow_idle:
             self._idle_advance()
         self._sidecar.heartbeat(now)
-        if self._positions.dirty or now - self._last_status >= self.options.status_interval:
-            self._send_status(force=True)
+        if self._positions.dirty or session.status_due(now):
+            session.send_status()
         if self._should_stop(now):
             self._stop = True
             return
-        wait = min(0.5, max(0.0, self._last_status + self.options.status_interval - now))
+        wait = min(0.5, max(0.0, session.last_status + self.options.status_interval - now))
         if n == 0:
-            select.select([copy], [], [], wait)
+            select.select([session.copy], [], [], wait)
 
     def _should_stop(self, now: float) -> bool:
         if self.options.stop_after is not None and now - self._counters.t0 >= self.options.stop_after:
@@ -585,7 +548,7 @@ class LiveStream:
                 and not self.online.pending):
             return True
         if (self.stop_at_lsn is not None and self._positions.wal_end >= self.stop_at_lsn
-                and self._txns.idle and not self._pending):
+                and self._session.txns.idle and not self._pending):
             return True
         return False
 
@@ -615,7 +578,7 @@ class LiveStream:
         """``batches``, complete up to ``safe``, as the next group. With nothing to store
         (e.g. transactions that touched no published table) the position is handled as
         soon as everything handed out before it is."""
-        previous, group_ack = self._positions.handed_out(safe, self._txns.prepared_floor(),
+        previous, group_ack = self._positions.handed_out(safe, self._session.txns.prepared_floor(),
                                                          not batches and self.follow_idle)
         last = len(batches) - 1
         group = [Output(kind, table, version, batch, group_ack if i == last else previous,
@@ -648,25 +611,7 @@ class LiveStream:
     def _idle_advance(self) -> None:
         """Nothing pending and everything handed out acknowledged: confirm the server's WAL
         end, so an idle publication does not hold WAL."""
-        self._positions.idle_advance(self._txns.idle and not self._pending and not self._current)
-
-    def _send_status(self, force: bool = False, answering: bool = False) -> None:
-        copy = self._copy
-        if copy is None:
-            return
-        positions = self._positions
-        new_ack = positions.dirty
-        written, flush = positions.status(self._txns.prepared_floor())
-        if answering and not new_ack and flush < written:
-            # The server asked for an answer and there is nothing new to confirm: the answer
-            # carries no flush position (the slot keeps the one confirmed before). A
-            # walsender that is shutting down asks until the client's flush position (or,
-            # without one, its write position) reaches what it sent: a consumer still
-            # holding batches it has not acknowledged would hold up the server's shutdown.
-            copy.send_status(written, 0, 0)
-        else:
-            copy.send_status(written, flush, flush)
-        self._last_status = time.monotonic()
+        self._positions.idle_advance(self._session.txns.idle and not self._pending and not self._current)
 
     def _finish_stream(self) -> None:
         """At the end of the iteration: hand out whatever complete batches remain, then
