@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from .._files import SNAPSHOT_RECORD, read_snapshot_record, TableDirectory, fsync_dir, storable, writable_directory, write_atomically, write_json_atomically
 from .._internal import lsn_to_int, lsn_to_str
+from ..decoding import Output
 from .filters import Chunk
 
 __all__ = ["FileSink", "LiveFileSink", "read_checkpoint", "CHECKPOINT", "SNAPSHOT_RECORD"]
@@ -40,6 +41,12 @@ __all__ = ["FileSink", "LiveFileSink", "read_checkpoint", "CHECKPOINT", "SNAPSHO
 CHECKPOINT = "_checkpoint.json"
 _SNAPSHOT_FILE = re.compile(r"^snapshot-([0-9A-F]{16})-(\d+)\.(parquet|arrow)$")
 _DATA_FILE = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})(-\d+)?\.(parquet|arrow)$")
+
+
+def _directory_name(out: Output) -> str:
+    """Where a batch's files go: its table's directory, or ``_truncates``, ``_messages``,
+    ``_transactions``."""
+    return out.name if out.kind == "table" else f"_{out.kind}"
 
 
 class FileSink:
@@ -72,7 +79,7 @@ class FileSink:
     def write(self, chunk: Chunk, end_lsn: int) -> None:
         for out in chunk.outputs:
             if out.num_rows:
-                self._add(out.name if out.kind == "table" else f"_{out.kind}", out.batch)
+                self._add(_directory_name(out), out.batch)
         # Only here, between groups of whole transactions: a transaction is never split
         # across files, so the files' LSN ranges do not overlap and their names sort in
         # commit order (rows_per_file is a soft limit).
@@ -242,7 +249,7 @@ class LiveFileSink:
         parts: dict[str, list[pa.RecordBatch]] = {}
         for out in chunk.outputs:
             if out.num_rows:
-                parts.setdefault(out.name if out.kind == "table" else f"_{out.kind}", []).append(out.batch)
+                parts.setdefault(_directory_name(out), []).append(out.batch)
         for key, batches in parts.items():
             if key.startswith("_"):
                 tables = [storable(pa.Table.from_batches(same), self.fmt)

@@ -4,9 +4,8 @@ kept rows stay zero-copy slices of the decoded batches."""
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,7 +76,7 @@ def filter_chunk(outputs: list[Output], filters: Filters) -> Chunk:
         elif out.kind == "messages" and filters.tables:
             continue
         mask = filters.mask(batch) if "_commit_lsn" in batch.schema.names else None
-        chunk.outputs += [dataclasses.replace(out, batch=part)
+        chunk.outputs += [replace(out, batch=part)
                           for part in (_select(batch, mask.to_pylist()) if mask is not None else [batch])
                           if part.num_rows]
     chunk.max_commit_lsn = max(commits) if commits else None
@@ -135,7 +134,7 @@ def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
             return [out]
         b = out.batch
         commit = _message_keys(b) if out.kind == "messages" else _ints(b, "_commit_lsn")
-        return [dataclasses.replace(out, batch=p) for p in upto(b, commit)]
+        return [replace(out, batch=p) for p in upto(b, commit)]
 
     return Chunk([o for out in chunk.outputs for o in limited(out)], chunk.max_commit_lsn), remaining
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Generator
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from ..decoding import Output
 from .._internal import lsn_to_str

@@ -44,8 +44,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Iterator
 
-import pyarrow as pa
-
 from .._catalog import published_tables
 from ..decoding import Decoder, Output
 from .._pg import SqlError, classify_connect_error, close_quietly, one_line
@@ -535,7 +533,7 @@ class LiveStream:
         if self._should_stop(now):
             self._stop = True
             return
-        wait = min(0.5, max(0.0, session.last_status + self.options.status_interval - now))
+        wait = min(0.5, max(0.0, session.until_status(now)))
         if n == 0:
             select.select([session.copy], [], [], wait)
 
@@ -588,14 +586,8 @@ class LiveStream:
         if group:
             self._pending.append((group, group_ack))
 
-    def _to_live(self, item: Any) -> Item | None:
-        if isinstance(item, tuple):
-            kind, table, version, batch = item
-        else:
-            kind, table = item.kind, getattr(item, "table", None)
-            version, batch = getattr(item, "version", None), item.batch
-        if not isinstance(batch, pa.RecordBatch):
-            batch = pa.record_batch(batch)
+    def _to_live(self, item: Output) -> Item | None:
+        kind, table, version, batch = item
         batch = drop_handled(batch, self._positions.floor)
         if batch.num_rows == 0:
             return None

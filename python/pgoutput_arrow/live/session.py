@@ -87,9 +87,14 @@ class ReplicationSession:
         unresolved prepared transaction (the server would not send its changes again)."""
         return self.positions.resume_lsn(self.txns.prepared_floor())
 
+    def until_status(self, now: float) -> float:
+        """Seconds until the next status update is due (``status_interval`` after the last;
+        0 or less: due)."""
+        return self.last_status + self.options.status_interval - now
+
     def status_due(self, now: float) -> bool:
         """Whether ``status_interval`` passed since the last status update."""
-        return now - self.last_status >= self.options.status_interval
+        return self.until_status(now) <= 0
 
     def send_status(self, answering: bool = False) -> None:
         """Sends a standby status update: the position received, and the one handled
