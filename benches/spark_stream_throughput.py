@@ -20,8 +20,61 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class TreeCpu:
+    """CPU seconds (user + system) of the processes under ``roots`` (this process: Spark's JVM
+    and its Python workers; the postmaster: the walsenders), by kind (java, postgres, python),
+    sampled every 50 ms so that processes that exit meanwhile (a walsender, the streaming
+    source's Python runner) are counted up to their last sample."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = roots
+        self.seen: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        parent, stat = {}, {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    raw = open(f"/proc/{d}/stat").read()
+                except OSError:
+                    continue
+                comm = raw[raw.index("(") + 1:raw.rindex(")")]
+                f = raw[raw.rindex(")") + 2:].split()
+                parent[int(d)] = int(f[1])
+                stat[int(d)] = (comm, (int(f[11]) + int(f[12])) / _TICK)
+        for pid, (comm, cpu) in stat.items():
+            p = pid
+            while p > 1 and p not in self.roots:
+                p = parent.get(p, 0)
+            if p > 1:
+                kind = "java" if "java" in comm else "postgres" if "postgres" in comm else "python"
+                self.seen[pid] = (kind, cpu)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self._sample()
+
+    def totals(self) -> dict[str, float]:
+        self._sample()
+        out: dict[str, float] = {}
+        for kind, cpu in self.seen.values():
+            out[kind] = out.get(kind, 0.0) + cpu
+        return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
+    kinds = sorted(set(before) | set(after))
+    return ", ".join(f"{k} {after.get(k, 0) - before.get(k, 0):.2f}" for k in kinds)
 
 
 def main() -> None:
@@ -83,6 +136,11 @@ def main() -> None:
         pg.execute("INSERT INTO orders (id, customer, amount, status) SELECT -g, 0, 0, 'warm' "
                    "FROM generate_series(1, 1000) g")
         spark_drain("warm", f"{pg.base_dir}/checkpoint-warm")
+        # The query's walsender may still be letting the slot go.
+        pg.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                   "WHERE slot_name = 'warm' AND active_pid IS NOT NULL")
+        pg.execute("DO $$ BEGIN WHILE EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = 'warm' "
+                   "AND active) LOOP PERFORM pg_sleep(0.01); END LOOP; END $$")
         pg.execute("SELECT pg_drop_replication_slot('warm')")
 
         for r in range(args.runs):
@@ -105,10 +163,12 @@ def main() -> None:
         print(f"backlog: {3 * third} changes in {args.txns} transactions, {float(wal_mb):.1f} MB of WAL "
               f"(written in {time.perf_counter() - t0:.1f} s); Spark {args.master}", flush=True)
 
+        cpu = TreeCpu([os.getpid(), *([pg.pid] if pg.pid else [])])
         spark_s, live_s = [], []
         for r in range(args.runs):
             order = ("spark", "live") if r % 2 == 0 else ("live", "spark")
             for which in order:
+                before = cpu.totals() if cpu else {}
                 if which == "spark":
                     seconds, rows, batches = spark_drain(f"spark{r}", f"{pg.base_dir}/checkpoint{r}")
                     spark_s.append(seconds)
@@ -119,6 +179,8 @@ def main() -> None:
                     live_s.append(seconds)
                     print(f"  run {r + 1}: stream() drain     {seconds:6.2f} s  {rows / seconds / 1e3:7.1f} k changes/s"
                           f"  ({rows} rows)", flush=True)
+                if cpu:
+                    print(f"    CPU s: {cpu_delta(before, cpu.totals())}", flush=True)
         s, l = statistics.median(spark_s), statistics.median(live_s)
         print(f"medians of {args.runs}: readStream {s:.2f} s, stream() {l:.2f} s: "
               f"the Spark source at {l / s:.0%} of stream()'s drain")

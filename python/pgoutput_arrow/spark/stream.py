@@ -41,6 +41,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -495,8 +496,10 @@ def _table_batches(source: StreamSource, changes: RangeChanges,
     assert source.table is not None
     table = changes.tables.get(source.table)
     parts: list[pa.Table] = []
+    ordered = False
     if table is not None:
         _check_columns(source, table, target)
+        ordered = _in_order(table)
         parts.append(pa.Table.from_batches(
             [cast_for_spark(b, target) for b in table.to_batches(max_chunksize=65536)], target))
     truncates = changes.truncates
@@ -507,8 +510,21 @@ def _table_batches(source: StreamSource, changes: RangeChanges,
             parts.append(_truncate_rows(mine, target))
     if not parts:
         return
-    out = pa.concat_tables(parts).sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
-    yield from out.combine_chunks().to_batches(max_chunksize=65536)
+    out = pa.concat_tables(parts)
+    if len(parts) > 1 or not ordered:
+        out = out.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")]).combine_chunks()
+    yield from out.to_batches(max_chunksize=65536)
+
+
+def _in_order(table: pa.Table) -> bool:
+    """Whether ``table``'s rows are in ``(_commit_lsn, _seq)`` order already (a table's rows
+    come in commit order, each transaction's in ``_seq`` order: sorting is for TRUNCATEs)."""
+    commit, seq = table.column("_commit_lsn"), table.column("_seq")
+    if commit.null_count or seq.null_count or not pa.types.is_integer(commit.type):
+        return False
+    c = np.asarray(commit.to_numpy(), dtype=np.int64)
+    q = np.asarray(seq.to_numpy(), dtype=np.int64)
+    return bool(np.all((c[1:] > c[:-1]) | ((c[1:] == c[:-1]) & (q[1:] >= q[:-1]))))
 
 
 def _truncate_rows(truncates: pa.Table, target: pa.Schema) -> pa.Table:

@@ -81,10 +81,10 @@ class Held:
         self.chunks: list[int] = []
         #: The online snapshot's chunks held whose rows the executors read (by position).
         self.exported: list[Any] = []
-
-    @property
-    def nbytes(self) -> int:
-        return sum(b.nbytes for _, b in self.items)
+        #: The bytes of the batches in ``items``, kept as they come and go: the stream's
+        #: thread asks before each read, and summing thousands of held batches each time
+        #: cost the driver more than decoding them.
+        self.nbytes = 0
 
     def add(self, batches: Iterable[Output]) -> None:
         """A group of the live stream: its tables' rows and TRUNCATEs; other kinds are not
@@ -110,6 +110,7 @@ class Held:
                 continue
             if batch.num_rows:
                 self.items.append((name, batch))
+                self.nbytes += batch.nbytes
                 self._last = max(self._last, int(_commits(batch).max()))
         if state is not None:
             # It rides on the group's last batch: it holds once every row so far is stored.
@@ -176,8 +177,9 @@ class Held:
         for name, batch in self.items:
             at = int(np.searchsorted(_commits(batch), upto, side="left"))
             if at < batch.num_rows:
-                kept.append((name, batch.slice(at)))
+                kept.append((name, batch if at == 0 else batch.slice(at)))
         self.items = kept
+        self.nbytes = sum(b.nbytes for _, b in kept)
         self.states = [(last, state) for last, state in self.states if last >= upto]
         self.chunks = [w for w in self.chunks if w >= upto]
         self.exported = [chunk for chunk in self.exported if chunk.lsn >= upto]
