@@ -1,22 +1,35 @@
 """Streaming source throughput: ``spark.readStream.format("pgoutput")`` draining a backlog, against
-``pgoutput_arrow.stream()`` draining the same slot contents, in the same run.
+``pgoutput_arrow.stream()`` draining the same slot contents and against Spark's own floor for a
+Python streaming source, in the same run.
 
     .venv/bin/python benches/spark_stream_throughput.py [--rows 1000000] [--txns 1000]
-        [--master local[2]] [--runs 3] [--per-trigger ROWS]
+        [--master local[2]] [--runs 3] [--per-trigger ROWS] [--warm-rows N] [--floor-batches N]
 
-Starts its own PostgreSQL 18 (tests/pg_harness.py), creates ``2 * runs`` slots at one position,
-then writes the backlog: ``--rows`` inserts, updates and deletes in ``--txns`` transactions into
-a published table (a third of each: inserts, then updates of them, then deletes). Each run
-drains one slot with ``stream()`` (every group acknowledged, as a consumer would) and another
-with a Trigger.AvailableNow query into the ``noop`` sink (a checkpoint of its own; the session
-is warmed by a small query first), alternating which goes first. Wall clock per drain; medians
-and the ratio of the medians. The Spark figure includes the query's start and every
-micro-batch's commit (the slot moves when Spark commits).
+Starts its own PostgreSQL 18 (tests/pg_harness.py), creates ``2 * runs + 1`` slots at one
+position, then writes the backlog: ``--rows`` inserts, updates and deletes in ``--txns``
+transactions into a published table (a third of each: inserts, then updates of them, then
+deletes). The session is warmed first by a query of ``--warm-rows`` changes (the JVM compiles
+Spark's Arrow and row paths, as it has in a query that runs for long). Each run then times,
+in rotated order:
+
+* ``readStream -> noop``: one slot drained by a Trigger.AvailableNow query into the ``noop``
+  sink (a checkpoint of its own), from the query's start to its end, every micro-batch's
+  commit included (the slot moves when Spark commits);
+* ``stream() drain``: another slot drained by ``stream()``, every group acknowledged, decoded
+  as the Spark source decodes;
+* ``floor -> noop``: Spark's own floor, the same rows (decoded once beforehand from one more
+  slot, cast to Spark's Arrow types, kept in an Arrow file) served by a Python streaming
+  source that does nothing else, in ``--floor-batches`` micro-batches.
+
+Per drain: wall clock, and the CPU seconds of every process involved by kind (the JVM's
+JIT compilers, its GC and the rest; the walsender; the streaming source's Python runner,
+Spark's Python workers, this process), sampled from /proc. Medians and their ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -35,7 +48,7 @@ class TreeCpu:
 
     def __init__(self, roots: list[int]) -> None:
         self.roots = roots
-        self.seen: dict[int, tuple[str, float]] = {}
+        self.seen: dict[object, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -56,9 +69,45 @@ class TreeCpu:
             p = pid
             while p > 1 and p not in self.roots:
                 p = parent.get(p, 0)
-            if p > 1:
-                kind = "java" if "java" in comm else "postgres" if "postgres" in comm else "python"
-                self.seen[pid] = (kind, cpu)
+            if p > 1 and "java" in comm:
+                for key, cpu in self._jvm_threads(pid).items():
+                    self.seen[key] = (f"java {key[1]}", cpu)  # type: ignore[index]
+            elif p > 1:
+                self.seen[pid] = (self._kind(pid, comm), cpu)
+
+    @staticmethod
+    def _jvm_threads(pid: int) -> dict[tuple[int, str], float]:
+        """The JVM's CPU by its threads' kind: the JIT compilers, the garbage collector, the
+        rest (Spark's tasks and scheduling)."""
+        out: dict[tuple[int, str], float] = {}
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                raw = open(f"/proc/{pid}/task/{tid}/stat").read()
+            except OSError:
+                continue
+            comm = raw[raw.index("(") + 1:raw.rindex(")")]
+            f = raw[raw.rindex(")") + 2:].split()
+            kind = "JIT" if "Compiler" in comm else "GC" if ("GC" in comm or "G1" in comm) else "other"
+            out[(pid, kind)] = out.get((pid, kind), 0.0) + (int(f[11]) + int(f[12])) / _TICK
+        return out
+
+    def _kind(self, pid: int, comm: str) -> str:
+        if "java" in comm or "postgres" in comm:
+            return "java" if "java" in comm else "postgres"
+        if pid == os.getpid():
+            return "python (this process)"
+        try:
+            args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            return "python"
+        # Spark's Python processes: the streaming source's runner, the daemon and its
+        # workers, the planners of a Python data source.
+        module = args[args.index(b"-m") + 1].decode() if b"-m" in args else ""
+        return f"python {module.rsplit('.', 1)[-1]}" if module else "python"
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
@@ -70,6 +119,68 @@ class TreeCpu:
         for kind, cpu in self.seen.values():
             out[kind] = out.get(kind, 0.0) + cpu
         return out
+
+
+def floor_source(path: str, schema_json: str, batches: int, parts: int) -> type:
+    """Spark's own floor for a Python streaming source: the same rows as the pgoutput source
+    gives (already in Spark's Arrow types, in an Arrow IPC file on local disk), served by a
+    DataSourceStreamReader that does nothing else, in ``batches`` micro-batches of ``parts``
+    partitions each (each an executor reading its row range of the memory-mapped file)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
+    from pyspark.sql.types import StructType
+
+    class RowsRange(InputPartition):
+        def __init__(self, lo: int, hi: int) -> None:
+            super().__init__((lo, hi))
+            self.lo, self.hi = lo, hi
+
+    class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self) -> None:
+            import pyarrow as pa
+
+            with pa.memory_map(path) as f:
+                self.rows = pa.ipc.open_file(f).read_all().num_rows
+
+        def initialOffset(self) -> dict:
+            return {"row": 0}
+
+        def getDefaultReadLimit(self) -> ReadAllAvailable:
+            return ReadAllAvailable()
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass
+
+        def latestOffset(self, start: dict, limit: object) -> dict:
+            return {"row": min(self.rows, start["row"] + -(-self.rows // batches))}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            lo, hi = start["row"], end["row"]
+            step = -(-(hi - lo) // parts) if hi > lo else 1
+            return [RowsRange(a, min(hi, a + step)) for a in range(lo, hi, step)]
+
+        def read(self, partition: RowsRange):  # type: ignore[no-untyped-def]
+            import pyarrow as pa
+
+            with pa.memory_map(path) as f:
+                table = pa.ipc.open_file(f).read_all().slice(partition.lo, partition.hi - partition.lo)
+                yield from table.to_batches(max_chunksize=65536)
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pgoutput_bench_floor"
+
+        def schema(self) -> StructType:
+            return StructType.fromJson(json.loads(schema_json))
+
+        def streamReader(self, schema: StructType) -> FloorReader:
+            return FloorReader()
+
+    return FloorSource
 
 
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> str:
@@ -84,6 +195,12 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--per-trigger", type=int, default=None, help="maxChangesPerTrigger (default: none)")
+    ap.add_argument("--floor-batches", type=int, default=3,
+                    help="micro-batches of the floor query (Spark's own floor: the same rows from "
+                         "an Arrow file through a Python source that does nothing else)")
+    ap.add_argument("--warm-rows", type=int, default=200_000,
+                    help="rows of the warm-up query (default 200000: the JVM compiles Spark's Arrow "
+                         "and row paths while it runs, as a long-running query has)")
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -93,9 +210,12 @@ def main() -> None:
 
     import pgoutput_arrow
     from pgoutput_arrow import spark as sp
+    # What the Spark source decodes with: stream() decodes the same way.
+    from pgoutput_arrow.spark.stream import DECODER_OPTIONS as SOURCE_DECODING
 
     spark = (SparkSession.builder.master(args.master).appName("pgoutput-stream-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     sp.register(spark)
@@ -124,8 +244,7 @@ def main() -> None:
             t0 = time.perf_counter()
             rows = 0
             with pgoutput_arrow.stream(pg.dsn, slot=slot, publication="pub", stop_at_lsn=end,
-                                       binary=False, views=False, array_ndims=1,
-                                       datetime_range="pandas", time="time64") as s:
+                                       **SOURCE_DECODING) as s:
                 for batches, ack in s.groups():
                     rows += sum(b.num_rows for b in batches if b.kind == "table")
                     s.ack(ack)
@@ -133,8 +252,9 @@ def main() -> None:
 
         # Warm the session: one small query end to end.
         pg.create_slot("warm")
-        pg.execute("INSERT INTO orders (id, customer, amount, status) SELECT -g, 0, 0, 'warm' "
-                   "FROM generate_series(1, 1000) g")
+        pg.execute("INSERT INTO orders (id, customer, amount, status) SELECT -g, g % 1000, (g % 5000) / 4.0, "
+                   f"'warm' FROM generate_series(1, {args.warm_rows}) g")
+        pg.execute("DELETE FROM orders WHERE status = 'warm'")
         spark_drain("warm", f"{pg.base_dir}/checkpoint-warm")
         # The query's walsender may still be letting the slot go.
         pg.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
@@ -143,6 +263,7 @@ def main() -> None:
                    "AND active) LOOP PERFORM pg_sleep(0.01); END LOOP; END $$")
         pg.execute("SELECT pg_drop_replication_slot('warm')")
 
+        pg.create_slot("floor")
         for r in range(args.runs):
             pg.create_slot(f"spark{r}")
             pg.create_slot(f"live{r}")
@@ -163,10 +284,38 @@ def main() -> None:
         print(f"backlog: {3 * third} changes in {args.txns} transactions, {float(wal_mb):.1f} MB of WAL "
               f"(written in {time.perf_counter() - t0:.1f} s); Spark {args.master}", flush=True)
 
+        # The floor's rows: the backlog as the source gives it to Spark, in Spark's Arrow types.
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from pgoutput_arrow._lake_types import cast_for_spark
+        from pgoutput_arrow.spark.stream import stream_schema
+
+        spark_schema = stream_schema({**base, "slot": "floor"})
+        target = to_arrow_schema(spark_schema, timezone="UTC")
+        floor_rows: list[pa.RecordBatch] = []
+        with pgoutput_arrow.stream(pg.dsn, slot="floor", publication="pub", stop_at_lsn=end, **SOURCE_DECODING) as fs:
+            for group, _ in fs.groups():
+                floor_rows += [cast_for_spark(b.batch, target) for b in group if b.kind == "table" and b.num_rows]
+        floor_path = f"{pg.base_dir}/floor.arrow"
+        with pa.OSFile(floor_path, "wb") as f, pa.ipc.new_file(f, target) as w:
+            for b in floor_rows:
+                w.write_batch(b)
+        del floor_rows
+        spark.dataSource.register(floor_source(floor_path, spark_schema.json(), args.floor_batches,
+                                               spark.sparkContext.defaultParallelism))
+
+        def floor_drain(r: int) -> tuple[float, int]:
+            t0 = time.perf_counter()
+            query = (spark.readStream.format("pgoutput_bench_floor").load().writeStream.format("noop")
+                     .trigger(availableNow=True).option("checkpointLocation", f"{pg.base_dir}/floor-cp{r}").start())
+            query.awaitTermination()
+            return time.perf_counter() - t0, sum(p["numInputRows"] for p in query.recentProgress)
+
         cpu = TreeCpu([os.getpid(), *([pg.pid] if pg.pid else [])])
-        spark_s, live_s = [], []
+        spark_s, live_s, floor_s = [], [], []
         for r in range(args.runs):
-            order = ("spark", "live") if r % 2 == 0 else ("live", "spark")
+            order = ("spark", "live", "floor") if r % 2 == 0 else ("floor", "live", "spark")
             for which in order:
                 before = cpu.totals() if cpu else {}
                 if which == "spark":
@@ -174,6 +323,11 @@ def main() -> None:
                     spark_s.append(seconds)
                     print(f"  run {r + 1}: readStream -> noop  {seconds:6.2f} s  {rows / seconds / 1e3:7.1f} k changes/s"
                           f"  ({rows} rows, {batches} micro-batches)", flush=True)
+                elif which == "floor":
+                    seconds, rows = floor_drain(r)
+                    floor_s.append(seconds)
+                    print(f"  run {r + 1}: floor -> noop      {seconds:6.2f} s  {rows / seconds / 1e3:7.1f} k rows/s"
+                          f"  ({rows} rows, {args.floor_batches} micro-batches)", flush=True)
                 else:
                     seconds, rows = live_drain(f"live{r}", end)
                     live_s.append(seconds)
@@ -181,9 +335,10 @@ def main() -> None:
                           f"  ({rows} rows)", flush=True)
                 if cpu:
                     print(f"    CPU s: {cpu_delta(before, cpu.totals())}", flush=True)
-        s, l = statistics.median(spark_s), statistics.median(live_s)
-        print(f"medians of {args.runs}: readStream {s:.2f} s, stream() {l:.2f} s: "
-              f"the Spark source at {l / s:.0%} of stream()'s drain")
+        s, l, fl = statistics.median(spark_s), statistics.median(live_s), statistics.median(floor_s)
+        print(f"medians of {args.runs}: readStream {s:.2f} s, stream() {l:.2f} s, Spark's floor {fl:.2f} s: "
+              f"the Spark source at {l / s:.0%} of stream()'s drain and at {fl / s:.0%} of the floor; "
+              f"the floor itself at {l / fl:.0%} of stream()'s drain")
     spark.stop()
 
 
