@@ -10,8 +10,11 @@
 # (default bench-data/),
 # CRITERION_ARGS (default "--warm-up-time 1 --measurement-time 3"), PY (default .venv/bin/python),
 # BENCH_STEPS (default "gen criterion compare cli live delta snapshot online profile spark
-# sparkstream report"; sparkstream: the Spark streaming source against stream() on a backlog of
-# PGOUTPUT_STREAM_CHANGES changes, default 1000000, its output in bench-data/spark_stream.txt),
+# sparkstream report"; sparkstream: the Spark streaming source against stream() and Spark's own
+# floor on a backlog of PGOUTPUT_STREAM_CHANGES changes, default 1000000, its output in
+# bench-data/spark_stream.{txt,json}; a report of a run of some steps keeps the other sections
+# of the BENCHMARKS.md before it, marked as such), PGOUTPUT_CLI_MB (the cli step's pgbench
+# capture, default 256),
 # BENCH_COMMAND (what BENCHMARKS.md says was run).
 #
 # `benches/run.sh spark` runs only the Spark part (issue 22): the Spark captures (made once,
@@ -55,7 +58,9 @@ if step compare; then
 fi
 if step cli; then
   echo "== pgoutput-dump drained to /dev/null: jsonl, pretty, parquet"
-  "$PY" benches/cli_drain.py --capture "$PGOUTPUT_BENCH_DATA/pgbench-binary.parquet" \
+  # Its own pgbench capture of PGOUTPUT_CLI_MB (default 256): the size issue 23's jsonl
+  # target is set on (made once, kept in bench-data/cli/).
+  "$PY" benches/cli_drain.py --data "$PGOUTPUT_BENCH_DATA/cli" --mb "${PGOUTPUT_CLI_MB:-256}" \
     --runs "${PGOUTPUT_BENCH_RUNS:-3}" --out "$PGOUTPUT_BENCH_DATA/cli.json"
 fi
 if step live; then
@@ -117,10 +122,12 @@ fi
 if step sparkstream; then
   echo "== Spark streaming source against stream() on a backlog"
   "$PY" benches/spark_stream_throughput.py --rows "${PGOUTPUT_STREAM_CHANGES:-1000000}" --runs 3 \
-    | tee "$PGOUTPUT_BENCH_DATA/spark_stream.txt"
+    --out "$PGOUTPUT_BENCH_DATA/spark_stream.json" | tee "$PGOUTPUT_BENCH_DATA/spark_stream.txt"
 fi
 if step report; then
+  # Sections of steps this run left out are kept from the BENCHMARKS.md before it, said so.
   "$PY" benches/report.py --data "$PGOUTPUT_BENCH_DATA" --criterion "$TARGET_DIR/criterion" \
-    --command "$COMMAND" > BENCHMARKS.md
+    --command "$COMMAND" --previous BENCHMARKS.md > "$PGOUTPUT_BENCH_DATA/BENCHMARKS.md"
+  mv "$PGOUTPUT_BENCH_DATA/BENCHMARKS.md" BENCHMARKS.md
   echo "== wrote BENCHMARKS.md"
 fi

@@ -195,6 +195,7 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--per-trigger", type=int, default=None, help="maxChangesPerTrigger (default: none)")
+    ap.add_argument("--out", type=Path, help="write the results as JSON here")
     ap.add_argument("--floor-batches", type=int, default=3,
                     help="micro-batches of the floor query (Spark's own floor: the same rows from "
                          "an Arrow file through a Python source that does nothing else)")
@@ -314,10 +315,11 @@ def main() -> None:
 
         cpu = TreeCpu([os.getpid(), *([pg.pid] if pg.pid else [])])
         spark_s, live_s, floor_s = [], [], []
+        results: list[dict[str, object]] = []
         for r in range(args.runs):
             order = ("spark", "live", "floor") if r % 2 == 0 else ("floor", "live", "spark")
             for which in order:
-                before = cpu.totals() if cpu else {}
+                before = cpu.totals()
                 if which == "spark":
                     seconds, rows, batches = spark_drain(f"spark{r}", f"{pg.base_dir}/checkpoint{r}")
                     spark_s.append(seconds)
@@ -333,12 +335,29 @@ def main() -> None:
                     live_s.append(seconds)
                     print(f"  run {r + 1}: stream() drain     {seconds:6.2f} s  {rows / seconds / 1e3:7.1f} k changes/s"
                           f"  ({rows} rows)", flush=True)
-                if cpu:
-                    print(f"    CPU s: {cpu_delta(before, cpu.totals())}", flush=True)
+                after = cpu.totals()
+                print(f"    CPU s: {cpu_delta(before, after)}", flush=True)
+                results.append({"run": r + 1, "consumer": which, "seconds": seconds, "rows": rows,
+                                "cpu_s": {k: round(after.get(k, 0) - before.get(k, 0), 3)
+                                          for k in sorted(set(before) | set(after))}})
         s, l, fl = statistics.median(spark_s), statistics.median(live_s), statistics.median(floor_s)
         print(f"medians of {args.runs}: readStream {s:.2f} s, stream() {l:.2f} s, Spark's floor {fl:.2f} s: "
               f"the Spark source at {l / s:.0%} of stream()'s drain and at {fl / s:.0%} of the floor; "
               f"the floor itself at {l / fl:.0%} of stream()'s drain")
+        if args.out:
+            medians = {}
+            for which, times in (("spark", spark_s), ("live", live_s), ("floor", floor_s)):
+                mine = [x for x in results if x["consumer"] == which]
+                kinds = sorted({k for x in mine for k in x["cpu_s"]})  # type: ignore[attr-defined]
+                medians[which] = {"median_s": statistics.median(times),
+                                  "cpu_s": {k: statistics.median(x["cpu_s"].get(k, 0.0) for x in mine)  # type: ignore[attr-defined]
+                                            for k in kinds}}
+            args.out.write_text(json.dumps({
+                "rows": args.rows, "txns": args.txns, "master": args.master, "runs": args.runs,
+                "warm_rows": args.warm_rows, "floor_batches": args.floor_batches,
+                "per_trigger": args.per_trigger, "wal_mb": float(wal_mb),
+                "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "medians": medians, "results": results}, indent=1))
     spark.stop()
 
 
