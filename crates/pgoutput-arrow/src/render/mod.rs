@@ -17,6 +17,7 @@
 //! in the value's place. The value rules are in [`value`]'s documentation.
 
 mod changes;
+mod sources;
 mod text;
 mod value;
 
