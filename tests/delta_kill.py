@@ -162,7 +162,9 @@ def main() -> int:
                       f"{rounds_done[0]}); {fmt} commits so far: {_commits(out, fmt)}",
                       flush=True)
         finally:
-            pgbench.send_signal(signal.SIGINT)
+            # SIGTERM, not SIGINT: a soak started in the background (nohup, `&` in a script)
+            # hands its children SIGINT ignored, and pgbench would run its hour out.
+            pgbench.terminate()
             pgbench.wait()
             worker.join()
         drain(pg, p, slot, out, *extra, fmt=fmt)
