@@ -395,6 +395,9 @@ impl TableBuilder {
             self.xid.reserve(n);
             self.seq.reserve(n);
             self.unchanged_offsets.reserve(n);
+            for c in &mut self.columns {
+                c.reserve(n);
+            }
         }
         for (i, (cell, col)) in cells.zip(self.columns.iter_mut()).enumerate() {
             match cell {

@@ -483,20 +483,43 @@ impl ColumnBuilder {
     /// call, its prologue and epilogue were a quarter of the work for an integer.
     #[inline(always)]
     pub fn append_text(&mut self, bytes: &[u8], source: Option<Source<'_>>) -> Result<()> {
-        // Text and integers need none of `put`'s machinery: a short path for them (a value
-        // that does not parse goes through `put`, which says why).
-        if let Col::Str { out, .. } = &mut self.col {
-            out.append(bytes, source)?;
-            self.len += 1;
-            return Ok(());
-        }
+        // The common types in one dispatch, without `put`'s machinery (a second dispatch and
+        // the dry run's flags); a value that does not parse, or a special one, goes through
+        // `put`, which parses it again and decides.
+        let (sv, range, dt) = (self.special, self.datetime_range, self.datetime);
         let done = match &mut self.col {
-            Col::Int4(b) => num::parse_i64(bytes).and_then(|v| i32::try_from(v).ok()).map(|v| b.append_value(v)),
-            Col::Int8(b) => num::parse_i64(bytes).map(|v| b.append_value(v)),
-            Col::Int2(b) => num::parse_i64(bytes).and_then(|v| i16::try_from(v).ok()).map(|v| b.append_value(v)),
-            _ => None,
+            Col::Str { out, .. } => {
+                out.append(bytes, source)?;
+                true
+            }
+            Col::Int4(b) => num::parse_i64(bytes).and_then(|v| i32::try_from(v).ok()).map(|v| b.append_value(v)).is_some(),
+            Col::Int8(b) => num::parse_i64(bytes).map(|v| b.append_value(v)).is_some(),
+            Col::Int2(b) => num::parse_i64(bytes).and_then(|v| i16::try_from(v).ok()).map(|v| b.append_value(v)).is_some(),
+            Col::Bool(b) => num::bool_text(bytes).map(|v| b.append_value(v)).is_ok(),
+            Col::Float4(b) => num::float_text(bytes).map(|v| b.append_value(v)).is_ok(),
+            Col::Float8(b) => num::float_text(bytes).map(|v| b.append_value(v)).is_ok(),
+            Col::Decimal { b, precision, scale } => match num::numeric_text_to_decimal(bytes, *precision, *scale) {
+                Ok(Ok(v)) => {
+                    b.append_value(v);
+                    true
+                }
+                _ => false,
+            },
+            Col::Timestamp { b, tz } => {
+                let v = if *tz { datetime::timestamptz_text(bytes, dt) } else { datetime::timestamp_text(bytes, dt) };
+                v.ok()
+                    .and_then(|v| datetime::timestamp_to_arrow(v, sv, range).ok())
+                    .map(|v| b.append_value(v))
+                    .is_some()
+            }
+            Col::Date(b) => datetime::date_text(bytes, dt)
+                .ok()
+                .and_then(|v| datetime::date_to_arrow(v, sv, range).ok())
+                .map(|v| b.append_value(v))
+                .is_some(),
+            _ => false,
         };
-        if done.is_some() {
+        if done {
             self.len += 1;
             return Ok(());
         }
@@ -506,17 +529,17 @@ impl ColumnBuilder {
     /// `bytes` is the value of a 'b' cell (the type's send format). Inlined as `append_text`.
     #[inline(always)]
     pub fn append_binary(&mut self, bytes: &[u8], source: Option<Source<'_>>) -> Result<()> {
-        // Text whose send format is the text itself (text, varchar, bpchar, name, json) is
-        // stored as it came, as `put` would after finding it starts at byte 0.
-        if let Col::Str { kind: StrKind::Text | StrKind::Json, out } = &mut self.col {
-            out.append(bytes, source)?;
-            self.len += 1;
-            return Ok(());
-        }
-        // The fixed-width types need none of `put`'s machinery: a short path for them (a
-        // value of the wrong width or a special one goes through `put`, which decides).
+        // The common types in one dispatch, as in `append_text`: the fixed-width ones, text
+        // whose send format is the text itself, and text rendered from the send format. A value
+        // of the wrong width or a special one goes through `put`, which decides.
         let (sv, range) = (self.special, self.datetime_range);
         let done = match &mut self.col {
+            // text, varchar, bpchar, name, json: stored as they came, as `put` would after
+            // finding that the text starts at byte 0.
+            Col::Str { kind: StrKind::Text | StrKind::Json, out } => {
+                out.append(bytes, source)?;
+                true
+            }
             Col::Timestamp { b, .. } => bytes
                 .try_into()
                 .ok()
@@ -532,13 +555,40 @@ impl ColumnBuilder {
             Col::Int4(b) => bytes.try_into().map(|v| b.append_value(i32::from_be_bytes(v))).is_ok(),
             Col::Int8(b) => bytes.try_into().map(|v| b.append_value(i64::from_be_bytes(v))).is_ok(),
             Col::Int2(b) => bytes.try_into().map(|v| b.append_value(i16::from_be_bytes(v))).is_ok(),
-            Col::Float8(b) => bytes
-                .try_into()
-                .map(|v| {
-                    let f = f64::from_bits(u64::from_be_bytes(v));
-                    b.append_value(if f.is_nan() { f64::NAN } else { f })
-                })
-                .is_ok(),
+            Col::Float8(b) => num::float8_bin(bytes).map(|v| b.append_value(v)).is_ok(),
+            Col::Float4(b) => num::float4_bin(bytes).map(|v| b.append_value(v)).is_ok(),
+            Col::Bool(b) => num::bool_bin(bytes).map(|v| b.append_value(v)).is_ok(),
+            Col::Decimal { b, precision, scale } => match num::numeric_bin_to_decimal(bytes, *precision, *scale) {
+                Ok(Ok(v)) => {
+                    b.append_value(v);
+                    true
+                }
+                _ => false,
+            },
+            Col::Bytea(out) | Col::Raw(out) => {
+                out.append(bytes, source)?;
+                true
+            }
+            Col::Str { kind: StrKind::Uuid, out } => match <&[u8; 16]>::try_from(bytes) {
+                Ok(u) => {
+                    out.append_ascii(&num::uuid_ascii(u))?;
+                    true
+                }
+                Err(_) => false,
+            },
+            Col::Str { kind, out } => {
+                match kind.binary_text_offset(bytes)? {
+                    // jsonb: the text after a version byte.
+                    Some(skip) => out.append(&bytes[skip..], source.map(|s| s.advance(skip)))?,
+                    None => {
+                        let text = &mut self.scratch.text;
+                        text.clear();
+                        render::render(*kind, bytes, text)?;
+                        out.append_str(text)?;
+                    }
+                }
+                true
+            }
             _ => false,
         };
         if done {
@@ -669,7 +719,7 @@ impl ColumnBuilder {
                             text.clear();
                             render::render(*kind, bytes, text)?;
                             if !dry {
-                                out.append(text.as_bytes(), None)?;
+                                out.append_str(text)?;
                             }
                         }
                     }
@@ -815,6 +865,36 @@ impl ColumnBuilder {
     /// Whether the Arrow type changed since the last call (see [`ColumnBuilder::renest`]).
     pub fn take_retyped(&mut self) -> bool {
         std::mem::take(&mut self.retyped)
+    }
+
+    /// Makes room for `rows` values (the last batch's count) before the first value of a
+    /// batch, so that the batch does not grow its buffers, and copy them, as values come.
+    /// Only plain primitive and utf8 columns: the builders of the others stay as they are.
+    pub fn reserve(&mut self, rows: usize) {
+        if self.len > 0 {
+            return;
+        }
+        match &mut self.col {
+            Col::Bool(b) => *b = BooleanBuilder::with_capacity(rows),
+            Col::Int2(b) => *b = Int16Builder::with_capacity(rows),
+            Col::Int4(b) => *b = Int32Builder::with_capacity(rows),
+            Col::Int8(b) | Col::Oid(b) => *b = Int64Builder::with_capacity(rows),
+            Col::Float4(b) => *b = Float32Builder::with_capacity(rows),
+            Col::Float8(b) => *b = Float64Builder::with_capacity(rows),
+            Col::Decimal { b, precision, scale } => {
+                *b = Decimal128Builder::with_capacity(rows)
+                    .with_precision_and_scale(*precision, *scale)
+                    .unwrap_or_default()
+            }
+            Col::Date(b) => *b = Date32Builder::with_capacity(rows),
+            Col::Time(b) => *b = Time64MicrosecondBuilder::with_capacity(rows),
+            Col::Timestamp { b, tz } => {
+                let fresh = TimestampMicrosecondBuilder::with_capacity(rows);
+                *b = if *tz { fresh.with_timezone("UTC") } else { fresh };
+            }
+            Col::Str { out, .. } => out.reserve(rows),
+            _ => {}
+        }
     }
 
     /// Finishes the array built so far and resets the builder for the next batch.

@@ -137,48 +137,117 @@ pub(crate) fn uuid_bin(bytes: &[u8]) -> Result<[u8; 16]> {
     fixed::<16>("uuid", bytes)
 }
 
-/// "00" to "99": two digits per lookup.
-const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
+/// "0000" to "9999" back to back: the four digits of a number below 10 000 per lookup, as a
+/// `str` so that a slice of it is pushed without a UTF-8 check or a char at a time (what the
+/// rendered numerics, dates and times of a binary stream spent their time on).
+static DIGITS4: &str = {
+    static BYTES: [u8; 40_000] = {
+        let mut t = [0u8; 40_000];
+        let mut i = 0;
+        while i < 10_000 {
+            t[4 * i] = b'0' + (i / 1000) as u8;
+            t[4 * i + 1] = b'0' + (i / 100 % 10) as u8;
+            t[4 * i + 2] = b'0' + (i / 10 % 10) as u8;
+            t[4 * i + 3] = b'0' + (i % 10) as u8;
+            i += 1;
+        }
+        t
+    };
+    match std::str::from_utf8(&BYTES) {
+        Ok(s) => s,
+        Err(_) => panic!("ASCII digits are UTF-8"),
+    }
+};
 
 /// `v` in decimal, zero-padded to at least `width` digits (as `{v:0width$}`), without
-/// `fmt`'s machinery: numeric, date and time text is rendered once per value. `width` is at
-/// most 20 (a u64's digits).
-pub(crate) fn push_digits(out: &mut String, mut v: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    let mut i = buf.len();
-    while v >= 100 {
-        let pair = (v % 100) as usize * 2;
-        v /= 100;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+/// `fmt`'s machinery: numeric, date and time text is rendered once per value. Inlined: the
+/// widths that renderers ask for most (a numeric's four-digit groups, two-digit time fields)
+/// are one copy of a constant length.
+#[inline]
+pub(crate) fn push_digits(out: &mut String, v: u64, width: usize) {
+    match (v, width) {
+        (0..=9_999, 4) => out.push_str(&DIGITS4[4 * v as usize..4 * v as usize + 4]),
+        (0..=99, 2) => out.push_str(&DIGITS4[4 * v as usize + 2..4 * v as usize + 4]),
+        _ => push_digits_any(out, v, width),
     }
-    if v >= 10 {
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&DIGIT_PAIRS[v as usize * 2..v as usize * 2 + 2]);
-    } else {
-        i -= 1;
-        buf[i] = b'0' + v as u8;
-    }
-    let start = i.min(buf.len() - width.min(buf.len()));
-    // ASCII digits: each byte is its char, so no validation is needed (and a few chars
-    // extended one by one cost less than a checked copy of them).
-    out.extend(buf[start..].iter().map(|&b| char::from(b)));
 }
 
-const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+fn push_digits_any(out: &mut String, mut v: u64, width: usize) {
+    // Base-10 000 groups, least significant first: a u64 has at most five.
+    let mut groups = [0usize; 5];
+    let mut n = 0;
+    loop {
+        groups[n] = (v % 10_000) as usize;
+        v /= 10_000;
+        n += 1;
+        if v == 0 {
+            break;
+        }
+    }
+    let top = groups[n - 1];
+    let top_digits = match top {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        _ => 4,
+    };
+    for _ in 0..width.saturating_sub((n - 1) * 4 + top_digits) {
+        out.push('0');
+    }
+    // One char at a time: a copy of a length known only here is a call to memcpy.
+    for &b in &DIGITS4.as_bytes()[4 * top + 4 - top_digits..4 * top + 4] {
+        out.push(char::from(b));
+    }
+    for &g in groups[..n - 1].iter().rev() {
+        out.push_str(&DIGITS4[4 * g..4 * g + 4]);
+    }
+}
+
+/// "00" to "ff" back to back: a byte's two lowercase hex digits per lookup, as a `str` (see
+/// `DIGITS4`).
+static HEX_PAIRS: &str = {
+    static BYTES: [u8; 512] = {
+        let digits = b"0123456789abcdef";
+        let mut t = [0u8; 512];
+        let mut i = 0;
+        while i < 256 {
+            t[2 * i] = digits[i >> 4];
+            t[2 * i + 1] = digits[i & 15];
+            i += 1;
+        }
+        t
+    };
+    match std::str::from_utf8(&BYTES) {
+        Ok(s) => s,
+        Err(_) => panic!("ASCII digits are UTF-8"),
+    }
+};
 
 /// `bytes` in lowercase hex, two digits each (as `{b:02x}` per byte), without `fmt`'s
 /// machinery: bytea, uuid and macaddr text is rendered once per value.
 pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     out.reserve(2 * bytes.len());
     for &b in bytes {
-        out.push(char::from(HEX_DIGITS[(b >> 4) as usize]));
-        out.push(char::from(HEX_DIGITS[(b & 15) as usize]));
+        let i = 2 * b as usize;
+        out.push_str(&HEX_PAIRS[i..i + 2]);
     }
+}
+
+/// A uuid's 16 bytes as uuid_out's 36 ASCII bytes (as [`push_uuid`]), built in place: a
+/// uuid column of a binary stream appends them as they are.
+pub(crate) fn uuid_ascii(b: &[u8; 16]) -> [u8; 36] {
+    let hex = HEX_PAIRS.as_bytes();
+    let mut out = [b'-'; 36];
+    let mut j = 0;
+    for (i, &x) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            j += 1;
+        }
+        out[j] = hex[2 * x as usize];
+        out[j + 1] = hex[2 * x as usize + 1];
+        j += 2;
+    }
+    out
 }
 
 /// A uuid's 16 bytes as its text: hex digits grouped 8-4-4-4-12 by dashes.
@@ -355,7 +424,11 @@ pub(crate) fn numeric_text_to_decimal(
         Some((b'+', rest)) => (false, rest),
         _ => (false, bytes),
     };
+    // The digits in u64 while below 10^17 (one more cannot pass 2^64), then in i128: checked
+    // i128 arithmetic per digit was most of the parse.
+    let mut small: u64 = 0;
     let mut v: i128 = 0;
+    let mut wide = false;
     let mut frac_digits: i32 = 0;
     let mut seen_point = false;
     let mut any = false;
@@ -373,11 +446,22 @@ pub(crate) fn numeric_text_to_decimal(
         if seen_point {
             frac_digits += 1;
         }
+        if !wide {
+            if small < 100_000_000_000_000_000 {
+                small = small * 10 + d as u64;
+                continue;
+            }
+            wide = true;
+            v = small as i128;
+        }
         // Leading zeros and fraction digits past the scale need no room.
         v = match v.checked_mul(10).and_then(|v| v.checked_add(d as i128)) {
             Some(v) => v,
             None => return overflow(),
         };
+    }
+    if !wide {
+        v = small as i128;
     }
     if !any {
         return err("numeric", bytes);
@@ -501,15 +585,36 @@ fn digitwise_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
 /// rule of [`numeric_bin_to_decimal`] to decide.
 fn horner_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
     let digits = n.ndigits();
-    let mut acc: u128 = 0;
-    for i in 0..digits {
-        acc = acc.checked_mul(10_000)?.checked_add(n.digit(i) as u128)?;
+    // In u64 while the digits fit (below 10^15, one more digit cannot pass 2^64; four digits
+    // always fit): u128 arithmetic is several multiplications, and a call for a division.
+    let mut small: u64 = 0;
+    let mut i = 0;
+    while i < digits && small < 1_000_000_000_000_000 {
+        small = small * 10_000 + n.digit(i) as u64;
+        i += 1;
     }
-    if acc == 0 {
+    if small == 0 && i == digits {
         return Some(0);
     }
     // acc stands for its last digit at 10^(4 * (weight - (digits - 1))).
     let exp = 4 * (n.weight as i32 - (digits as i32 - 1)) + scale as i32;
+    if i == digits {
+        if exp >= 0 {
+            if let Ok(p) = u64::try_from(pow10(exp as u32)?) {
+                // A u64 by a u64 never passes u128.
+                return i128::try_from(small as u128 * p as u128).ok();
+            }
+        } else if let Ok(p) = u64::try_from(pow10((-exp) as u32)?) {
+            return small.is_multiple_of(p).then_some((small / p) as i128);
+        }
+    }
+    let mut acc = small as u128;
+    for j in i..digits {
+        acc = acc.checked_mul(10_000)?.checked_add(n.digit(j) as u128)?;
+    }
+    if acc == 0 {
+        return Some(0);
+    }
     let v = if exp >= 0 {
         acc.checked_mul(pow10(exp as u32)? as u128)?
     } else {
@@ -570,7 +675,10 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
 
 #[cfg(test)]
 mod tests {
-    use super::{digitwise_unscaled, horner_unscaled, numeric_bin, push_digits, push_hex, push_uuid};
+    use super::{
+        digitwise_unscaled, horner_unscaled, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
+        push_uuid, uuid_ascii,
+    };
 
     #[test]
     fn push_hex_and_push_uuid_are_fmts_lowercase_hex() {
@@ -582,10 +690,70 @@ mod tests {
             assert_eq!(out, format!("x{expected}"));
         }
         let u: [u8; 16] = std::array::from_fn(|i| (i * 17 + 3) as u8);
+        assert_eq!(uuid_ascii(&u).as_slice(), {
+            let mut text = String::new();
+            push_uuid(&mut text, &u);
+            text
+        }
+        .as_bytes());
         let mut out = String::new();
         push_uuid(&mut out, &u);
         let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(out, format!("{}-{}-{}-{}-{}", &hex[0..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..32]));
+    }
+
+    /// numeric_text_to_decimal's digits in u64 then i128 against the plain i128 rule, on
+    /// digit strings of every length up to past i128 (with and without a point, a sign).
+    #[test]
+    fn numeric_text_agrees_with_the_i128_rule() {
+        fn reference(text: &str, precision: u8, scale: i8) -> Option<i128> {
+            let (neg, rest) = match text.strip_prefix('-') {
+                Some(r) => (true, r),
+                None => (false, text),
+            };
+            let (mut v, mut frac) = (0i128, 0i32);
+            let mut point = false;
+            for c in rest.bytes() {
+                if c == b'.' {
+                    point = true;
+                    continue;
+                }
+                frac += point as i32;
+                v = v.checked_mul(10)?.checked_add((c - b'0') as i128)?;
+            }
+            let shift = scale as i32 - frac;
+            let v = if shift >= 0 {
+                if v == 0 { 0 } else { v.checked_mul(pow10(shift as u32)?)? }
+            } else {
+                let p = pow10((-shift) as u32)?;
+                if v % p != 0 {
+                    return None;
+                }
+                v / p
+            };
+            (v.unsigned_abs() < pow10(precision as u32)? as u128).then_some(if neg { -v } else { v })
+        }
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in 1..=45usize {
+            for _ in 0..200 {
+                let mut text = String::new();
+                if x & 1 == 1 {
+                    text.push('-');
+                }
+                let point = (x >> 8) as usize % (len + 1);
+                for i in 0..len {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    if i == point && i > 0 {
+                        text.push('.');
+                    }
+                    text.push(char::from(b'0' + ((x >> 33) % 10) as u8));
+                }
+                for (precision, scale) in [(38, 0), (38, 10), (38, 38), (18, 4), (24, 8), (12, 2)] {
+                    let got = numeric_text_to_decimal(text.as_bytes(), precision, scale).unwrap().ok();
+                    assert_eq!(got, reference(&text, precision, scale), "{text} ({precision},{scale})");
+                }
+            }
+        }
     }
 
     #[test]

@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, BinaryViewBuilder, StringBuilder, StringViewBuilder};
-use arrow_array::ArrayRef;
+use arrow_array::builder::{BinaryBuilder, BinaryViewBuilder, StringViewBuilder};
+use arrow_array::{ArrayRef, StringArray};
+use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::DataType;
 
 use super::value::{Result, Source, ValueError};
@@ -72,9 +73,63 @@ impl Blocks {
     }
 }
 
+/// A Utf8 column built as its three buffers. Arrow's `StringBuilder` takes a `&str`, which
+/// costs a `from_utf8` call per value; here an ASCII value (nearly every one) is checked
+/// inline, and text this crate rendered is not checked again.
+pub(crate) struct Utf8Out {
+    values: Vec<u8>,
+    offsets: Vec<i32>,
+    nulls: NullBufferBuilder,
+    /// Bytes of the last batch's values (see [`StrStore::reserve`]).
+    last_bytes: usize,
+}
+
+impl Utf8Out {
+    fn new() -> Self {
+        Utf8Out { values: Vec::new(), offsets: vec![0], nulls: NullBufferBuilder::new(0), last_bytes: 0 }
+    }
+
+    #[inline]
+    fn append_checked(&mut self, value: &[u8]) -> Result<()> {
+        if !value.is_ascii() {
+            check_utf8(value)?;
+        }
+        self.append_unchecked(value)
+    }
+
+    /// `value` is known to be UTF-8.
+    #[inline]
+    fn append_unchecked(&mut self, value: &[u8]) -> Result<()> {
+        check_fits(self.values.len(), value.len())?;
+        self.values.extend_from_slice(value);
+        // Cannot truncate: check_fits kept the values within i32::MAX bytes.
+        self.offsets.push(self.values.len() as i32);
+        self.nulls.append_non_null();
+        Ok(())
+    }
+
+    #[inline]
+    fn append_null(&mut self) {
+        self.offsets.push(self.values.len() as i32);
+        self.nulls.append_null();
+    }
+
+    fn finish(&mut self) -> StringArray {
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        self.last_bytes = self.values.len();
+        let values = Buffer::from_vec(std::mem::take(&mut self.values));
+        // The offsets grow from 0 to the values' length, and every value was checked as it
+        // came (try_new checks the whole buffer once more, in one pass).
+        match StringArray::try_new(OffsetBuffer::new(ScalarBuffer::from(offsets)), values, self.nulls.finish()) {
+            Ok(a) => a,
+            Err(e) => panic!("utf8 offsets or values inconsistent: {e}"),
+        }
+    }
+}
+
 pub(crate) enum StrStore {
     View(StringViewBuilder, Blocks),
-    Plain(StringBuilder),
+    Plain(Utf8Out),
 }
 
 impl StrStore {
@@ -82,7 +137,7 @@ impl StrStore {
         if views {
             StrStore::View(StringViewBuilder::new(), Blocks::default())
         } else {
-            StrStore::Plain(StringBuilder::new())
+            StrStore::Plain(Utf8Out::new())
         }
     }
 
@@ -120,10 +175,40 @@ impl StrStore {
                 }
                 b.append_value(check_utf8(value)?);
             }
+            StrStore::Plain(b) => b.append_checked(value)?,
+        }
+        Ok(())
+    }
+
+    /// Makes room for `rows` values and as many bytes as the last batch had, before the first
+    /// value of a batch.
+    pub(crate) fn reserve(&mut self, rows: usize) {
+        match self {
+            StrStore::View(..) => {}
             StrStore::Plain(b) => {
-                check_fits(b.values_slice().len(), value.len())?;
-                b.append_value(check_utf8(value)?)
+                b.offsets.reserve(rows);
+                b.values.reserve(b.last_bytes);
             }
+        }
+    }
+
+    /// Appends ASCII text this crate rendered in bytes (a uuid's).
+    #[inline]
+    pub(crate) fn append_ascii(&mut self, value: &[u8]) -> Result<()> {
+        debug_assert!(value.is_ascii());
+        match self {
+            StrStore::View(b, _) => b.append_value(check_utf8(value)?),
+            StrStore::Plain(b) => b.append_unchecked(value)?,
+        }
+        Ok(())
+    }
+
+    /// Appends text this crate rendered (UTF-8 already).
+    #[inline]
+    pub(crate) fn append_str(&mut self, value: &str) -> Result<()> {
+        match self {
+            StrStore::View(b, _) => b.append_value(value),
+            StrStore::Plain(b) => b.append_unchecked(value.as_bytes())?,
         }
         Ok(())
     }
