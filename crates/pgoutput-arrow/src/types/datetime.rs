@@ -95,6 +95,7 @@ pub(super) const USECS_PER_MINUTE: i64 = 60_000_000;
 pub(super) const USECS_PER_SEC: i64 = 1_000_000;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date; `year` is astronomical (1 BC = 0).
+#[inline]
 fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
@@ -268,6 +269,14 @@ fn bad_date(bytes: &[u8], ctx: DateTimeText, order_suspect: bool) -> ValueError 
 }
 
 pub(crate) fn date_text(bytes: &[u8], ctx: DateTimeText) -> Result<i32> {
+    if let Some(days) = <&[u8; 10]>::try_from(bytes).ok().and_then(iso_days) {
+        return Ok((days - UNIX_TO_PG_DAYS as i64) as i32);
+    }
+    date_text_styled(bytes, ctx)
+}
+
+/// [`date_text`] in every DateStyle, without the ISO fast path.
+fn date_text_styled(bytes: &[u8], ctx: DateTimeText) -> Result<i32> {
     match bytes {
         b"infinity" => return Ok(i32::MAX),
         b"-infinity" => return Ok(i32::MIN),
@@ -556,6 +565,77 @@ fn parse_postgres_stamp(s: &[u8]) -> Option<(i64, i64, &[u8], &[u8])> {
 
 /// Any DateStyle's timestamp (ISO, SQL, German, Postgres), its zone not yet resolved;
 /// `Err(true)` when a day or month is out of range for the date order.
+/// Two ASCII digits' value; None if either is not a digit.
+#[inline(always)]
+fn two_digits(a: u8, b: u8) -> Option<i64> {
+    let (a, b) = (a.wrapping_sub(b'0'), b.wrapping_sub(b'0'));
+    (a <= 9 && b <= 9).then_some(a as i64 * 10 + b as i64)
+}
+
+/// Days since 1970 of an ISO date `YYYY-MM-DD` of years 1 to 9999 (what the ISO DateStyle
+/// prints for nearly every value, and the only shape read here): the fast path of the date
+/// and timestamp parsers, which read everything else (and fall back to for anything else).
+#[inline]
+fn iso_days(b: &[u8; 10]) -> Option<i64> {
+    if b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let year = two_digits(b[0], b[1])? * 100 + two_digits(b[2], b[3])?;
+    let (month, day) = (two_digits(b[5], b[6])? as u32, two_digits(b[8], b[9])? as u32);
+    if year == 0 || !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    Some(days_from_civil(year, month, day))
+}
+
+/// PostgreSQL's microseconds since 2000 of an ISO timestamp `YYYY-MM-DD HH:MM:SS[.f{1,6}]`
+/// (years 1 to 9999), with a `±HH[:MM]` offset when `with_zone`; None for any other shape,
+/// which the general parser reads.
+#[inline]
+fn iso_stamp(b: &[u8], with_zone: bool) -> Option<i64> {
+    let days = iso_days(b.get(..10)?.try_into().ok()?)?;
+    let t = b.get(10..19)?;
+    if t[0] != b' ' || t[3] != b':' || t[6] != b':' {
+        return None;
+    }
+    let (h, m, sec) = (two_digits(t[1], t[2])?, two_digits(t[4], t[5])?, two_digits(t[7], t[8])?);
+    if h > 23 || m > 59 || sec > 59 {
+        return None;
+    }
+    let mut time = h * USECS_PER_HOUR + m * USECS_PER_MINUTE + sec * USECS_PER_SEC;
+    let mut rest = &b[19..];
+    if let Some((b'.', frac)) = rest.split_first() {
+        let n = frac.iter().take(7).take_while(|c| c.is_ascii_digit()).count();
+        if n == 0 || n > 6 {
+            return None;
+        }
+        let mut f = 0;
+        for &c in &frac[..n] {
+            f = f * 10 + (c - b'0') as i64;
+        }
+        time += f * 10i64.pow((6 - n) as u32);
+        rest = &frac[n..];
+    }
+    let east = match (with_zone, rest) {
+        (false, []) => 0,
+        (true, [sign @ (b'+' | b'-'), h1, h2, zone @ ..]) => {
+            let mins = match zone {
+                [] => 0,
+                [b':', m1, m2] => two_digits(*m1, *m2).filter(|&m| m <= 59)?,
+                _ => return None,
+            };
+            let secs = two_digits(*h1, *h2)? * 3600 + mins * 60;
+            if *sign == b'-' {
+                -secs
+            } else {
+                secs
+            }
+        }
+        _ => return None,
+    };
+    Some(days * USECS_PER_DAY + time - UNIX_TO_PG_MICROS - east * USECS_PER_SEC)
+}
+
 fn parse_stamp(bytes: &[u8], with_zone: bool, order: DateOrder) -> std::result::Result<LocalStamp<'_>, bool> {
     let (body, bc) = match bytes.strip_suffix(b" BC") {
         Some(b) => (b, true),
@@ -648,6 +728,14 @@ fn resolve_abbrev(abbrev: &[u8], local_secs: i64, timezone: Option<TimeZoneName>
 }
 
 fn timestamp_text_any(bytes: &[u8], with_zone: bool, ctx: DateTimeText) -> Result<i64> {
+    match iso_stamp(bytes, with_zone) {
+        Some(v) => Ok(v),
+        None => timestamp_text_styled(bytes, with_zone, ctx),
+    }
+}
+
+/// [`timestamp_text_any`] in every DateStyle, without the ISO fast path.
+fn timestamp_text_styled(bytes: &[u8], with_zone: bool, ctx: DateTimeText) -> Result<i64> {
     match bytes {
         b"infinity" => return Ok(i64::MAX),
         b"-infinity" => return Ok(i64::MIN),
@@ -755,6 +843,46 @@ pub(crate) fn timestamp_to_text(pg: i64, tz: bool, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ISO fast paths give what the general parsers give, on every shape near them.
+    #[test]
+    fn iso_fast_paths_agree_with_the_general_parsers() {
+        let dates = [
+            "2026-11-25", "0001-01-01", "9999-12-31", "2024-02-29", "2023-02-29", "2026-04-31", "2026-13-01",
+            "2026-00-10", "2026-01-00", "0000-01-01", "1970-01-01", "2000-01-01", "1899-12-31", "2026-1-25",
+            "2026/11/25", "20261125xx", "2026-11-2a", "11-25-2026",
+        ];
+        let times = ["00:00:00", "23:59:59", "24:00:00", "12:60:00", "12:00:60", "10:00:00.5", "10:00:00.123456",
+            "10:00:00.1234567", "10:00:00.", "1:00:00", "10:00:00.000001"];
+        let zones = ["", "+00", "-00", "+05:30", "-03:30", "+14", "-12:00", "+05:30:52", "+5", "+05:3", "+05:60", " UTC", "Z"];
+        for order in [DateOrder::Mdy, DateOrder::Dmy, DateOrder::Ymd] {
+            let ctx = DateTimeText { order, timezone: None };
+            for d in dates {
+                assert_eq!(date_text(d.as_bytes(), ctx), date_text_styled(d.as_bytes(), ctx), "{d}");
+                for t in times {
+                    for z in zones {
+                        for bc in ["", " BC"] {
+                            let text = format!("{d} {t}{z}{bc}");
+                            for with_zone in [false, true] {
+                                let fast = timestamp_text_any(text.as_bytes(), with_zone, ctx);
+                                let general = timestamp_text_styled(text.as_bytes(), with_zone, ctx);
+                                assert_eq!(fast, general, "{text} with_zone {with_zone}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Every day of a few years, through the fast path and the general one.
+        let ctx = DateTimeText { order: DateOrder::Mdy, timezone: None };
+        for day in (days_from_civil(1999, 1, 1)..days_from_civil(2001, 1, 1)).chain(days_from_civil(2399, 12, 1)..days_from_civil(2400, 3, 2)) {
+            let (y, m, d) = civil_from_days(day);
+            let text = format!("{y:04}-{m:02}-{d:02}");
+            assert_eq!(date_text(text.as_bytes(), ctx), date_text_styled(text.as_bytes(), ctx), "{text}");
+            let stamp = format!("{text} 13:14:15.25-07");
+            assert_eq!(timestamp_text_any(stamp.as_bytes(), true, ctx), timestamp_text_styled(stamp.as_bytes(), true, ctx));
+        }
+    }
 
     #[test]
     fn civil_round_trip() {
