@@ -49,6 +49,7 @@ class TreeCpu:
     def __init__(self, roots: list[int]) -> None:
         self.roots = roots
         self.seen: dict[object, tuple[str, float]] = {}
+        self.kinds: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -73,7 +74,12 @@ class TreeCpu:
                 for key, cpu in self._jvm_threads(pid).items():
                     self.seen[key] = (f"java {key[1]}", cpu)  # type: ignore[index]
             elif p > 1:
-                self.seen[pid] = (self._kind(pid, comm), cpu)
+                # A process's kind is read once, while it runs: a process that exited and was
+                # not yet reaped has no command line left.
+                kind = self.kinds.get(pid) or self._kind(pid, comm)
+                if kind:
+                    self.kinds[pid] = kind
+                self.seen[pid] = (kind or "python", cpu)
 
     @staticmethod
     def _jvm_threads(pid: int) -> dict[tuple[int, str], float]:
@@ -103,7 +109,9 @@ class TreeCpu:
         try:
             args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
         except OSError:
-            return "python"
+            args = []
+        if args in ([], [b""]):
+            return ""  # gone: decided at the next sample, if any
         # Spark's Python processes: the streaming source's runner, the daemon and its
         # workers, the planners of a Python data source.
         module = args[args.index(b"-m") + 1].decode() if b"-m" in args else ""
