@@ -1,0 +1,320 @@
+//! numeric: its text and its binary send format (numeric.c) into Arrow's Decimal128 where
+//! the column's precision allows, or rendered as numeric_out's text.
+
+use super::*;
+
+pub(super) const NUMERIC_POS: u16 = 0x0000;
+pub(super) const NUMERIC_NEG: u16 = 0x4000;
+pub(super) const NUMERIC_NAN: u16 = 0xC000;
+pub(super) const NUMERIC_PINF: u16 = 0xD000;
+pub(super) const NUMERIC_NINF: u16 = 0xF000;
+
+/// Decimal128(precision, scale) for a numeric typmod, None for numeric without one
+/// or beyond what Decimal128 holds. A scale above the precision (allowed since
+/// PostgreSQL 15, e.g. numeric(3,5) holds ±0.00999) widens the precision to the scale:
+/// the same values, all representable.
+pub(crate) fn decimal_type(typmod: i32) -> Option<(u8, i8)> {
+    if typmod < 4 {
+        return None;
+    }
+    let t = typmod - 4;
+    let precision = (t >> 16) & 0xffff;
+    // The scale is an 11-bit two's complement number since PostgreSQL 15.
+    let scale = ((t & 0x7ff) ^ 1024) - 1024;
+    let precision = precision.max(scale);
+    if !(1..=38).contains(&precision) || !(-38..=38).contains(&scale) {
+        return None;
+    }
+    Some((precision as u8, scale as i8))
+}
+
+/// 10^0 ..= 10^38: every power of ten an i128 holds.
+pub(super) const POW10: [i128; 39] = {
+    let mut t = [1i128; 39];
+    let mut i = 1;
+    while i < 39 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
+pub(super) fn pow10(n: u32) -> Option<i128> {
+    POW10.get(n as usize).copied()
+}
+
+pub(super) fn fits(v: i128, precision: u8) -> bool {
+    pow10(precision as u32).is_some_and(|max| v.unsigned_abs() < max as u128)
+}
+
+pub(super) fn not_fit(what: &str, precision: u8, scale: i8) -> Special {
+    Special(format!(
+        "numeric value {what} does not fit decimal128({precision},{scale}); choose special_values='null' or 'text'"
+    ))
+}
+
+/// Numeric text ("-123.4500", "NaN", "Infinity", "-Infinity") to the unscaled integer of
+/// Decimal128(precision, scale). Exact: digits that the scale would drop are an error.
+pub(crate) fn numeric_text_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> Result<std::result::Result<i128, Special>> {
+    match bytes {
+        b"NaN" | b"Infinity" | b"-Infinity" => {
+            return Ok(Err(not_fit(std::str::from_utf8(bytes).unwrap_or("?"), precision, scale)))
+        }
+        _ => {}
+    }
+    let (neg, rest) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, bytes),
+    };
+    // The digits in u64 while below 10^17 (one more cannot pass 2^64), then in i128: checked
+    // i128 arithmetic per digit was most of the parse.
+    let mut small: u64 = 0;
+    let mut v: i128 = 0;
+    let mut wide = false;
+    let mut frac_digits: i32 = 0;
+    let mut seen_point = false;
+    let mut any = false;
+    let overflow = || Ok(Err(not_fit(&String::from_utf8_lossy(bytes), precision, scale)));
+    for &c in rest {
+        if c == b'.' && !seen_point {
+            seen_point = true;
+            continue;
+        }
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return err("numeric", bytes);
+        }
+        any = true;
+        if seen_point {
+            frac_digits += 1;
+        }
+        if !wide {
+            if small < 100_000_000_000_000_000 {
+                small = small * 10 + d as u64;
+                continue;
+            }
+            wide = true;
+            v = small as i128;
+        }
+        // Leading zeros and fraction digits past the scale need no room.
+        v = match v.checked_mul(10).and_then(|v| v.checked_add(d as i128)) {
+            Some(v) => v,
+            None => return overflow(),
+        };
+    }
+    if !wide {
+        v = small as i128;
+    }
+    if !any {
+        return err("numeric", bytes);
+    }
+    let shift = scale as i32 - frac_digits;
+    let v = if shift >= 0 {
+        match pow10(shift as u32).and_then(|p| v.checked_mul(p)) {
+            Some(v) => v,
+            None if v == 0 => 0,
+            None => return overflow(),
+        }
+    } else {
+        match pow10((-shift) as u32) {
+            Some(p) if v % p == 0 => v / p,
+            None if v == 0 => 0,
+            _ => return overflow(),
+        }
+    };
+    if !fits(v, precision) {
+        return overflow();
+    }
+    Ok(Ok(if neg { -v } else { v }))
+}
+
+/// The fields of numeric_send's format.
+pub(crate) struct NumericBin<'a> {
+    weight: i16,
+    sign: u16,
+    dscale: u16,
+    digits: &'a [u8],
+}
+
+impl NumericBin<'_> {
+    fn digit(&self, i: usize) -> u16 {
+        match self.digits.get(2 * i..2 * i + 2) {
+            Some(d) => u16::from_be_bytes([d[0], d[1]]),
+            None => 0,
+        }
+    }
+    fn ndigits(&self) -> usize {
+        self.digits.len() / 2
+    }
+}
+
+pub(crate) fn numeric_bin(bytes: &[u8]) -> Result<NumericBin<'_>> {
+    let bad = || err("binary numeric", bytes);
+    if bytes.len() < 8 {
+        return bad();
+    }
+    let ndigits = u16::from_be_bytes([bytes[0], bytes[1]]) as usize;
+    let n = NumericBin {
+        weight: i16::from_be_bytes([bytes[2], bytes[3]]),
+        sign: u16::from_be_bytes([bytes[4], bytes[5]]),
+        dscale: u16::from_be_bytes([bytes[6], bytes[7]]),
+        digits: &bytes[8..],
+    };
+    if n.digits.len() != 2 * ndigits
+        || !matches!(n.sign, NUMERIC_POS | NUMERIC_NEG | NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF)
+        || (0..ndigits).any(|i| n.digit(i) >= 10000)
+    {
+        return bad();
+    }
+    Ok(n)
+}
+
+pub(crate) fn numeric_bin_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> Result<std::result::Result<i128, Special>> {
+    let n = numeric_bin(bytes)?;
+    let special = match n.sign {
+        NUMERIC_NAN => Some("NaN"),
+        NUMERIC_PINF => Some("Infinity"),
+        NUMERIC_NINF => Some("-Infinity"),
+        _ => None,
+    };
+    if let Some(s) = special {
+        return Ok(Err(not_fit(s, precision, scale)));
+    }
+    let overflow = || {
+        let mut text = String::new();
+        numeric_bin_to_text(bytes, &mut text).ok();
+        Ok(Err(not_fit(&text, precision, scale)))
+    };
+    // Horner's rule first; the digit-wise rule where it cannot tell (a value that needs
+    // every one of decimal128's digits). Where both tell, they agree (a unit test).
+    match horner_unscaled(&n, scale).or_else(|| digitwise_unscaled(&n, scale)) {
+        Some(v) if fits(v, precision) => Ok(Ok(if n.sign == NUMERIC_NEG { -v } else { v })),
+        _ => overflow(),
+    }
+}
+
+/// The unscaled value of `n` at `scale` (its magnitude), digit by digit: each base-10000
+/// digit i stands for digit * 10^(4 * (weight - i)); in the unscaled integer that is
+/// digit * 10^(4 * (weight - i) + scale). None: past i128, or digits below the scale.
+pub(super) fn digitwise_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
+    let mut v: i128 = 0;
+    for i in 0..n.ndigits() {
+        let d = n.digit(i) as u32;
+        if d == 0 {
+            continue;
+        }
+        let exp = 4 * (n.weight as i32 - i as i32) + scale as i32;
+        let term = if exp >= 0 {
+            pow10(exp as u32).and_then(|p| p.checked_mul(d as i128))
+        } else if exp > -4 {
+            let p = 10u32.pow((-exp) as u32);
+            d.is_multiple_of(p).then_some((d / p) as i128)
+        } else {
+            None
+        };
+        v = v.checked_add(term?)?;
+    }
+    Some(v)
+}
+
+/// The unscaled value of `n` at `scale` (its magnitude) by Horner's rule over its base-10000
+/// digits, then one multiplication or exact division by a power of ten; None where that does
+/// not work out (the digits' integer past u128, digits below the scale), for the digit-wise
+/// rule of [`numeric_bin_to_decimal`] to decide.
+pub(super) fn horner_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
+    let digits = n.ndigits();
+    // In u64 while the digits fit (below 10^15, one more digit cannot pass 2^64; four digits
+    // always fit): u128 arithmetic is several multiplications, and a call for a division.
+    let mut small: u64 = 0;
+    let mut i = 0;
+    while i < digits && small < 1_000_000_000_000_000 {
+        small = small * 10_000 + n.digit(i) as u64;
+        i += 1;
+    }
+    if small == 0 && i == digits {
+        return Some(0);
+    }
+    // acc stands for its last digit at 10^(4 * (weight - (digits - 1))).
+    let exp = 4 * (n.weight as i32 - (digits as i32 - 1)) + scale as i32;
+    if i == digits {
+        if exp >= 0 {
+            if let Ok(p) = u64::try_from(pow10(exp as u32)?) {
+                // A u64 by a u64 never passes u128.
+                return i128::try_from(small as u128 * p as u128).ok();
+            }
+        } else if let Ok(p) = u64::try_from(pow10((-exp) as u32)?) {
+            return small.is_multiple_of(p).then_some((small / p) as i128);
+        }
+    }
+    let mut acc = small as u128;
+    for j in i..digits {
+        acc = acc.checked_mul(10_000)?.checked_add(n.digit(j) as u128)?;
+    }
+    if acc == 0 {
+        return Some(0);
+    }
+    let v = if exp >= 0 {
+        acc.checked_mul(pow10(exp as u32)? as u128)?
+    } else {
+        let p = pow10((-exp) as u32)? as u128;
+        if !acc.is_multiple_of(p) {
+            return None;
+        }
+        acc / p
+    };
+    i128::try_from(v).ok()
+}
+
+/// numeric_out's text of a binary numeric (get_str_from_var in numeric.c): the integer
+/// part without leading zeros ("0" when there is none), then `dscale` fraction digits.
+pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> {
+    let n = numeric_bin(bytes)?;
+    match n.sign {
+        NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF => {
+            out.push_str(match n.sign {
+                NUMERIC_NAN => "NaN",
+                NUMERIC_PINF => "Infinity",
+                _ => "-Infinity",
+            });
+            return Ok(());
+        }
+        NUMERIC_NEG => out.push('-'),
+        _ => {}
+    }
+    let weight = n.weight as i32;
+    if weight < 0 {
+        out.push('0');
+    } else {
+        for i in 0..=weight {
+            push_digits(out, n.digit(i as usize) as u64, if i == 0 { 1 } else { 4 });
+        }
+    }
+    let dscale = n.dscale as i32;
+    if dscale > 0 {
+        out.push('.');
+        let mut left = dscale;
+        let mut i = weight + 1;
+        while left > 0 {
+            let d = if i < 0 { 0 } else { n.digit(i as usize) };
+            let take = left.min(4) as usize;
+            if take == 4 {
+                push_digits(out, d as u64, 4);
+            } else {
+                // The first `take` of the group's four digits.
+                push_digits(out, d as u64 / 10u64.pow(4 - take as u32), take);
+            }
+            left -= take as i32;
+            i += 1;
+        }
+    }
+    Ok(())
+}
