@@ -40,6 +40,17 @@ from pathlib import Path
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def proc_stat(path: str) -> tuple[str, int, float] | None:
+    """A /proc stat file (a process's or a thread's): its command name, parent pid and CPU
+    seconds (user + system); None once it is gone."""
+    try:
+        raw = open(path).read()
+    except OSError:
+        return None
+    f = raw[raw.rindex(")") + 2:].split()
+    return raw[raw.index("(") + 1:raw.rindex(")")], int(f[1]), (int(f[11]) + int(f[12])) / _TICK
+
+
 class TreeCpu:
     """CPU seconds (user + system) of the processes under ``roots`` (this process: Spark's JVM
     and its Python workers; the postmaster: the walsenders), by kind (java, postgres, python),
@@ -57,15 +68,11 @@ class TreeCpu:
     def _sample(self) -> None:
         parent, stat = {}, {}
         for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    raw = open(f"/proc/{d}/stat").read()
-                except OSError:
-                    continue
-                comm = raw[raw.index("(") + 1:raw.rindex(")")]
-                f = raw[raw.rindex(")") + 2:].split()
-                parent[int(d)] = int(f[1])
-                stat[int(d)] = (comm, (int(f[11]) + int(f[12])) / _TICK)
+            read = proc_stat(f"/proc/{d}/stat") if d.isdigit() else None
+            if read is not None:
+                comm, ppid, cpu = read
+                parent[int(d)] = ppid
+                stat[int(d)] = (comm, cpu)
         for pid, (comm, cpu) in stat.items():
             p = pid
             while p > 1 and p not in self.roots:
@@ -91,19 +98,17 @@ class TreeCpu:
         except OSError:
             return out
         for tid in tids:
-            try:
-                raw = open(f"/proc/{pid}/task/{tid}/stat").read()
-            except OSError:
+            read = proc_stat(f"/proc/{pid}/task/{tid}/stat")
+            if read is None:
                 continue
-            comm = raw[raw.index("(") + 1:raw.rindex(")")]
-            f = raw[raw.rindex(")") + 2:].split()
+            comm, _, cpu = read
             kind = "JIT" if "Compiler" in comm else "GC" if ("GC" in comm or "G1" in comm) else "other"
-            out[(pid, kind)] = out.get((pid, kind), 0.0) + (int(f[11]) + int(f[12])) / _TICK
+            out[(pid, kind)] = out.get((pid, kind), 0.0) + cpu
         return out
 
     def _kind(self, pid: int, comm: str) -> str:
-        if "java" in comm or "postgres" in comm:
-            return "java" if "java" in comm else "postgres"
+        if "postgres" in comm:
+            return "postgres"
         if pid == os.getpid():
             return "python (this process)"
         try:

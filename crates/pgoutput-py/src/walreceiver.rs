@@ -54,7 +54,7 @@ pub struct TxnTracker {
     /// only those whose definition differs from the last one seen for that relation. The
     /// server sends a relation's definition again in every transaction that touches it, and
     /// a definition the decoder already has needs no catalog read (a read per transaction
-    /// cost a stream of many small transactions a fifth of its time).
+    /// cost a stream of 100 transactions of 1 000 inserts 13% of its time).
     relations: Vec<u32>,
     /// Each relation's last definition: the Relation message after its kind byte (and the
     /// xid that precedes it inside a stream block).
