@@ -27,10 +27,8 @@ def table_batches(source: StreamSource, changes: RangeChanges,
     assert source.table is not None
     table = changes.tables.get(source.table)
     parts: list[pa.Table] = []
-    ordered = False
     if table is not None:
         _check_columns(source, table, target)
-        ordered = _in_order(table)
         parts.append(pa.Table.from_batches(
             [cast_for_spark(b, target) for b in table.to_batches(max_chunksize=65536)], target))
     truncates = changes.truncates
@@ -42,7 +40,7 @@ def table_batches(source: StreamSource, changes: RangeChanges,
     if not parts:
         return
     out = pa.concat_tables(parts)
-    if len(parts) > 1 or not ordered:
+    if len(parts) > 1 or table is None or not _in_order(table):
         out = out.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")]).combine_chunks()
     yield from out.to_batches(max_chunksize=65536)
 
