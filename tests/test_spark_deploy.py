@@ -18,6 +18,7 @@ result against PostgreSQL's own SELECT.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pickle
@@ -128,57 +129,73 @@ def _run_driver(where: list[str], spec: dict[str, Any], work: Path, env: dict[st
 
 
 class Deployments:
-    """Each deployment's driver run, once, on first use."""
+    """Each deployment's driver run, once per test session on first use, whichever pytest
+    process asks first: the others wait for it and read its result (one cluster at work at a
+    time, not one per process). PostgreSQL's side of the comparison, every table's SELECT,
+    is read right after the driver ran (nothing writes to the tables after that), so any
+    process can check the result."""
 
-    def __init__(self, request: pytest.FixtureRequest, tmp: pytest.TempPathFactory) -> None:
-        self.request, self.tmp = request, tmp
-        self.results: dict[str, dict[str, Any]] = {}
-        self.specs: dict[str, dict[str, Any]] = {}
-
-    def pg(self) -> PgServer:
-        server: PgServer = self.request.getfixturevalue("pg18")
-        return server
+    def __init__(self, request: pytest.FixtureRequest, tmp: pytest.TempPathFactory,
+                 shared: Path) -> None:
+        self.request, self.tmp, self.shared = request, tmp, shared
+        self.results: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def get(self, deployment: str) -> tuple[dict[str, Any], dict[str, Any]]:
         if deployment not in self.results:
-            shipped: ShippedEnv = self.request.getfixturevalue("shipped")
-            work = self.tmp.mktemp(f"deploy-{deployment}")
-            spec = _prepare(self.pg(), f"deploy_{deployment}_{os.getpid()}", work)
-            conf = {**SESSION_CONF, **shipped.spark_conf()}
-            spec["conf"] = conf
-            # The driver's Python workers run ./environment/bin/python from its working
-            # directory: the driver runs where the environment is unpacked.
-            env = clean_env(shipped.driver_env())
-            t0 = time.monotonic()
-            if deployment == "local":
-                result = _run_driver(["--master", "local[2]"], spec, work, env, shipped.driver_dir)
-            elif deployment == "standalone":
-                cluster: StandaloneCluster = self.request.getfixturevalue("cluster")
-                result = _run_driver(["--master", cluster.master_url], spec, work, env,
-                                     shipped.driver_dir)
-            else:
-                cluster = self.request.getfixturevalue("cluster")
-                # Both ways (docs/spark.md): the server is deployed as a classic driver
-                # (spark.archives, PYSPARK_PYTHON, run where the environment is unpacked), for
-                # the streaming source, whose Python runs outside the session's directory on
-                # the driver and on the executors; and each session adds the archive as an
-                # artifact, for what runs in the session's directory (UDFs, batch source).
-                with ConnectServer(cluster.master_url, conf, log_dir=work / "connect",
-                                   cwd=shipped.driver_dir, env=shipped.driver_env()) as server:
-                    result = _run_driver(["--remote", server.url], spec, work, clean_env(),
-                                         work)
-            result["total_s"] = time.monotonic() - t0
-            if deployment != "local":
-                # Its application has ended: the executors' copies of the environment go.
-                self.request.getfixturevalue("cluster").remove_executor_copies()
-            self.results[deployment], self.specs[deployment] = result, spec
-        return self.results[deployment], self.specs[deployment]
+            path = self.shared / f"deploy-{deployment}.pickle"
+            with open(self.shared / f"deploy-{deployment}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not path.exists():
+                    ran = self._run(deployment)
+                    with open(path.with_suffix(".tmp"), "wb") as f:
+                        pickle.dump(ran, f)
+                    path.with_suffix(".tmp").rename(path)
+            with open(path, "rb") as f:
+                self.results[deployment] = pickle.load(f)
+        return self.results[deployment]
+
+    def _run(self, deployment: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        shipped: ShippedEnv = self.request.getfixturevalue("shipped")
+        pg: PgServer = self.request.getfixturevalue("pg18")
+        work = self.tmp.mktemp(f"deploy-{deployment}")
+        spec = _prepare(pg, f"deploy_{deployment}_{os.getpid()}", work)
+        conf = {**SESSION_CONF, **shipped.spark_conf()}
+        spec["conf"] = conf
+        # The driver's Python workers run ./environment/bin/python from its working
+        # directory: the driver runs where the environment is unpacked.
+        env = clean_env(shipped.driver_env())
+        t0 = time.monotonic()
+        if deployment == "local":
+            result = _run_driver(["--master", "local[2]"], spec, work, env, shipped.driver_dir)
+        elif deployment == "standalone":
+            cluster: StandaloneCluster = self.request.getfixturevalue("cluster")
+            result = _run_driver(["--master", cluster.master_url], spec, work, env,
+                                 shipped.driver_dir)
+        else:
+            cluster = self.request.getfixturevalue("cluster")
+            # Both ways (docs/spark.md): the server is deployed as a classic driver
+            # (spark.archives, PYSPARK_PYTHON, run where the environment is unpacked), for
+            # the streaming source, whose Python runs outside the session's directory on
+            # the driver and on the executors; and each session adds the archive as an
+            # artifact, for what runs in the session's directory (UDFs, batch source).
+            with ConnectServer(cluster.master_url, conf, log_dir=work / "connect",
+                               cwd=shipped.driver_dir, env=shipped.driver_env()) as server:
+                result = _run_driver(["--remote", server.url], spec, work, clean_env(), work)
+        result["total_s"] = time.monotonic() - t0
+        if deployment != "local":
+            # Its application has ended: the executors' copies of the environment go.
+            self.request.getfixturevalue("cluster").remove_executor_copies()
+        tables = {**spec["tables"], **{s["table"]: s["keys"] for s in (spec["stream"], spec["snapshot"])}}
+        spec["postgres"] = {table: _postgres_table(pg, table, keys) for table, keys in tables.items()}
+        return result, spec
 
 
 @pytest.fixture(scope="session")
-def deployments(request: pytest.FixtureRequest,
-                tmp_path_factory: pytest.TempPathFactory) -> Deployments:
-    return Deployments(request, tmp_path_factory)
+def deployments(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                worker_id: str) -> Deployments:
+    # pytest-xdist's processes share the parent of their own temporary directories.
+    base = tmp_path_factory.getbasetemp()
+    return Deployments(request, tmp_path_factory, base if worker_id == "master" else base.parent)
 
 
 def _ok(result: dict[str, Any], api: str) -> dict[str, Any]:
@@ -189,24 +206,25 @@ def _ok(result: dict[str, Any], api: str) -> dict[str, Any]:
     return got
 
 
-def _select(pg: PgServer, table: str, columns: list[str], keys: list[str]) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in pg.query(f"SELECT {', '.join(columns)} FROM {table} "
-                                       f"ORDER BY {', '.join(keys)}")]
+def _postgres_table(pg: PgServer, table: str, keys: list[str]) -> dict[str, Any]:
+    """PostgreSQL's ``table``: its columns, every row ordered by ``keys``, and every row's
+    text (the UDTF's check)."""
+    schema, name = table.split(".", 1) if "." in table else ("public", table)
+    columns = [r[0] for r in pg.query("SELECT column_name FROM information_schema.columns WHERE "
+                                      "table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                                      (schema, name))]
+    texts = ", ".join(f"{c}::text" for c in columns)
+    return {"columns": columns,
+            "rows": [tuple(r) for r in pg.query(f"SELECT {', '.join(columns)} FROM {table} "
+                                                f"ORDER BY {', '.join(keys)}")],
+            "texts": [tuple(r) for r in pg.query(f"SELECT {texts} FROM {table}")]}
 
 
-def _pg_columns(pg: PgServer, table: str) -> list[str]:
-    schema, name = table.split(".", 1)
-    return [r[0] for r in pg.query("SELECT column_name FROM information_schema.columns WHERE "
-                                   "table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-                                   (schema, name))]
-
-
-def _check_state(pg: PgServer, table: str, got: dict[str, Any], keys: list[str]) -> None:
-    columns = _pg_columns(pg, table)
-    assert got["columns"] == columns, table
-    want = _select(pg, table, columns, keys)
-    assert len(want) > 0
-    assert got["rows"] == want, table
+def _check_state(spec: dict[str, Any], table: str, got: dict[str, Any]) -> None:
+    want = spec["postgres"][table]
+    assert got["columns"] == want["columns"], table
+    assert len(want["rows"]) > 0
+    assert got["rows"] == want["rows"], table
 
 
 def _replay_generic(changes: list[tuple[Any, ...]], table: str,
@@ -265,8 +283,8 @@ def test_decode_then_apply_changes_equals_postgres(deployments: Deployments,
                                                    deployment: str) -> None:
     result, spec = deployments.get(deployment)
     got = _ok(result, "decode")
-    for table, keys in spec["tables"].items():
-        _check_state(deployments.pg(), table, got[table], keys)
+    for table in spec["tables"]:
+        _check_state(spec, table, got[table])
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS)
@@ -275,13 +293,11 @@ def test_sql_udtf_replayed_equals_postgres(deployments: Deployments, deployment:
     text of every column."""
     result, spec = deployments.get(deployment)
     changes = _ok(result, "udtf")["rows"]
-    pg = deployments.pg()
     for table in spec["source_tables"]:
         keys = spec["tables"][table]
-        columns = _pg_columns(pg, table)
-        texts = ", ".join(f"{c}::text" for c in columns)
+        columns = spec["postgres"][table]["columns"]
         want = {tuple(r[columns.index(k)] for k in keys): dict(zip(columns, r))
-                for r in pg.query(f"SELECT {texts} FROM {table}")}
+                for r in spec["postgres"][table]["texts"]}
         assert len(want) > 0
         assert _replay_generic(changes, table, keys) == want, table
 
@@ -292,7 +308,7 @@ def test_batch_source_then_apply_changes_equals_postgres(deployments: Deployment
     result, spec = deployments.get(deployment)
     got = _ok(result, "batch_source")
     for table in spec["source_tables"]:
-        _check_state(deployments.pg(), table, got[table], spec["tables"][table])
+        _check_state(spec, table, got[table])
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS)
@@ -304,7 +320,7 @@ def test_stream_source_available_now_equals_postgres(deployments: Deployments,
     got = _ok(result, "stream_source")
     s = spec["stream"]
     assert got["batches"] >= 3, got["batches"]
-    _check_state(deployments.pg(), s["table"], got, s["keys"])
+    _check_state(spec, s["table"], got)
 
 
 @pytest.mark.parametrize("deployment", DEPLOYMENTS)
@@ -313,5 +329,5 @@ def test_snapshot_equals_postgres(deployments: Deployments, deployment: str) -> 
     got = _ok(result, "snapshot")
     s = spec["snapshot"]
     assert got["chunks"] > 2
-    _check_state(deployments.pg(), s["table"], got, s["keys"])
+    _check_state(spec, s["table"], got)
 

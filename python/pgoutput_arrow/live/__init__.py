@@ -5,6 +5,7 @@ One job per module: :mod:`.options` (the options, checked once), :mod:`.connecti
 (psycopg2's connection and its CopyBoth stream, read and answered in Rust), :mod:`.slot`
 (checks and creations before streaming, the replication commands), :mod:`.livestream` (the
 stream and its acknowledgements; its positions are pgoutput-proto's ``SessionPositions``),
+:mod:`.reader` (the stream read into a decoder, its flushes made into groups),
 :mod:`.batches` (:class:`LiveBatch`, and what each decoded batch goes through: rows already
 handled dropped, one schema per table), :mod:`.sidecar` (the ordinary connection beside the replication one:
 attnums, heartbeats), :mod:`.stats` (counters and :class:`StreamStats`), :mod:`.slot_guard`

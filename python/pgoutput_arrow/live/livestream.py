@@ -32,28 +32,26 @@ How nothing is lost or emitted twice:
 Each of these rules has its one home in pgoutput-proto's ``SessionPositions``
 (``crates/pgoutput-proto/src/session.rs``), which this stream's replication session holds
 (:class:`.session.ReplicationSession`: the connection, its status updates); a flush with nothing for
-the consumer is acknowledged as soon as everything handed out before it is.
+the consumer is acknowledged as soon as everything handed out before it is. The reading itself
+(messages into the decoder, its flushes into groups, reconnects) is :class:`.reader.Reader`'s.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import select
 import time
-from collections.abc import Mapping
 from typing import Any, Iterator
 
 from .._catalog import published_tables
-from ..decoding import Decoder, Output
-from .._pg import SqlError, classify_connect_error, close_quietly, one_line
+from .._pg import close_quietly
+from ..decoding import Output
 from ..exceptions import ConnectionLost
 from .batches import TableSchemas, drop_handled
-from .connection import CopyBothEnded, connect, reconnect
-from .online_export import ExportedChunk
+from .connection import CopyBothEnded, connect
 from .online_feed import OnlineFeed
-from .online_snapshot import Item
 from .options import StreamOptions, options_doc, parse_lsn
+from .reader import Group, Reader
 from .sidecar import HEARTBEAT_PREFIX, Sidecar
 from .session import ReplicationSession
 from .snapshot_feed import SnapshotFeed
@@ -87,47 +85,54 @@ class LiveStream:
             raise TypeError("LiveStream takes StreamOptions or keyword options, not both")
         o = self.options = options
         self.dsn = dsn
-        # Where the stream ends; a caller may move it while the stream runs.
-        self.stop_at_lsn: int | None = o.stop_at_lsn
-        #: Whether positions nothing was handed out for (an idle stream's WAL end, the
-        #: transactions that touched no published table) are acknowledged on their own, once
-        #: everything handed out before them is. A consumer that acknowledges every position
-        #: itself (Spark's streaming source: the slot moves only where Spark committed) sets
-        #: it False and takes the idle positions with :meth:`hand_out_idle`.
-        self.follow_idle = True
         #: Whether the online snapshot reads its next chunk once the last one went out. A
         #: consumer that holds what it was handed before storing it (Spark's streaming
         #: source) pauses it, so that a kill loses few chunks read ahead.
         self.read_chunks = True
+        self._closed = False
+        self._started = False
 
         # The replication connection, and where the session stands (received, handed out,
         # acknowledged, confirmed to the server; where to resume: pgoutput-proto's
         # SessionPositions, also self._positions).
         self._session = ReplicationSession(dsn, o)
         self._positions = self._session.positions
-        # The ordinary connection: pg_attribute reads (see _tell_attnums) and heartbeats.
+        # The ordinary connection: pg_attribute reads and heartbeats.
         self._sidecar = Sidecar(dsn, o.connect_timeout, o.heartbeat_interval)
-        self._decoder: Any = None
-        # Decoded groups not yet handed out: the batches of one decoder flush, and the
-        # position that is handled once all of them are.
-        self._pending: collections.deque[tuple[list[Output], int]] = collections.deque()
-        self._current: collections.deque[Output] = collections.deque()
-        self._closed = False
-        self._stop = False
-        self._started = False
-
         # Every batch of a table under one schema, whatever its versions.
-        self._schemas = TableSchemas()
-
+        schemas = TableSchemas()
         self._counters = StreamCounters()
-        self._last_data = self._counters.t0
         # The initial snapshot while it is read, and tables' own snapshots (snapshot_table).
-        self._feed = SnapshotFeed(dsn, o, self._schemas)
+        self._feed = SnapshotFeed(dsn, o, schemas)
         #: The online snapshot (online_snapshot=True, or resnapshot()).
-        self.online = OnlineFeed(dsn, o, self._schemas, self.snapshot_table)
-        self._fed_since_flush = 0
-        self._last_flush = self._counters.t0
+        self.online = OnlineFeed(dsn, o, schemas, self.snapshot_table)
+        # The stream read into a decoder, and the groups decoded not yet handed out.
+        self._reader = Reader(o, self._session, self._sidecar, self._counters, schemas,
+                              self._feed, self.online)
         self._metrics: Any = None
+
+    @property
+    def stop_at_lsn(self) -> int | None:
+        """Where the stream ends: once the server's WAL end reached it and nothing is
+        pending. A caller may move it while the stream runs."""
+        return self._reader.stop_at_lsn
+
+    @stop_at_lsn.setter
+    def stop_at_lsn(self, lsn: int | None) -> None:
+        self._reader.stop_at_lsn = lsn
+
+    @property
+    def follow_idle(self) -> bool:
+        """Whether positions nothing was handed out for (an idle stream's WAL end, the
+        transactions that touched no published table) are acknowledged on their own, once
+        everything handed out before them is (True by default). A consumer that acknowledges
+        every position itself (Spark's streaming source: the slot moves only where Spark
+        committed) sets it False and takes the idle positions with :meth:`hand_out_idle`."""
+        return self._reader.follow_idle
+
+    @follow_idle.setter
+    def follow_idle(self, follow: bool) -> None:
+        self._reader.follow_idle = follow
 
     @property
     def proto_version(self) -> int | None:
@@ -163,17 +168,17 @@ class LiveStream:
         positions = self._positions
         if self.options.auto_ack and positions.last_yielded > positions.acked:
             positions.ack()
-        while not self._current:
+        while not self._reader.current:
             group = self._next_group(wait=True)
             if group is None:
                 raise StopIteration
-            self._current.extend(group[0])
-        item = self._current.popleft()
+            self._reader.current.extend(group[0])
+        item = self._reader.current.popleft()
         positions.yielded(item.ack_lsn)
         self._counters.given(1, item.num_rows)
         return item
 
-    def groups(self, linger: float = 0.0) -> Iterator[tuple[list[Output], int]]:
+    def groups(self, linger: float = 0.0) -> Iterator[Group]:
         """Whole decoder flushes instead of single batches: ``(batches, ack_lsn)``, where
         ``ack_lsn`` is handled once every batch of the group is. With ``linger`` > 0, the
         flushes that arrive within that many seconds of the first are merged into one group
@@ -187,13 +192,13 @@ class LiveStream:
             batches, ack = list(group[0]), group[1]
             t_first = time.monotonic()
             # A snapshot's chunk stays a group of its own (a sink names its files apart).
-            while (linger > 0 and time.monotonic() - t_first < linger and not self._stop
+            while (linger > 0 and time.monotonic() - t_first < linger and not self._reader.stop
                    and not any(b.snapshot for b in batches) and self._feed.initial is None):
                 more = self._next_group(wait=False)
                 if more is None:
                     continue
                 if any(b.snapshot for b in more[0]):
-                    self._pending.appendleft(more)
+                    self._reader.pending.appendleft(more)
                     break
                 batches += more[0]
                 ack = more[1]
@@ -201,7 +206,7 @@ class LiveStream:
             self._counters.given(len(batches), sum(b.num_rows for b in batches))
             yield batches, ack
 
-    def poll(self, wait: bool = False) -> tuple[list[Output], int] | None:
+    def poll(self, wait: bool = False) -> Group | None:
         """The next group as :meth:`groups` gives it, ``(batches, ack_lsn)``; None at the end
         of the stream, or (``wait`` False) when none is ready after one short read."""
         if not self._started:
@@ -216,7 +221,8 @@ class LiveStream:
         """With :attr:`follow_idle` False: when nothing is in flight, decoded or waiting, the
         server's WAL end is handed out, to be acknowledged like a group's position; returns
         the position handed out, or None when something is in flight."""
-        if (not self._session.txns.idle or self._pending or self._current or self._fed_since_flush
+        reader = self._reader
+        if (not self._session.txns.idle or reader.holds_batches or reader.fed_since_flush
                 or self._feed.pending or self.online.waiting):
             return None
         positions = self._positions
@@ -234,38 +240,38 @@ class LiveStream:
         """Send the acknowledged position to the server now, rather than at the next
         status update (reconnecting first if the connection was lost)."""
         if not self._session.connected:
-            self._reconnect(ConnectionLost("not connected"))
+            self._reader.reconnect(ConnectionLost("not connected"))
         try:
             self._session.send_status()
         except CopyBothEnded as e:
-            self._reconnect(e)
+            self._reader.reconnect(e)
             self._session.send_status()
 
-    def _next_group(self, wait: bool) -> tuple[list[Output], int] | None:
+    def _next_group(self, wait: bool) -> Group | None:
         """The next decoded group; None at the end of the stream (or, with ``wait`` False,
         when nothing arrived during one short read). A table snapshot queued
         (:meth:`snapshot_table`) comes out before anything else, the stream read after it
         included."""
         while True:
-            while self._feed.late and not (self._closed or self._stop):
+            while self._feed.late and not (self._closed or self._reader.stop):
                 late = self._feed.next_table_group(self._positions.emitted, self.online.current)
                 if late is not None:
                     return late
-            if self._pending:
-                return self._pending.popleft()
-            if self._feed.initial is not None and not (self._closed or self._stop):
+            if self._reader.pending:
+                return self._reader.pending.popleft()
+            if self._feed.initial is not None and not (self._closed or self._reader.stop):
                 self._pump_snapshot()
                 continue
-            if self._closed or self._stop:
+            if self._closed or self._reader.stop:
                 self._finish_stream()
-                return self._pending.popleft() if self._pending else None
+                return self._reader.pending.popleft() if self._reader.pending else None
             # A table added to the publication is read online; the next chunk comes out where
             # its watermark passes in the stream.
             self.online.read_next(read_chunk=not self._feed.late and self.read_chunks)
             if self._feed.late:
                 continue  # its rows before the changes read from now on
-            self._pump()
-            if not wait and not self._pending:
+            self._reader.pump()
+            if not wait and not self._reader.pending:
                 return None
 
     def open(self) -> None:
@@ -287,7 +293,7 @@ class LiveStream:
             if self.options.snapshot:
                 self._feed.start_initial()
             else:
-                self._connect_and_start(first=True)
+                self._reader.connect_and_start(first=True)
                 if self.options.online_snapshot:
                     self.online.start()
         except BaseException:
@@ -303,7 +309,7 @@ class LiveStream:
     def stop(self) -> None:
         """Ask the iteration to end after the batches already decoded (safe from a signal
         handler or another thread)."""
-        self._stop = True
+        self._reader.stop = True
 
     def close(self) -> None:
         """Send the last acknowledged position and disconnect. Safe to call twice."""
@@ -349,7 +355,7 @@ class LiveStream:
         return self.stats().bytes_per_s
 
     def stats(self) -> StreamStats:
-        return self._counters.stats(self._positions, bool(self._pending or self._current))
+        return self._counters.stats(self._positions, self._reader.holds_batches)
 
     # ------------------------------------------------------------------ the snapshot
 
@@ -371,10 +377,10 @@ class LiveStream:
         at its consistent point on the exporting connection."""
         group, end = self._feed.next_initial(self._positions.emitted)
         if group is not None:
-            self._pending.append(group)
+            self._reader.pending.append(group)
         if end is not None:
             self._positions.snapshot_done(end.lsn, end.empty)
-            self._connect_and_start(first=True, conn=end.conn)
+            self._reader.connect_and_start(first=True, conn=end.conn)
 
     def snapshot_table(self, table: str, connections: int = 2) -> int:
         """Takes the snapshot of ``table``, added to the publication after this stream's slot
@@ -392,9 +398,10 @@ class LiveStream:
             kept = drop_handled(item.batch, lsn)
             return dataclasses.replace(item, batch=kept) if kept.num_rows else None
 
-        self._current = collections.deque(b for b in map(below, self._current) if b is not None)
-        self._pending = collections.deque(
-            ([b for b in map(below, group) if b is not None], ack) for group, ack in self._pending)
+        reader = self._reader
+        reader.current = collections.deque(b for b in map(below, reader.current) if b is not None)
+        reader.pending = collections.deque(
+            ([b for b in map(below, group) if b is not None], ack) for group, ack in reader.pending)
         return lsn
 
     def resnapshot(self, table: str) -> None:
@@ -405,215 +412,11 @@ class LiveStream:
         is part of ``snapshot_state`` from then on."""
         self.online.resnapshot(table)
 
-    # ------------------------------------------------------------------ connecting
-
-    def _connect_and_start(self, first: bool, conn: Any = None) -> None:
-        """Starts streaming (:meth:`.session.ReplicationSession.start`) into a new decoder."""
-        self._session.start(first, conn)
-        self._new_decoder()
-        self._last_data = time.monotonic()
-
-    def _new_decoder(self) -> None:
-        # The stream's mode is known here: no need to detect it from the first change.
-        self._decoder = Decoder(**{"binary": self.options.binary, **self.options.decoder_options})
-        self._schemas.new_decoder()
-        self._fed_since_flush = 0
-
-    def _disconnect(self) -> None:
-        self._session.disconnect()
-        self._sidecar.close()
-
-    def _tell_attnums(self, relation_ids: list[int]) -> None:
-        """Tells the decoder which attnum each column of these relations has, before it
-        reads their Relation messages, so that a renamed column is told from a dropped and
-        an added one by the catalog rather than by the columns' order. The catalog is read
-        now, after the messages were sent: a column renamed or dropped since then is not
-        found by its old name, and that definition falls back to the order rule (as does
-        every one when pg_attribute cannot be read)."""
-        for relid, by_name in self._sidecar.attnums(relation_ids).items():
-            self._decoder.column_attnums(relid, by_name)
-
-    def _reconnect(self, cause: BaseException) -> None:
-        """Reconnect (:func:`.connection.reconnect`: with backoff), resuming after what was
-        handed out."""
-        self._disconnect()
-        if self.options.temporary_slot:
-            raise ConnectionLost(
-                f"the replication connection was lost ({one_line(str(cause))}) and the "
-                f'temporary slot "{self.options.slot}" went with it: cannot resume') from None
-
-        def start() -> None:
-            self._positions.reconnecting()
-            self._connect_and_start(first=False)
-
-        reconnect(start, self.options, cause, lambda: self._stop)
-        self._counters.reconnects += 1
-
-    # ------------------------------------------------------------------ streaming
-
-    def _pump(self) -> None:
-        """Read what is there, feed the decoder, and return once batches are ready or after
-        at most a short wait; handles keepalives, status updates and reconnects."""
-        if not self._session.connected:
-            self._reconnect(ConnectionLost("not connected"))
-        try:
-            self._read_available()
-        except CopyBothEnded as e:
-            self._flush_decoder()  # keep what fully arrived: it is complete and in order
-            if self._pending:
-                # Hand those out first; reconnect on the next call.
-                self._disconnect()
-                return
-            if e.sqlstate and e.sqlstate not in ("57P01", "57P02", "57P03", "08006", "08003"):
-                raise classify_connect_error(SqlError(str(e), e.sqlstate),
-                                              "the replication stream failed") from None
-            self._reconnect(e)
-
-    def _read_available(self) -> None:
-        session = self._session
-        copy, receiver, txns, positions = session.copy, session.receiver, session.txns, session.positions
-        feed_batch = self._decoder.feed_batch
-        deadline = time.monotonic() + self.options.flush_interval
-        n = 0
-        while True:
-            batch, count, nbytes, end, reply, status, error = receiver.read(txns, 1024)
-            if count:
-                relations = txns.take_relations()
-                if relations:
-                    self._tell_attnums(relations)
-                feed_batch(batch)
-                self._counters.received(count, nbytes)
-                self._fed_since_flush += count
-                n += count
-                if self.online.watermark_arrived(batch):
-                    self._last_data = time.monotonic()
-                    self._flush_decoder()  # the waiting chunk goes out with this flush
-                    if self._pending:
-                        return
-            if end:
-                positions.server_end(end)
-            if reply:
-                session.send_status(answering=True)
-            if status == -1:
-                raise copy.ended()
-            if status == -2:
-                raise CopyBothEnded(error or copy.connection_error())
-            if count:
-                now = time.monotonic()
-                self._counters.tick(now)
-                if session.status_due(now):
-                    session.send_status()
-                if self._fed_since_flush >= self.options.flush_messages or now >= deadline:
-                    self._flush_decoder()
-                    if self._pending:
-                        return
-                    deadline = now + self.options.flush_interval
-            if status == 0:
-                break
-        self._after_read(n)
-
-    def _after_read(self, n: int) -> None:
-        """Once nothing more is readable (``n`` messages were read): hand out what is
-        complete, confirm, and wait a little for more."""
-        session = self._session
-        now = time.monotonic()
-        if n:
-            self._last_data = now
-        # Caught up with the server: hand out what is complete.
-        if self._fed_since_flush:
-            self._flush_decoder()
-        self._counters.tick(now)
-        if self._pending:
-            return
-        if self.follow_idle:
-            self._idle_advance()
-        self._sidecar.heartbeat(now)
-        if self._positions.dirty or session.status_due(now):
-            session.send_status()
-        if self._should_stop(now):
-            self._stop = True
-            return
-        wait = min(0.5, max(0.0, session.until_status(now)))
-        if n == 0:
-            select.select([session.copy], [], [], wait)
-
-    def _should_stop(self, now: float) -> bool:
-        if self.options.stop_after is not None and now - self._counters.t0 >= self.options.stop_after:
-            return True
-        # Not idle while the online snapshot has chunks to read (the stream may be catching
-        # up to a chunk's watermark without a change to hand out).
-        if (self.options.idle_timeout is not None and now - self._last_data >= self.options.idle_timeout
-                and not self.online.pending):
-            return True
-        if (self.stop_at_lsn is not None and self._positions.wal_end >= self.stop_at_lsn
-                and self._session.txns.idle and not self._pending):
-            return True
-        return False
-
-    def _flush_decoder(self) -> None:
-        dec = self._decoder
-        if dec is None:
-            return
-        dec.flush()
-        items = dec.take()
-        safe = int(dec.safe_lsn or 0)
-        self._counters.in_flight = dec.pending
-        self._fed_since_flush = 0
-        self._last_flush = time.monotonic()
-        batches = [b for b in (self._to_live(item) for item in items) if b is not None]
-        for kind, table, _, batch in batches:
-            if kind == "table" and table is not None:
-                self._counters.decoded(table, batch)
-        cut = self.online.cut_flush(batches, safe)
-        if cut is not None:
-            for group in cut:
-                self._hand_out(group.batches, group.safe, group.snapshot, group.state, group.read_elsewhere)
-            return
-        self._hand_out(batches, safe, state=self.online.changed_state() if batches else None)
-
-    def _hand_out(self, batches: list[Item], safe: int, snapshot: bool = False,
-                  state: Mapping[str, Any] | None = None, read_elsewhere: ExportedChunk | None = None) -> None:
-        """``batches``, complete up to ``safe``, as the next group. With nothing to store
-        (e.g. transactions that touched no published table) the position is handled as
-        soon as everything handed out before it is."""
-        previous, group_ack = self._positions.handed_out(safe, self._session.txns.prepared_floor(),
-                                                         not batches and self.follow_idle)
-        last = len(batches) - 1
-        group = [Output(kind, table, version, batch, group_ack if i == last else previous,
-                           snapshot=snapshot, snapshot_state=state if i == last else None,
-                           read_elsewhere=read_elsewhere if i == last else None)
-                 for i, (kind, table, version, batch) in enumerate(batches)]
-        if group:
-            self._pending.append((group, group_ack))
-
-    def _to_live(self, item: Output) -> Item | None:
-        kind, table, version, batch = item
-        batch = drop_handled(batch, self._positions.floor)
-        if batch.num_rows == 0:
-            return None
-        if kind == "table" and table is not None:
-            floor = self._feed.floors.get(table)
-            if floor is not None:
-                batch = drop_handled(batch, floor)
-                if batch.num_rows == 0:
-                    return None
-            batch = self._schemas.unify(table, batch)
-        return kind, table, version, batch
-
-    def _idle_advance(self) -> None:
-        """Nothing pending and everything handed out acknowledged: confirm the server's WAL
-        end, so an idle publication does not hold WAL."""
-        self._positions.idle_advance(self._session.txns.idle and not self._pending and not self._current)
-
     def _finish_stream(self) -> None:
         """At the end of the iteration: hand out whatever complete batches remain, then
         confirm and disconnect."""
-        if self._decoder is not None and self._fed_since_flush:
-            try:
-                self._flush_decoder()
-            except Exception:
-                pass
-        if not self._pending and not self._closed:
+        self._reader.finish()
+        if not self._reader.pending and not self._closed:
             self.close()
 
 
