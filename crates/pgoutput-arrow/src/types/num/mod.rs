@@ -84,6 +84,44 @@ pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
     }
 }
 
+/// The value of at most 19 ASCII digits (none: 0); None if a byte is not a digit. Eight
+/// digits at a time: a loop that checks and adds one digit per turn was most of the parse
+/// of a numeric's text.
+#[inline]
+pub(crate) fn ascii_digits(mut digits: &[u8]) -> Option<u64> {
+    debug_assert!(digits.len() <= 19);
+    let mut v: u64 = 0;
+    while let Some((chunk, rest)) = digits.split_first_chunk::<8>() {
+        v = v * 100_000_000 + eight_digits(u64::from_le_bytes(*chunk))?;
+        digits = rest;
+    }
+    for &d in digits {
+        let d = d.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        v = v * 10 + d as u64;
+    }
+    Some(v)
+}
+
+/// Eight ASCII digits read as a little-endian u64 (the first digit in the lowest byte), as
+/// simdjson's `parse_eight_digits_unrolled`; None if a byte is not a digit.
+#[inline]
+fn eight_digits(x: u64) -> Option<u64> {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    // Each byte is 0x30..=0x39: its high nibble is 3, and still 3 once 6 is added (a byte of
+    // 0xFA or more, whose adding would carry into the next byte, fails the first test).
+    if (x & HIGH) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    let v = x - 0x3030_3030_3030_3030;
+    // Pairs of digits, then groups of four, then all eight, each by one multiplication.
+    let v = (v.wrapping_mul(10) + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((v.wrapping_mul(10_000) + (v >> 32)) & 0xFFFF_FFFF)
+}
+
 pub(crate) fn int2_bin(bytes: &[u8]) -> Result<i16> {
     Ok(i16::from_be_bytes(fixed::<2>("int2", bytes)?))
 }
@@ -100,14 +138,49 @@ pub(crate) fn oid_bin(bytes: &[u8]) -> Result<u32> {
 /// Floats: NaN is kept as the canonical quiet NaN whatever its sign and payload were
 /// (PostgreSQL prints every NaN as "NaN", so text mode cannot tell them apart).
 pub(crate) fn float_text<T: std::str::FromStr + Float>(bytes: &[u8]) -> Result<T> {
+    if let Some(v) = short_float_text(bytes) {
+        return Ok(v);
+    }
     let s = std::str::from_utf8(bytes).map_err(|_| ValueError::new("invalid float value (not UTF-8)"))?;
     s.parse::<T>().map(T::canonical).or_else(|_| err("float", bytes))
 }
 
+/// `[-]int[.frac]` (digits on both sides of the point) with few enough digits that their
+/// integer and the power of ten are exact in `T`: one division, which IEEE rounds correctly,
+/// gives what `parse` gives (Clinger's fast path), without `parse`'s general reading of the
+/// text, which was most of a float's cost. None for any other text, which `parse` reads.
+#[inline]
+pub(crate) fn short_float_text<T: Float>(bytes: &[u8]) -> Option<T> {
+    let (neg, rest) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    let (first, last) = (*rest.first()?, *rest.last()?);
+    if !first.is_ascii_digit() || !last.is_ascii_digit() || rest.len() > T::EXACT_DIGITS + 1 {
+        return None;
+    }
+    let (m, frac) = short_numeric_text(rest)?;
+    // A point (with digits on both sides) is one of the bytes.
+    if rest.len() - (frac > 0) as usize > T::EXACT_DIGITS {
+        return None;
+    }
+    Some(T::exact(m, frac as usize, neg))
+}
+
 pub(crate) trait Float: Sized {
+    /// Digits whose integer is exact in the type (below 2^53, 2^24).
+    const EXACT_DIGITS: usize;
     fn canonical(self) -> Self;
+    /// ±m / 10^frac, for m of at most EXACT_DIGITS digits and frac at most as many.
+    fn exact(m: u64, frac: usize, neg: bool) -> Self;
 }
 impl Float for f32 {
+    const EXACT_DIGITS: usize = 7;
+    fn exact(m: u64, frac: usize, neg: bool) -> f32 {
+        const P: [f32; 8] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7];
+        let v = m as f32 / P[frac];
+        if neg { -v } else { v }
+    }
     fn canonical(self) -> f32 {
         if self.is_nan() {
             f32::NAN
@@ -117,6 +190,12 @@ impl Float for f32 {
     }
 }
 impl Float for f64 {
+    const EXACT_DIGITS: usize = 15;
+    fn exact(m: u64, frac: usize, neg: bool) -> f64 {
+        const P: [f64; 16] = [1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15];
+        let v = m as f64 / P[frac];
+        if neg { -v } else { v }
+    }
     fn canonical(self) -> f64 {
         if self.is_nan() {
             f64::NAN
@@ -162,8 +241,9 @@ static DIGITS4: &str = {
 /// `v` in decimal, zero-padded to at least `width` digits (as `{v:0width$}`), without
 /// `fmt`'s machinery: numeric, date and time text is rendered once per value. Inlined: the
 /// widths that renderers ask for most (a numeric's four-digit groups, two-digit time fields)
-/// are one copy of a constant length.
-#[inline]
+/// are one copy of a constant length (always inlined: the compiler's own choice varied with
+/// what else this module holds, and a call doubled the cost).
+#[inline(always)]
 pub(crate) fn push_digits(out: &mut String, v: u64, width: usize) {
     match (v, width) {
         (0..=9_999, 4) => out.push_str(&DIGITS4[4 * v as usize..4 * v as usize + 4]),
@@ -361,9 +441,89 @@ pub(crate) use numeric::*;
 #[cfg(test)]
 mod tests {
     use super::{
-        digitwise_unscaled, horner_unscaled, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
-        push_uuid, uuid_ascii,
+        ascii_digits, digitwise_unscaled, horner_unscaled, long_numeric_text, numeric_bin, numeric_text_to_decimal,
+        pow10, push_digits, push_hex, push_uuid, short_numeric_text, uuid_ascii,
     };
+
+    /// The short float rule against `parse`, bit for bit, on pseudo-random decimal texts of
+    /// every length around the rule's limits (and the other texts it must leave to `parse`).
+    #[test]
+    fn short_float_text_is_parse() {
+        fn check<T: super::Float + std::str::FromStr + Copy + std::fmt::Debug + PartialEq>(
+            text: &str,
+            bits: impl Fn(T) -> u64,
+        ) -> bool {
+            match super::short_float_text::<T>(text.as_bytes()) {
+                Some(v) => {
+                    let parsed: T = text.parse().ok().expect("a short float parses");
+                    assert_eq!(bits(v), bits(parsed), "{text}");
+                    true
+                }
+                None => false,
+            }
+        }
+        let mut x: u64 = 0x5851_f42d_4c95_7f2d;
+        let (mut f64s, mut f32s) = (0, 0);
+        for case in 0..400_000u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let len = 1 + (case % 18) as usize;
+            let mut text = String::new();
+            if x & 1 == 1 {
+                text.push('-');
+            }
+            let point = (x >> 8) as usize % (len + 2);
+            for i in 0..len {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                if i == point {
+                    text.push('.');
+                }
+                // Many zeros and nines: trailing zeros, and values next to a power of ten.
+                let d = match (x >> 40) % 4 { 0 => 0, 1 => 9, _ => (x >> 33) % 10 };
+                text.push(char::from(b'0' + d as u8));
+            }
+            if point == len {
+                text.push('.');
+            }
+            f64s += check::<f64>(&text, f64::to_bits) as usize;
+            f32s += check::<f32>(&text, |v: f32| v.to_bits() as u64) as usize;
+        }
+        for text in ["", "-", ".5", "5.", "-.5", "+1", "1e5", "1.5e3", "NaN", "Infinity", "-0", "0", "-0.0", "00001.0"] {
+            check::<f64>(text, f64::to_bits);
+            check::<f32>(text, |v: f32| v.to_bits() as u64);
+        }
+        assert!(f64s > 100_000 && f32s > 30_000, "{f64s} {f32s}");
+    }
+
+    /// The eight-at-a-time digit reader and the short numeric rule against the digit-wise
+    /// ones, on pseudo-random strings of digits mixed with points, signs and other bytes
+    /// (each byte value near the digits' included).
+    #[test]
+    fn short_numeric_text_agrees_with_the_digit_wise_rule() {
+        const BYTES: &[u8] = b"0123456789012345678901234567890123456789../+-a :\x00\xff\xfa\x2f\x3a\x39\x30";
+        let mut x: u64 = 0x0123_4567_89ab_cdef;
+        let (mut digits_checked, mut short_taken) = (0, 0);
+        for case in 0..300_000 {
+            let len = (case % 21) as usize;
+            let clean = case % 3 != 0;
+            let text: Vec<u8> = (0..len)
+                .map(|_| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    let i = (x >> 33) as usize;
+                    if clean { BYTES[i % 42] } else { BYTES[i % BYTES.len()] }
+                })
+                .collect();
+            if text.len() <= 19 {
+                let plain = text.iter().try_fold(0u64, |v, &d| d.is_ascii_digit().then(|| v * 10 + (d - b'0') as u64));
+                assert_eq!(ascii_digits(&text), plain, "{text:?}");
+                digits_checked += 1;
+            }
+            if let Some((v, frac)) = short_numeric_text(&text) {
+                assert_eq!(long_numeric_text(&text), Some(Ok((v as i128, frac))), "{text:?}");
+                short_taken += 1;
+            }
+        }
+        assert!(digits_checked > 100_000 && short_taken > 30_000, "{digits_checked} {short_taken}");
+    }
 
     #[test]
     fn push_hex_and_push_uuid_are_fmts_lowercase_hex() {

@@ -71,48 +71,17 @@ pub(crate) fn numeric_text_to_decimal(
         Some((b'+', rest)) => (false, rest),
         _ => (false, bytes),
     };
-    // The digits in u64 while below 10^17 (one more cannot pass 2^64), then in i128: checked
-    // i128 arithmetic per digit was most of the parse.
-    let mut small: u64 = 0;
-    let mut v: i128 = 0;
-    let mut wide = false;
-    let mut frac_digits: i32 = 0;
-    let mut seen_point = false;
-    let mut any = false;
+    // Most values have at most 18 digits: their integer is a u64, read eight digits at a time.
+    // Any other (more digits, or bytes that are not digits) takes the digit-wise rule.
+    let (v, frac_digits) = match short_numeric_text(rest) {
+        Some((v, frac_digits)) => (v as i128, frac_digits),
+        None => match long_numeric_text(rest) {
+            Some(Ok(parsed)) => parsed,
+            Some(Err(())) => return Ok(Err(not_fit(&String::from_utf8_lossy(bytes), precision, scale))),
+            None => return err("numeric", bytes),
+        },
+    };
     let overflow = || Ok(Err(not_fit(&String::from_utf8_lossy(bytes), precision, scale)));
-    for &c in rest {
-        if c == b'.' && !seen_point {
-            seen_point = true;
-            continue;
-        }
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            return err("numeric", bytes);
-        }
-        any = true;
-        if seen_point {
-            frac_digits += 1;
-        }
-        if !wide {
-            if small < 100_000_000_000_000_000 {
-                small = small * 10 + d as u64;
-                continue;
-            }
-            wide = true;
-            v = small as i128;
-        }
-        // Leading zeros and fraction digits past the scale need no room.
-        v = match v.checked_mul(10).and_then(|v| v.checked_add(d as i128)) {
-            Some(v) => v,
-            None => return overflow(),
-        };
-    }
-    if !wide {
-        v = small as i128;
-    }
-    if !any {
-        return err("numeric", bytes);
-    }
     let shift = scale as i32 - frac_digits;
     let v = if shift >= 0 {
         match pow10(shift as u32).and_then(|p| v.checked_mul(p)) {
@@ -131,6 +100,67 @@ pub(crate) fn numeric_text_to_decimal(
         return overflow();
     }
     Ok(Ok(if neg { -v } else { v }))
+}
+
+/// The digits of a numeric's text without its sign, `int[.frac]`, of at most 18 digits in
+/// all: their integer and the number of fraction digits. None for anything else, which
+/// [`long_numeric_text`] reads (and finds too long, or not a numeric).
+#[inline]
+pub(super) fn short_numeric_text(rest: &[u8]) -> Option<(u64, i32)> {
+    let (int, frac) = match rest.iter().position(|&c| c == b'.') {
+        Some(p) => (&rest[..p], &rest[p + 1..]),
+        None => (rest, &rest[rest.len()..]),
+    };
+    if int.len() + frac.len() > 18 || (int.is_empty() && frac.is_empty()) {
+        return None;
+    }
+    let v = ascii_digits(int)? * 10u64.pow(frac.len() as u32) + ascii_digits(frac)?;
+    Some((v, frac.len() as i32))
+}
+
+/// The digit-wise rule of a numeric's text without its sign: its integer and the number of
+/// fraction digits; None when it is not a numeric, Some(Err) past i128.
+pub(super) fn long_numeric_text(rest: &[u8]) -> Option<std::result::Result<(i128, i32), ()>> {
+    // The digits in u64 while below 10^17 (one more cannot pass 2^64), then in i128: checked
+    // i128 arithmetic per digit was most of the parse.
+    let mut small: u64 = 0;
+    let mut v: i128 = 0;
+    let mut wide = false;
+    let mut frac_digits: i32 = 0;
+    let mut seen_point = false;
+    let mut any = false;
+    for &c in rest {
+        if c == b'.' && !seen_point {
+            seen_point = true;
+            continue;
+        }
+        let d = c.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        any = true;
+        if seen_point {
+            frac_digits += 1;
+        }
+        if !wide {
+            if small < 100_000_000_000_000_000 {
+                small = small * 10 + d as u64;
+                continue;
+            }
+            wide = true;
+            v = small as i128;
+        }
+        // Leading zeros and fraction digits past the scale need no room.
+        v = match v.checked_mul(10).and_then(|v| v.checked_add(d as i128)) {
+            Some(v) => v,
+            // Past i128 (whatever the bytes after), as before the fast path.
+            None => return Some(Err(())),
+        };
+    }
+    if !wide {
+        v = small as i128;
+    }
+    any.then_some(Ok((v, frac_digits)))
 }
 
 /// The fields of numeric_send's format.
