@@ -441,8 +441,8 @@ pub(crate) use numeric::*;
 #[cfg(test)]
 mod tests {
     use super::{
-        ascii_digits, digitwise_unscaled, horner_unscaled, long_numeric_text, numeric_bin, numeric_text_to_decimal,
-        pow10, push_digits, push_hex, push_uuid, short_numeric_text, uuid_ascii,
+        digitwise_unscaled, horner_unscaled, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
+        push_uuid, uuid_ascii,
     };
 
     /// The short float rule against `parse`, bit for bit, on pseudo-random decimal texts of
@@ -492,37 +492,6 @@ mod tests {
             check::<f32>(text, |v: f32| v.to_bits() as u64);
         }
         assert!(f64s > 100_000 && f32s > 30_000, "{f64s} {f32s}");
-    }
-
-    /// The eight-at-a-time digit reader and the short numeric rule against the digit-wise
-    /// ones, on pseudo-random strings of digits mixed with points, signs and other bytes
-    /// (each byte value near the digits' included).
-    #[test]
-    fn short_numeric_text_agrees_with_the_digit_wise_rule() {
-        const BYTES: &[u8] = b"0123456789012345678901234567890123456789../+-a :\x00\xff\xfa\x2f\x3a\x39\x30";
-        let mut x: u64 = 0x0123_4567_89ab_cdef;
-        let (mut digits_checked, mut short_taken) = (0, 0);
-        for case in 0..300_000 {
-            let len = (case % 21) as usize;
-            let clean = case % 3 != 0;
-            let text: Vec<u8> = (0..len)
-                .map(|_| {
-                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                    let i = (x >> 33) as usize;
-                    if clean { BYTES[i % 42] } else { BYTES[i % BYTES.len()] }
-                })
-                .collect();
-            if text.len() <= 19 {
-                let plain = text.iter().try_fold(0u64, |v, &d| d.is_ascii_digit().then(|| v * 10 + (d - b'0') as u64));
-                assert_eq!(ascii_digits(&text), plain, "{text:?}");
-                digits_checked += 1;
-            }
-            if let Some((v, frac)) = short_numeric_text(&text) {
-                assert_eq!(long_numeric_text(&text), Some(Ok((v as i128, frac))), "{text:?}");
-                short_taken += 1;
-            }
-        }
-        assert!(digits_checked > 100_000 && short_taken > 30_000, "{digits_checked} {short_taken}");
     }
 
     #[test]
