@@ -38,14 +38,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporter.write_line(f"free disk under {tempfile.gettempdir()}: {free:.1f} GB{low}")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests (a wheel built, clusters started, the tester's seeds) first, in their
-    order: pytest-xdist hands each process a contiguous share of this list and balances the
-    rest by taking queued tests from the busiest, but a long test left at the end of a share
-    would run alone while the other process waits."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 #: The session's servers, in start order, for the slot clean-up below.
 _servers: list[PgServer] = []
 

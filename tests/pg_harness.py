@@ -328,6 +328,8 @@ class PgServer:
         self.host = "127.0.0.1"
         self.keep_dir = keep_dir
         self._settings = {**DEFAULT_SETTINGS, **{k: str(v) for k, v in (settings or {}).items()}}
+        #: The output settings' values before configure() first changed them (lower-case names).
+        self._before_configure: dict[str, str] = {}
         self._os_user = _ensure_system_user() if _is_root() else None
         self.bin_dir = bin_dir_for(self.version, self._os_user)
         self._env = {**os.environ, "LC_ALL": "C", "LANG": "C", "TZ": "UTC",
@@ -455,7 +457,13 @@ class PgServer:
         Returns once a new session sees every value, so that new sessions, walsenders and
         ``pg_logical_slot_*`` calls all print under them. Only reloadable settings: the
         output settings (DateStyle, IntervalStyle, TimeZone, extra_float_digits,
-        bytea_output, lc_monetary, ...)."""
+        bytea_output, lc_monetary, ...). A setting removed is waited for too: back at the
+        value it had before this server's first ``configure`` of it (the reload is
+        asynchronous, and the next test must not print under the old value)."""
+        unknown = [name for name in settings if name.lower() not in self._before_configure]
+        if unknown:
+            for name, before in zip(unknown, self._reset_values(unknown)):
+                self._before_configure[name.lower()] = before
         for name, value in settings.items():
             if value is None:
                 self._settings.pop(name, None)
@@ -469,27 +477,32 @@ class PgServer:
         def norm(v: object) -> str:
             return str(v).strip("'").replace(" ", "").lower()
 
-        wanted = {name: value for name, value in settings.items() if value is not None}
+        wanted = {name: self._before_configure[name.lower()] if value is None else value
+                  for name, value in settings.items()}
         deadline = time.monotonic() + 10
         while True:
             # A new session is forked by the postmaster, which reloads asynchronously.
-            conn = self.connect()
-            try:
-                with conn.cursor() as cur:
-                    seen = {}
-                    for name in wanted:
-                        # reset_val: psycopg2 sets DateStyle ISO on its own sessions.
-                        cur.execute("SELECT reset_val FROM pg_settings WHERE lower(name) = lower(%s)",
-                                    (name,))
-                        seen[name] = cur.fetchone()[0]
-            finally:
-                conn.close()
+            seen = dict(zip(wanted, self._reset_values(list(wanted))))
             if all(norm(seen[n]) == norm(v) for n, v in wanted.items()):
                 return
             if time.monotonic() > deadline:
                 raise PgServerError(f"PostgreSQL {self.version} did not take the settings "
                                     f"{dict(wanted)} (a new session sees {seen}); log:\n{self.log_tail()}")
             time.sleep(0.05)
+
+    def _reset_values(self, names: list[str]) -> list[str]:
+        """What a new session starts with for each of ``names`` (``reset_val``: psycopg2
+        sets DateStyle ISO on its own sessions)."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                values = []
+                for name in names:
+                    cur.execute("SELECT reset_val FROM pg_settings WHERE lower(name) = lower(%s)", (name,))
+                    values.append(str(cur.fetchone()[0]))
+                return values
+        finally:
+            conn.close()
 
     def start(self) -> None:
         """Start the server (again); waits until it accepts connections."""

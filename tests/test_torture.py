@@ -21,8 +21,6 @@ from generator import generate  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 from run import Heavy, missing_types, run_workload  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 SEEDS = [11, 12, 13]
 
 

@@ -127,7 +127,9 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
     result = Result(workload.seed, pg.version, workload.statements())
     db = f"torture_{workload.seed}_{os.getpid()}"
     _drop(pg)  # whatever an interrupted run left (a prepared transaction blocks slot creation)
-    apply_settings(pg, draw_settings(workload.seed))  # the server's output settings of this seed
+    # The server's output settings of this seed, until the workload is checked: then back to
+    # what they were, for whatever runs on this server next (the test suite shares it).
+    settings = apply_settings(pg, draw_settings(workload.seed))
     pg.execute(f"CREATE DATABASE {db}")
     conns = [pg.connect(pg.dsn_for(db)) for _ in range(2)]
     oracle = pg.connect(pg.dsn_for(db))
@@ -229,6 +231,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             c.close()
         if not keep:
             _drop(pg, db)
+        pg.configure(dict.fromkeys(settings))
     return result
 
 
