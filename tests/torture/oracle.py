@@ -313,6 +313,10 @@ def decoded_from(tables: dict[str, list[Any]], truncates: pa.Table | None) -> li
             ty = {c: (table.schema.field(c).metadata or {}).get(b"pg.type_name", b"").decode() for c in cols}
             binary_raw = {c for c in cols if pa.types.is_binary(table.schema.field(c).type)
                           or pa.types.is_binary_view(table.schema.field(c).type)}
+            # A live stream unifies as it goes: a column of the workload's own type whose
+            # versions were unified to text holds, from a binary stream, the send bytes'
+            # ``\\x`` hex (no PostgreSQL text, as binary_raw above).
+            hex_raw = {c for c in cols if _unified_user_type(table.schema.field(c))}
             before = table.column("_before")
             before_text = None
             if before.null_count < table.num_rows:
@@ -324,7 +328,9 @@ def decoded_from(tables: dict[str, list[Any]], truncates: pa.Table | None) -> li
             meta = table.select(["_op", "_commit_lsn", "_seq", "_unchanged", "_special", "_xid"]).to_pylist()
             stamps = pa.table(_internal.pg_text(table.select(["_commit_ts"]))).column(0).to_pylist()
             for i, (row, m) in enumerate(zip(rows, meta)):
-                values = {c: (v if c not in binary_raw or ty[c] == "bytea" else "<raw>") for c, v in row.items()}
+                values = {c: ("<raw>" if (c in binary_raw and ty[c] != "bytea")
+                              or (c in hex_raw and isinstance(v, str) and v.startswith("\\x")) else v)
+                          for c, v in row.items()}
                 b = before_text[i] if before_text is not None and before_valid[i] else None
                 out.append(Decoded(name, m["_op"], m["_commit_lsn"], m["_seq"], values,
                                    dict(m["_special"] or []), m["_unchanged"] or [], b, ty, m["_xid"], stamps[i]))
@@ -463,6 +469,19 @@ def published_columns(expected: list[Change]) -> dict[str, set[str]]:
         if c.op in ("insert", "update"):
             out[c.table] = set(c.new)
     return out
+
+
+def _unified_user_type(field: pa.Field) -> bool:
+    """Whether ``field`` is a column of one of the workload's own types unified to text."""
+    md = field.metadata or {}
+    return md.get(b"pg.unified") == b"text" and md.get(b"pg.type_name", b"").decode() in USER_TYPES
+
+
+def unified_raw_columns(tables: dict[str, pa.Table]) -> set[tuple[str, str]]:
+    """(table, column) of a binary live stream's tables whose column of the workload's own
+    type was unified to text: its send bytes show as ``\\x`` hex there (raw_text_columns
+    for a stream that unifies as it goes)."""
+    return {(name, f.name) for name, table in tables.items() for f in table.schema if _unified_user_type(f)}
 
 
 def raw_text_columns(changes: Any) -> set[tuple[str, str]]:

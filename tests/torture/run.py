@@ -34,7 +34,7 @@ import shapes  # noqa: E402
 import types_adapter  # noqa: E402
 from oracle import (  # noqa: E402
     compare_changes, compare_final, compare_messages, decoded_changes, decoded_from, filter_expected,
-    parse_test_decoding, raw_text_columns, unify_batches, unify_outputs)
+    parse_test_decoding, raw_text_columns, unified_raw_columns, unify_batches, unify_outputs)
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 from settings import apply as apply_settings, capture_session, draw as draw_settings, pin  # noqa: E402
@@ -436,7 +436,8 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     n, problems = compare_changes(expected, decoded_from(got, trunc), label)
     msg_table = pa.concat_tables([pa.Table.from_batches([b]) for b in messages]) if messages else None
     k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label)
-    m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication)
+    m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication,
+                            skip=unified_raw_columns(tables) if binary else set())
     _add(result, "live" + (" restarted" if restart else ""), n + k + m, problems + more + most)
     result.problems += types_adapter.check(tables, conn, binary, label)
 
