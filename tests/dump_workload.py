@@ -62,6 +62,9 @@ def capture_workload(pg: PgServer, name: str, *, binary: bool = False,
                      proto: int = 1) -> Workload:
     main, other = f"{name}_main", f"{name}_other"
     pub, slot = f"{name}_pub", f"{name}_slot"
+    # A module fixture can be set up twice on one server (pytest-xdist interleaves modules
+    # when it balances its processes): the first one's objects go first.
+    pg.execute(f"DROP PUBLICATION IF EXISTS {pub}; DROP TABLE IF EXISTS {main}, {other}")
     pg.execute(f"""CREATE TABLE {main} (
         id int PRIMARY KEY, name text, amount numeric(12,2), big bigint, ts timestamptz,
         d date, payload bytea, tags text[], f float8, doc jsonb, u uuid)""")

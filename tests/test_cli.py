@@ -223,6 +223,8 @@ def history(pg18: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The history's capture as an Arrow IPC file of one message per batch: pgoutput-dump
     then decodes and writes one transaction at a time (with --rows-per-file 1, a file per
     transaction, each schema change rewriting the files before it)."""
+    # Set up again when pytest-xdist ran another module's tests in between: afresh.
+    pg18.execute("DROP PUBLICATION IF EXISTS cli_hist_pub; DROP TABLE IF EXISTS cli_hist, cli_hist_still")
     for sql in HISTORY_SQL[:2]:
         pg18.execute(sql)
     pg18.execute("CREATE PUBLICATION cli_hist_pub FOR TABLE cli_hist, cli_hist_still")
