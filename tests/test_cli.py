@@ -467,22 +467,27 @@ def test_pretty_is_the_default_on_a_terminal(capture: Path) -> None:
     assert out.startswith(b"BEGIN ") and b"COMMIT " in out
 
 
-def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path) -> None:
-    """A capture made with COPY ... (FORMAT csv), as the help shows; infinity dates and a
-    24:00:00 time (printed as PostgreSQL's text by default; an error with
-    --special-values error)."""
-    pg18.execute("CREATE TABLE cli_csv (id int PRIMARY KEY, d date, t time)")
-    pg18.execute("CREATE PUBLICATION cli_csv_pub FOR TABLE cli_csv")
-    pg18.create_slot("cli_csv_slot")
-    pg18.execute("INSERT INTO cli_csv VALUES (1, 'infinity', '10:00'), (2, '-infinity', '24:00')")
+@pytest.mark.parametrize("bytea_output", ["hex", "escape"])
+def test_copy_csv_capture_and_special_values(pg18: PgServer, tmp_path: Path, bytea_output: str) -> None:
+    """A capture made with COPY ... (FORMAT csv), as the help shows, under either
+    bytea_output (a server's setting: escape is read too); infinity dates and a 24:00:00
+    time (printed as PostgreSQL's text by default; an error with --special-values error)."""
+    name = f"cli_csv_{bytea_output}"
+    pg18.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, d date, t time)")
+    pg18.execute(f"CREATE PUBLICATION {name}_pub FOR TABLE {name}")
+    pg18.create_slot(f"{name}_slot")
+    pg18.execute(f"INSERT INTO {name} VALUES (1, 'infinity', '10:00'), (2, '-infinity', '24:00')")
     path = tmp_path / "capture.csv"
     with pg18.connect() as conn, conn.cursor() as cur, path.open("w") as f:
+        cur.execute(f"SET bytea_output = {bytea_output}")
         cur.copy_expert(
-            "COPY (SELECT lsn, xid, data FROM pg_logical_slot_get_binary_changes('cli_csv_slot', "
-            "NULL, NULL, 'proto_version', '1', 'publication_names', 'cli_csv_pub')) "
+            f"COPY (SELECT lsn, xid, data FROM pg_logical_slot_get_binary_changes('{name}_slot', "
+            f"NULL, NULL, 'proto_version', '1', 'publication_names', '{name}_pub')) "
             "TO STDOUT (FORMAT csv)", f)
     conn.close()
-    pg18.drop_slot("cli_csv_slot")
+    pg18.drop_slot(f"{name}_slot")
+    data = path.read_text().split("\n", 1)[0].split(",", 2)[2].lstrip('"')
+    assert data.startswith("\\x42" if bytea_output == "hex" else "B\\000"), data[:20]  # a Begin
     objs = [json.loads(x) for x in dump(path, *TYPED, "--format", "jsonl").stdout.splitlines()]
     assert [(o["new"]["d"], o["new"]["t"]) for o in objs] == [("infinity", "10:00:00"),
                                                               ("-infinity", "24:00:00")]

@@ -145,7 +145,8 @@ def _open_csv(path: Path) -> Capture:
 def open_capture(path: str | os.PathLike[str]) -> Capture:
     """Opens a capture file, recognised by its first bytes: Parquet, Arrow IPC file or
     stream, or CSV (``COPY (SELECT lsn, xid, data FROM pg_logical_slot_get_binary_changes(...))
-    TO ... (FORMAT csv)``, with or without a header; ``data`` as bytea hex ``\\x...``)."""
+    TO ... (FORMAT csv)``, with or without a header; ``data`` as bytea's hex ``\\x...`` or
+    escape output)."""
     p = Path(path)
     if not p.exists():
         raise CaptureError(f"{p}: no such file")

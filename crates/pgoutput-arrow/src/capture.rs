@@ -120,8 +120,8 @@ pub enum Messages {
 }
 
 /// The `data` column. Binary, large_binary and binary_view are taken as they are (the
-/// decoder references their buffers, nothing is copied); text holding bytea's hex output is
-/// decoded into a new binary array.
+/// decoder references their buffers, nothing is copied); text holding bytea's output (hex
+/// or escape) is decoded into a new binary array.
 pub fn messages(batch: &RecordBatch, first_row: u64) -> Result<Messages, CaptureError> {
     let array = column(batch, "data")?;
     if let Some(row) = array
@@ -138,24 +138,26 @@ pub fn messages(batch: &RecordBatch, first_row: u64) -> Result<Messages, Capture
         DataType::LargeBinary => Messages::LargeBinary(array.as_binary::<i64>().clone()),
         DataType::BinaryView => Messages::View(array.as_binary_view().clone()),
         DataType::Utf8 => {
-            Messages::Binary(hex_messages(array.as_string::<i32>().iter(), first_row)?)
+            Messages::Binary(text_messages(array.as_string::<i32>().iter(), first_row)?)
         }
         DataType::LargeUtf8 => {
-            Messages::Binary(hex_messages(array.as_string::<i64>().iter(), first_row)?)
+            Messages::Binary(text_messages(array.as_string::<i64>().iter(), first_row)?)
         }
         other => {
             return Err(CaptureError(format!(
                 "column data has type {other}; expected binary (bytea), large_binary, binary_view, \
-                 or text holding bytea's hex output (\\x...)"
+                 or text holding bytea's output (hex \\x..., or escape)"
             )))
         }
     })
 }
 
-/// A text `data` column holding bytea's hex output (`\x0123...`), as `COPY ... TO ... (FORMAT
-/// csv)` writes it: decoded into a new binary array (a copy; text captures are for
-/// convenience, binary ones for speed).
-fn hex_messages<'a>(
+/// A text `data` column holding bytea's text output, as `COPY ... TO ... (FORMAT csv)`
+/// writes it: hex (`\x0123...`, the default `bytea_output`) or escape (`bytea_output =
+/// escape`: printable bytes as themselves, `\\` for a backslash, `\ooo` octal for the
+/// rest), told apart by the `\x` an escape output cannot start with; decoded into a new
+/// binary array (a copy; text captures are for convenience, binary ones for speed).
+fn text_messages<'a>(
     values: impl Iterator<Item = Option<&'a str>>,
     first_row: u64,
 ) -> Result<BinaryArray, CaptureError> {
@@ -165,30 +167,58 @@ fn hex_messages<'a>(
         let value = value.unwrap_or_default();
         let bad = |what: &str| {
             CaptureError(format!(
-                "row {}: data is text but not bytea hex output ({what}): {:?}",
+                "row {}: data is text but not bytea output, hex or escape ({what}): {:?}",
                 first_row + row as u64,
                 value.chars().take(24).collect::<String>()
             ))
         };
-        let hex = value
-            .strip_prefix("\\x")
-            .ok_or_else(|| bad("expected \\x at the start"))?
-            .as_bytes();
-        if hex.len() % 2 != 0 {
-            return Err(bad("odd number of hex digits"));
-        }
         bytes.clear();
-        for pair in hex.chunks_exact(2) {
-            let digit = |c: u8| {
-                (c as char)
-                    .to_digit(16)
-                    .ok_or_else(|| bad("non-hex character"))
-            };
-            bytes.push((digit(pair[0])? * 16 + digit(pair[1])?) as u8);
+        match value.strip_prefix("\\x") {
+            Some(hex) => unhex(hex.as_bytes(), &mut bytes).map_err(bad)?,
+            None => unescape(value.as_bytes(), &mut bytes).map_err(bad)?,
         }
         builder.append_value(&bytes);
     }
     Ok(builder.finish())
+}
+
+/// bytea's hex output after its `\x`, into `out`; what is wrong with it.
+fn unhex(hex: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    if !hex.len().is_multiple_of(2) {
+        return Err("odd number of hex digits");
+    }
+    for pair in hex.chunks_exact(2) {
+        let digit = |c: u8| (c as char).to_digit(16).ok_or("non-hex character");
+        out.push((digit(pair[0])? * 16 + digit(pair[1])?) as u8);
+    }
+    Ok(())
+}
+
+/// bytea's escape output into `out`; what is wrong with it.
+fn unescape(text: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'\\' if text.get(i + 1) == Some(&b'\\') => {
+                out.push(b'\\');
+                i += 2;
+            }
+            b'\\' => {
+                let octal = text.get(i + 1..i + 4).ok_or("a backslash without three octal digits")?;
+                if !octal.iter().all(|c| (b'0'..=b'7').contains(c)) || octal[0] > b'3' {
+                    return Err("a backslash without three octal digits");
+                }
+                out.push(octal.iter().fold(0u8, |v, c| v * 8 + (c - b'0')));
+                i += 4;
+            }
+            c if c.is_ascii() => {
+                out.push(c);
+                i += 1;
+            }
+            _ => return Err("a character outside ASCII"),
+        }
+    }
+    Ok(())
 }
 
 impl Messages {
@@ -272,5 +302,51 @@ impl Capture {
             data: self.messages.value(i),
             tiebreak: self.tiebreak.as_ref().map_or(0, |t| t[i]),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text_messages;
+    use arrow_array::Array;
+
+    /// Every byte value, written as PostgreSQL's byteaout writes it in each format.
+    fn outputs() -> (Vec<u8>, String, String) {
+        let bytes: Vec<u8> = (0..=255u8).chain([b'\\', b'\\', 0, b'x', b'B']).collect();
+        let hex = format!("\\x{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let escape = bytes
+            .iter()
+            .map(|&b| match b {
+                b'\\' => "\\\\".to_string(),
+                0x20..=0x7e => (b as char).to_string(),
+                _ => format!("\\{b:03o}"),
+            })
+            .collect::<String>();
+        (bytes, hex, escape)
+    }
+
+    #[test]
+    fn hex_and_escape_output_give_the_bytes() {
+        let (bytes, hex, escape) = outputs();
+        let got = text_messages([Some(hex.as_str()), Some(escape.as_str()), Some("\\x"), Some("")].into_iter(), 0).unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got.value(0), bytes.as_slice());
+        assert_eq!(got.value(1), bytes.as_slice());
+        assert!(got.value(2).is_empty() && got.value(3).is_empty());
+    }
+
+    #[test]
+    fn malformed_output_is_an_error_naming_the_row() {
+        for (text, what) in [
+            ("\\x0", "odd number of hex digits"),
+            ("\\xzz", "non-hex character"),
+            ("B\\00", "three octal digits"),
+            ("B\\400", "three octal digits"),
+            ("B\\08a", "three octal digits"),
+            ("Bé", "outside ASCII"),
+        ] {
+            let err = text_messages([Some("\\x42"), Some(text)].into_iter(), 10).unwrap_err().to_string();
+            assert!(err.contains("row 11") && err.contains(what), "{text}: {err}");
+        }
     }
 }
