@@ -107,6 +107,25 @@ def _persist_adaptively(df: Any) -> Any:
                                                df.persist))
 
 
+#: The decoding pass's cache is built uncompressed: the packed tables' rows are zstd IPC
+#: streams already, and Spark's per-column encoders on the direct table's columns (wide rows)
+#: cost more than they save: 14-17% of a toast decode, compressible values or not
+#: (benches/findings.md, "The pass's cache uncompressed").
+_CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+
+
+def _decoding_pass(df: Any) -> tuple[Any, pa.Table, dict[int, int]]:
+    """``df`` (the decoding pass) persisted (:func:`_persist_adaptively`) and run, its cache
+    built uncompressed: the persisted DataFrame, and its :func:`summaries`."""
+    def run() -> tuple[Any, pa.Table, dict[int, int]]:
+        packed = _persist_adaptively(df)
+        return (packed, *summaries(packed))
+
+    result: tuple[Any, pa.Table, dict[int, int]] = with_setting(
+        df.sparkSession, _CACHE_COMPRESSED, "true", lambda _: "false", run)
+    return result
+
+
 def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema], targets: list[pa.Schema],
                          direct: int, options: dict[str, Any], whole: bool,
                          ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -246,8 +265,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     direct = largest(names, schemas, catalog.sampled)
     pass_schema = spark_schema(layout(targets[direct] if direct >= 0 else None))
     fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=False)
-    packed = _persist_adaptively(rows.mapInArrow(fn, pass_schema))
-    summary, sizes = summaries(packed)
+    packed, summary, sizes = _decoding_pass(rows.mapInArrow(fn, pass_schema))
     placed = placement(summary)
     if not placed.ordered:
         _log.info("decode: the capture's rows are not in the server's order across partitions; "
@@ -255,8 +273,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         packed.unpersist()
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
         fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=True)
-        packed = _persist_adaptively(rows.repartition(n, "xid").mapInArrow(fn, pass_schema))
-        sizes = summaries(packed)[1]
+        packed, _, sizes = _decoding_pass(rows.repartition(n, "xid").mapInArrow(fn, pass_schema))
     unpack = unpack_fn(placed.offsets)
     count = len(targets) if with_truncates else len(names)
     small = from_driver(packed, small_tables(sizes, count, direct), targets, unpack)
