@@ -49,14 +49,17 @@ def _on_partitions(df: Any) -> pa.Table:
 
 def normalized(df: Any, order_col: str | None, lsn_text: bool = False) -> Any:
     """``lsn`` as a long (from 'X/Y' text if need be, unless ``lsn_text``: rows for the
-    crates, which read either), ``xid`` as a long, ``data`` binary and a tie-breaker column
-    ``_tb`` (Spark expressions: these run in the JVM, before any row reaches Python)."""
+    crates, which read either), ``xid`` as a long, ``data`` binary and, given ``order_col``,
+    a tie-breaker column ``_tb`` (Spark expressions: these run in the JVM, before any row
+    reaches Python). Without one the crates break ties by the messages' bytes alone, and no
+    column of zeros is shipped to the Python workers (a tenth of pgbench's pass:
+    benches/findings.md, "The pass's cache uncompressed")."""
     from pyspark.sql import functions as F
 
     lsn = F.col("lsn") if lsn_text and _lsn_is_text(df) else lsn_as_long(df)
-    tb = F.col(order_col).cast("bigint") if order_col else F.lit(0).cast("bigint")
+    tb = [F.col(order_col).cast("bigint").alias("_tb")] if order_col else []
     return df.select(lsn.alias("lsn"), F.col("xid").cast("bigint").alias("xid"),
-                     F.col("data").cast("binary").alias("data"), tb.alias("_tb"))
+                     F.col("data").cast("binary").alias("data"), *tb)
 
 
 def _lsn_is_text(df: Any) -> bool:
