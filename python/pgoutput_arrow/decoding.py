@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal, Sequence, cast
 
 import pyarrow as pa
 
@@ -293,6 +293,17 @@ class Decoder:
     def feed_capture(self, capture: Capture) -> int:
         """Feeds a whole :class:`Capture` (see :func:`open_capture`)."""
         fed: int = self._native.push_stream(capture.reader)
+        return fed
+
+    def feed_rebuilt(self, rows: Any, catalog: Any, *, history: bool = False, pieces: Sequence[int] = ()) -> int:
+        """Feeds whole transactions in any order: the rows of ``rows`` (a capture-shaped Arrow
+        object with ``lsn``, ``xid``, ``data`` and optionally a tie-breaker ``_tb``) rebuilt
+        into one self-contained stream in commit order, with the Relation and Type messages
+        they need taken from ``catalog`` (a capture, or its definition and framing rows), as
+        ``pgoutput_arrow.spark`` rebuilds a partition; with ``history``, every definition of
+        the catalog first. ``pieces``: the transactions ``rows`` hold only a part of, framed
+        from ``catalog``. Messages are not copied. Returns the number fed."""
+        fed: int = self._native.push_canonical(rows, catalog, history, list(pieces))
         return fed
 
     def take(self) -> list[Output]:

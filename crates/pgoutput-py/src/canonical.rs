@@ -19,7 +19,7 @@ use crate::errors::{decode_error, new_error};
 use crate::tables::{ArrowBatch, ArrowTable};
 
 /// Every batch of `data` (an object with `__arrow_c_stream__`) as one capture.
-fn captures(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Capture>> {
+pub(crate) fn captures(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Capture>> {
     let reader = arrow_ffi::import_stream(data)?;
     let mut out = Vec::new();
     let mut first = 0u64;
@@ -32,7 +32,7 @@ fn captures(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Capture>> {
     Ok(out)
 }
 
-fn catalog_of(py: Python<'_>, catalog: &Bound<'_, PyAny>) -> PyResult<RelationCatalog> {
+pub(crate) fn catalog_of(py: Python<'_>, catalog: &Bound<'_, PyAny>) -> PyResult<RelationCatalog> {
     let parts = captures(py, catalog)?;
     RelationCatalog::from_rows(parts.iter().flat_map(|c| c.rows())).map_err(|e| decode_error(py, e))
 }

@@ -266,6 +266,34 @@ impl PyDecoder {
         result.map(|()| fed)
     }
 
+    /// The canonical rebuild of `rows` (a capture: `lsn`, `xid`, `data`, optionally `_tb`;
+    /// whole transactions in any order, but `pieces`) fed as it is made, each row's message
+    /// referenced where it is (pgoutput_arrow::Decoder::push_canonical): what
+    /// `canonical_stream` and then `push_stream` give, without the rebuilt copy. `catalog`
+    /// as for `canonical_stream`. Returns the number of messages fed.
+    #[pyo3(signature = (rows, catalog, history = false, pieces = Vec::new()))]
+    fn push_canonical(
+        &self,
+        py: Python<'_>,
+        rows: &Bound<'_, PyAny>,
+        catalog: &Bound<'_, PyAny>,
+        history: bool,
+        pieces: Vec<u64>,
+    ) -> PyResult<u64> {
+        let catalog = crate::canonical::catalog_of(py, catalog)?;
+        let parts = crate::canonical::captures(py, rows)?;
+        let pieces: std::collections::HashSet<u64> = pieces.into_iter().collect();
+        let fed = self.run(py, |decoder| {
+            let before = decoder.messages_pushed();
+            let rows: Vec<_> = parts.iter().flat_map(|c| c.rows()).collect();
+            let buffers: Vec<Buffer> = parts.iter().flat_map(|c| c.messages.buffers()).collect();
+            decoder.push_canonical(&rows, &buffers, &catalog, history, &pieces)?;
+            Ok(decoder.messages_pushed() - before)
+        })?;
+        *self.fed.lock().unwrap_or_else(|e| e.into_inner()) += fed;
+        Ok(fed)
+    }
+
     /// The batches that are complete, as `(kind, table, version, batch)` tuples: kind is
     /// "table" (then table is "schema.table" and version its schema version), "truncates",
     /// "messages" or "transactions".

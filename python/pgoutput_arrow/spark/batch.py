@@ -74,7 +74,7 @@ def decode_table_locally(table: pa.Table, options: dict[str, Any]) -> Any:
     :data:`~.types.SPARK_DECODER_OPTIONS`."""
     decoder = _decoder({**SPARK_DECODER_OPTIONS, **options})
     if table.num_rows:
-        decoder.feed_batch(canonical_stream(table, table))
+        decoder.feed_rebuilt(table, table)
     return decoder.finish()
 
 
@@ -181,11 +181,10 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
             return
         # The catalog's history first: the decoder then numbers each table's versions and
         # columns as the driver's schemas do.
-        stream = canonical_stream(rows, catalog.catalog, history=True, pieces=split)
-        del rows
         decoder = _decoder(options)
-        decoder.feed_batch(stream)
-        del stream
+        # Fed as it is rebuilt, the messages referenced in the partition's own buffers.
+        decoder.feed_rebuilt(rows, catalog.catalog, history=True, pieces=split)
+        del rows
         changes = decoder.finish()
         seqs = ranked_seq(changes.tables, changes.truncates)
         if spans:

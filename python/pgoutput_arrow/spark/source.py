@@ -12,7 +12,6 @@ import pyarrow as pa
 from ._capture import CaptureFiles, list_capture, read_catalog, read_files
 from ._common import is_binary_capture, narrow_catalog, ranked_seq, spark_schema, with_seq
 from ._catalog_pass import table_schemas
-from .batch import canonical_stream
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
@@ -63,7 +62,7 @@ class CapturePlan:
         rows = read_files(self.capture, files)
         decoder = pgoutput_arrow.Decoder(**self.options)
         if rows.num_rows:
-            decoder.feed_batch(canonical_stream(rows, self.catalog, history=True))
+            decoder.feed_rebuilt(rows, self.catalog, history=True)
         del rows
         changes = decoder.finish()
         seqs = ranked_seq(changes.tables, changes.truncates)

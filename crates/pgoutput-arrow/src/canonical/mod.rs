@@ -120,10 +120,31 @@ struct Out {
     data: LargeBinaryBuilder,
 }
 
-impl Out {
-    fn push(&mut self, lsn: u64, data: &[u8]) {
+/// Where a rebuilt stream goes, message by message, in order: a new array
+/// ([`canonical_stream`]), or a decoder that references the messages where they already are
+/// ([`Decoder::push_canonical`](crate::Decoder::push_canonical)). `data` is either a row's
+/// own message (a slice of the rows' buffers) or one the rebuild made or took from the
+/// catalog.
+pub trait MessageSink {
+    fn push(&mut self, lsn: u64, data: &[u8]) -> Result<(), DecodeError>;
+}
+
+impl MessageSink for Out {
+    fn push(&mut self, lsn: u64, data: &[u8]) -> Result<(), DecodeError> {
         self.lsns.push(lsn);
         self.data.append_value(data);
+        Ok(())
+    }
+}
+
+impl Out {
+    fn new(rows: &[CaptureRow<'_>]) -> Out {
+        let bytes: usize = rows.iter().map(|r| r.data.len()).sum();
+        Out { lsns: Vec::with_capacity(rows.len()), data: LargeBinaryBuilder::with_capacity(rows.len(), bytes) }
+    }
+
+    fn finish(mut self) -> CanonicalStream {
+        CanonicalStream { lsns: self.lsns, messages: self.data.finish() }
     }
 }
 
@@ -155,8 +176,21 @@ pub fn canonical_pieces(
     history: bool,
     pieces: &HashSet<u64>,
 ) -> Result<CanonicalStream, DecodeError> {
+    let mut out = Out::new(rows);
+    rebuild(rows, catalog, history, pieces, &mut out)?;
+    Ok(out.finish())
+}
+
+/// [`canonical_pieces`] into any [`MessageSink`].
+pub fn rebuild<S: MessageSink + ?Sized>(
+    rows: &[CaptureRow<'_>],
+    catalog: &RelationCatalog,
+    history: bool,
+    pieces: &HashSet<u64>,
+    sink: &mut S,
+) -> Result<(), DecodeError> {
     if pieces.is_empty() {
-        return canonical_stream(rows, catalog, history);
+        return rebuild_whole(rows, catalog, history, sink);
     }
     let mut present: Vec<u64> = Vec::new();
     let mut own: HashSet<(u64, &[u8])> = HashSet::new();
@@ -186,7 +220,7 @@ pub fn canonical_pieces(
             }
         }
     }
-    canonical_stream(&combined, catalog, history)
+    rebuild_whole(&combined, catalog, history, sink)
 }
 
 /// The changes of one transaction in a part of a capture (see [`partition_summary`]): how
@@ -286,11 +320,21 @@ pub fn canonical_stream(
     catalog: &RelationCatalog,
     history: bool,
 ) -> Result<CanonicalStream, DecodeError> {
-    let bytes: usize = rows.iter().map(|r| r.data.len()).sum();
-    let mut out = Out { lsns: Vec::with_capacity(rows.len()), data: LargeBinaryBuilder::with_capacity(rows.len(), bytes) };
+    let mut out = Out::new(rows);
+    rebuild_whole(rows, catalog, history, &mut out)?;
+    Ok(out.finish())
+}
+
+/// [`canonical_stream`] into any [`MessageSink`].
+fn rebuild_whole<S: MessageSink + ?Sized>(
+    rows: &[CaptureRow<'_>],
+    catalog: &RelationCatalog,
+    history: bool,
+    out: &mut S,
+) -> Result<(), DecodeError> {
     if history {
         for m in catalog.history() {
-            out.push(0, &m);
+            out.push(0, &m)?;
         }
     }
     // The transaction of each row (see `transaction_of`): (transaction, row) pairs sorted as such: one contiguous sort, not a sort of row
@@ -339,7 +383,7 @@ pub fn canonical_stream(
         if !streamed {
             scratch.extend_from_slice(group);
             scratch.sort_by_key(order_key);
-            with_catalog(&scratch, rows, xid, end, false, catalog, &mut state, &mut out);
+            with_catalog(&scratch, rows, xid, end, false, catalog, &mut state, out)?;
             continue;
         }
         scratch.extend(group.iter().copied().filter(|&i| in_stream_block(rows[i].data[0])));
@@ -352,11 +396,11 @@ pub fn canonical_stream(
         let xid32 = xid as u32;
         let mut buf = Vec::new();
         encode::stream_start(xid32, true, &mut buf);
-        out.push(rows[scratch[0]].lsn, &buf);
-        with_catalog(&scratch, rows, xid, end, true, catalog, &mut state, &mut out);
+        out.push(rows[scratch[0]].lsn, &buf)?;
+        with_catalog(&scratch, rows, xid, end, true, catalog, &mut state, out)?;
         buf.clear();
         encode::stream_stop(&mut buf);
-        out.push(rows[*scratch.last().expect("not empty")].lsn, &buf);
+        out.push(rows[*scratch.last().expect("not empty")].lsn, &buf)?;
         // The end: a subtransaction's Stream Abort first, then the transaction's own end.
         let mut tail: Vec<(u8, u64, i64, &[u8])> = Vec::new();
         for &i in group {
@@ -380,16 +424,16 @@ pub fn canonical_stream(
         }
         tail.sort();
         for (_, lsn, _, data) in tail {
-            out.push(lsn, data);
+            out.push(lsn, data)?;
         }
     }
-    Ok(CanonicalStream { lsns: out.lsns, messages: out.data.finish() })
+    Ok(())
 }
 
 /// Appends the messages `body` (indices into `rows`) of transaction `xid` (which ended at
 /// `txn_end`), with the Relation and Type messages the decoder lacks for them injected.
 #[allow(clippy::too_many_arguments)]
-fn with_catalog(
+fn with_catalog<S: MessageSink + ?Sized>(
     body: &[usize],
     rows: &[CaptureRow<'_>],
     xid: u64,
@@ -397,8 +441,8 @@ fn with_catalog(
     stream: bool,
     catalog: &RelationCatalog,
     state: &mut DecoderState,
-    out: &mut Out,
-) {
+    out: &mut S,
+) -> Result<(), DecodeError> {
     // Relations this transaction sent a Relation message for: the server sent it right
     // before the change that needed it, so it is right for the changes after it (even
     // when the catalog leaves it out, as it does for a transaction rolled back).
@@ -414,7 +458,7 @@ fn with_catalog(
                             vec![relid]
                         }
                         _ => {
-                            out.push(lsn, data);
+                            out.push(lsn, data)?;
                             continue;
                         }
                     }
@@ -454,23 +498,24 @@ fn with_catalog(
                 if let Some(ty) = catalog.type_at(oid, txn_end, lsn) {
                     if !same(state.types.get(&oid), &ty.body) {
                         if stream {
-                            out.push(lsn, &in_stream(&ty.body, xid as u32));
+                            out.push(lsn, &in_stream(&ty.body, xid as u32))?;
                         } else {
-                            out.push(lsn, &ty.body);
+                            out.push(lsn, &ty.body)?;
                         }
                         state.types.insert(oid, ty.body.clone());
                     }
                 }
             }
             if stream {
-                out.push(lsn, &in_stream(&wanted.body, xid as u32));
+                out.push(lsn, &in_stream(&wanted.body, xid as u32))?;
             } else {
-                out.push(lsn, &wanted.body);
+                out.push(lsn, &wanted.body)?;
             }
             state.relations.insert(relid, wanted.body.clone());
         }
-        out.push(lsn, data);
+        out.push(lsn, data)?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -585,6 +630,58 @@ mod tests {
             &messages[8].2, &messages[9].2, &messages[10].2,
         ];
         assert_eq!(got, want);
+    }
+
+    /// A rebuild fed to a decoder in place (`Decoder::push_canonical`) decodes as the rebuilt
+    /// stream does (`canonical_pieces`, then `push_array`): shuffled whole transactions with
+    /// a definition injected, and each piece of a split transaction; the messages taken from
+    /// the rows' array, the injected ones copied.
+    #[test]
+    fn a_rebuild_fed_in_place_decodes_as_the_rebuilt_stream() {
+        use crate::{Decoder, DecoderOptions};
+        use arrow_array::BinaryArray;
+
+        let changes = |feed: &dyn Fn(&mut Decoder)| {
+            let mut decoder = Decoder::new(DecoderOptions::default());
+            feed(&mut decoder);
+            let out = decoder.finish().unwrap();
+            out.tables.into_iter().map(|(name, t)| (name, t.batches)).collect::<Vec<_>>()
+        };
+        let mut ddl = vec![
+            (10, 1, begin(1, 11)),
+            (10, 1, relation(&["id"])),
+            (10, 1, insert(&["1"])),
+            (11, 1, commit(11)),
+            (60, 3, begin(3, 70)),
+            (60, 3, relation(&["id", "w"])),
+            (60, 3, insert(&["3", "4"])),
+            (70, 3, commit(70)),
+            (50, 2, begin(2, 80)),
+            (50, 2, insert(&["2", "5"])),
+            (80, 2, commit(80)),
+        ];
+        ddl.reverse();
+        for (messages, parts, pieces) in [
+            (ddl, vec![0..11, 7..11], vec![]),
+            (one_transaction(), vec![0..3, 3..5], vec![1u64]),
+        ] {
+            let array = BinaryArray::from_iter_values(messages.iter().map(|(_, _, m)| m));
+            let rows: Vec<CaptureRow<'_>> = messages
+                .iter()
+                .enumerate()
+                .map(|(i, (lsn, xid, _))| CaptureRow { lsn: *lsn, xid: *xid, data: array.value(i), tiebreak: 0 })
+                .collect();
+            let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+            let pieces: HashSet<u64> = pieces.into_iter().collect();
+            for part in parts {
+                let rows = &rows[part];
+                let stream = canonical_pieces(rows, &catalog, true, &pieces).unwrap();
+                let want = changes(&|d| d.push_array(&stream.lsns, &stream.messages).unwrap());
+                let got = changes(&|d| d.push_canonical(rows, &[array.values().clone()], &catalog, true, &pieces).unwrap());
+                assert!(!want.is_empty() && want.iter().all(|(_, b)| b.iter().map(|b| b.num_rows()).sum::<usize>() > 0));
+                assert_eq!(got, want);
+            }
+        }
     }
 
     /// A part of a capture tells the spans of its pieces of split transactions, and the

@@ -6,7 +6,10 @@ use arrow_array::{Array, BinaryViewArray, GenericBinaryArray, OffsetSizeTrait};
 use arrow_buffer::Buffer;
 use pgoutput_proto::{parse_message, parse_row_change, ChangeKind, Lsn, RowChange};
 
+use std::collections::HashSet;
+
 use super::{stops, At, Decoder};
+use crate::canonical::{self, CaptureRow, MessageSink, RelationCatalog};
 use crate::catalog::Catalog;
 use crate::error::{DecodeError, Fallible};
 use crate::table::{MessageCtx, Op, TxnMeta};
@@ -98,6 +101,24 @@ impl Decoder {
         Ok(())
     }
 
+    /// The rebuild of `rows` ([`canonical::rebuild`]: whole transactions in any order, the
+    /// `pieces` framed from the `catalog`), fed as it is made: a row's own message is
+    /// referenced in whichever of `buffers` holds it (the buffers the rows' messages are
+    /// slices of), not copied into a rebuilt stream first; the messages the rebuild injects
+    /// (definitions, framing, stream edges) are copied. Stops at the first error.
+    pub fn push_canonical(
+        &mut self,
+        rows: &[CaptureRow<'_>],
+        buffers: &[Buffer],
+        catalog: &RelationCatalog,
+        history: bool,
+        pieces: &HashSet<u64>,
+    ) -> Result<(), DecodeError> {
+        let buffers: Vec<(Buffer, u64)> = buffers.iter().map(|b| (b.clone(), self.new_buffer_id())).collect();
+        let mut sink = InPlace { decoder: self, buffers, last: 0 };
+        canonical::rebuild(rows, catalog, history, pieces, &mut sink)
+    }
+
     #[inline]
     fn push_slice(&mut self, lsn: u64, base: &Buffer, buffer_id: u64, start: usize, len: usize) -> Fallible<()> {
         if let Some(why) = &self.stopped {
@@ -173,5 +194,45 @@ impl Decoder {
             txn.touched.push(schema_id);
         }
         Some(if full { self.cut_full_builder(schema_id) } else { Ok(()) })
+    }
+}
+
+/// A [`MessageSink`] into a decoder that references each message in the buffer holding it
+/// ([`Decoder::push_canonical`]).
+struct InPlace<'d> {
+    decoder: &'d mut Decoder,
+    /// The buffers messages may lie in, and their ids for the decoder.
+    buffers: Vec<(Buffer, u64)>,
+    /// The buffer the last message was found in (rows come mostly from one).
+    last: usize,
+}
+
+impl InPlace<'_> {
+    /// The buffer holding all of `data`, and where it starts there.
+    fn holder(&mut self, data: &[u8]) -> Option<(usize, usize)> {
+        let start = data.as_ptr() as usize;
+        let end = start.checked_add(data.len())?;
+        let within = |b: &Buffer| {
+            let base = b.as_ptr() as usize;
+            (start >= base && end <= base + b.len()).then(|| start - base)
+        };
+        if let Some(offset) = self.buffers.get(self.last).and_then(|(b, _)| within(b)) {
+            return Some((self.last, offset));
+        }
+        let (k, offset) = self.buffers.iter().enumerate().find_map(|(k, (b, _))| within(b).map(|o| (k, o)))?;
+        self.last = k;
+        Some((k, offset))
+    }
+}
+
+impl MessageSink for InPlace<'_> {
+    fn push(&mut self, lsn: u64, data: &[u8]) -> Result<(), DecodeError> {
+        match self.holder(data) {
+            Some((k, offset)) => {
+                let (buffer, id) = &self.buffers[k];
+                self.decoder.push_slice(lsn, buffer, *id, offset, data.len()).map_err(|e| *e)
+            }
+            None => self.decoder.push(lsn, &Buffer::from(data.to_vec())),
+        }
     }
 }
