@@ -103,9 +103,9 @@ def run_floor(spark: Any, path: Path) -> float:
 
 
 def run_decode(spark: Any, path: Path) -> tuple[float, list[float], int]:
-    """Total time, the phases (``decode()`` itself: the catalog pass and the schemas; the
-    first table written: decodes, and caches, everything; the other tables) and how many
-    tables were written."""
+    """Total time, the phases (``decode()`` itself: the catalog scan, the schemas and the
+    decoding pass into the cache; the first table written, from the cache; the other
+    tables) and how many tables were written."""
     from pgoutput_arrow import spark as sp
 
     t0 = time.perf_counter()
@@ -218,8 +218,8 @@ def profile(args: argparse.Namespace, data: Path) -> None:
             })
     spark.stop()
     out = {"capture": args.profile, "master": master, "total_s": total, "tables": tables,
-           "phases_s": dict(zip(["decode() call (catalog pass, schemas)",
-                                 "first table written (shuffle, decode, persist)",
+           "phases_s": dict(zip(["decode() call (catalog scan, decoding pass into the cache)",
+                                 "first table written (from the cache)",
                                  "other tables written (from the cache)"], phases)),
            "jobs": [{"job": j["jobId"], "name": j["name"][:60], "stages": j["stageIds"],
                      "duration_s": (_ms(j["completionTime"]) - _ms(j["submissionTime"])) / 1e3}
