@@ -295,10 +295,23 @@ def test_cli_metrics_port_and_heartbeats_advance_an_idle_slot(pg18: PgServer, un
         start = pg18.current_wal_lsn()
         wait_until(lambda: alive(proc) and (slot_state(pg18, t)[0] or 0) > start, 20,
                    lambda: f"the idle slot to advance past {start}: {slot_state(pg18, t)}")
-        # Several heartbeats, each confirmed in turn.
+        # Several heartbeats, each written out and confirmed in turn. The slot's position
+        # alone does not count them: between beats it also moves on keepalives.
         first = slot_state(pg18, t)[0] or 0
-        wait_until(lambda: alive(proc) and (slot_state(pg18, t)[0] or 0) > first, 20,
-                   "a later heartbeat to be confirmed")
+
+        def written() -> list[dict]:
+            lines = []
+            for line in out.read_text().splitlines():
+                try:
+                    lines.append(json.loads(line))
+                except ValueError:  # a line still being written
+                    break
+            return lines
+        wait_until(lambda: alive(proc) and len(written()) >= 2, 20,
+                   lambda: f"two heartbeats written out: {written()}")
+        second = lsn_to_int(written()[1]["lsn"])
+        wait_until(lambda: alive(proc) and (slot_state(pg18, t)[0] or 0) > second, 20,
+                   lambda: f"the second heartbeat ({written()[1]['lsn']}) to be confirmed: {slot_state(pg18, t)}")
 
         def scraped() -> dict[str, float]:
             try:
