@@ -196,16 +196,22 @@ def test_canonical_stream_keeps_each_changes_relation(capture: Any) -> None:
     assert _effective_relations(_rebuilt(shuffled, _as_table([r for r in shuffled if r[2][0] in kinds]))) == original
 
 
-def test_canonical_stream_does_not_depend_on_row_order(capture: Any) -> None:
-    """One rebuild: the same messages in the same order, injected Relation and Type messages
-    included, whatever order the rows of the same transactions come in."""
+def _transaction_parts(capture: Any) -> tuple[pa.Table, list[list[tuple[int, int, bytes, int]]]]:
+    """The capture as a catalog, and its rows (numbered as a tie-breaker) in parts by
+    transaction: all of them, then every third transaction from each of three offsets."""
     rows, _, _ = capture
     catalog = _as_table([(l, x, d, 0) for l, x, d in rows])
     numbered = [(l, x, d, i) for i, (l, x, d) in enumerate(rows)]
     xids = sorted({x for _, x, _ in rows})
+    return catalog, [[r for r in numbered if r[1] in set(part)] for part in [xids] + [xids[i::3] for i in range(3)]]
+
+
+def test_canonical_stream_does_not_depend_on_row_order(capture: Any) -> None:
+    """One rebuild: the same messages in the same order, injected Relation and Type messages
+    included, whatever order the rows of the same transactions come in."""
+    catalog, parts = _transaction_parts(capture)
     injected = 0
-    for part_xids in [xids] + [xids[i::3] for i in range(3)]:
-        part = [r for r in numbered if r[1] in set(part_xids)]
+    for part in parts:
         expected = _rebuilt(part, catalog)
         for seed in range(3):
             shuffled = list(part)
@@ -219,13 +225,9 @@ def test_feed_rebuilt_decodes_as_the_rebuilt_stream(capture: Any) -> None:
     """Decoder.feed_rebuilt (the rebuild fed to the decoder as it is made, the rows' messages
     referenced where they are) gives what the rebuilt stream fed with feed_batch gives: every
     table equal, for the whole capture and for parts of its transactions, shuffled."""
-    rows, _, _ = capture
-    catalog = _as_table([(l, x, d, 0) for l, x, d in rows])
-    numbered = [(l, x, d, i) for i, (l, x, d) in enumerate(rows)]
-    xids = sorted({x for _, x, _ in rows})
+    catalog, parts = _transaction_parts(capture)
     compared = 0
-    for part_xids in [xids] + [xids[i::3] for i in range(3)]:
-        part = [r for r in numbered if r[1] in set(part_xids)]
+    for part in parts:
         random.Random(len(part)).shuffle(part)
         table = _as_table(part)
         want, got = pgoutput_arrow.Decoder(), pgoutput_arrow.Decoder()

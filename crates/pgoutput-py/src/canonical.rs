@@ -19,7 +19,7 @@ use crate::errors::{decode_error, new_error};
 use crate::tables::{ArrowBatch, ArrowTable};
 
 /// Every batch of `data` (an object with `__arrow_c_stream__`) as one capture.
-pub(crate) fn captures(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Capture>> {
+fn captures(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<Capture>> {
     let reader = arrow_ffi::import_stream(data)?;
     let mut out = Vec::new();
     let mut first = 0u64;
@@ -32,7 +32,26 @@ pub(crate) fn captures(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<
     Ok(out)
 }
 
-pub(crate) fn catalog_of(py: Python<'_>, catalog: &Bound<'_, PyAny>) -> PyResult<RelationCatalog> {
+/// What a rebuild takes from Python: the rows' captures, the relation catalog and the
+/// transactions held in pieces (`canonical_stream`, `Decoder.push_canonical`).
+pub(crate) struct RebuildInput {
+    pub parts: Vec<Capture>,
+    pub catalog: RelationCatalog,
+    pub pieces: std::collections::HashSet<u64>,
+}
+
+impl RebuildInput {
+    pub(crate) fn new(py: Python<'_>, rows: &Bound<'_, PyAny>, catalog: &Bound<'_, PyAny>, pieces: Vec<u64>) -> PyResult<Self> {
+        Ok(RebuildInput { parts: captures(py, rows)?, catalog: catalog_of(py, catalog)?, pieces: pieces.into_iter().collect() })
+    }
+
+    /// Every row of every part, borrowing the messages.
+    pub(crate) fn rows(&self) -> Vec<CaptureRow<'_>> {
+        self.parts.iter().flat_map(|c| c.rows()).collect()
+    }
+}
+
+fn catalog_of(py: Python<'_>, catalog: &Bound<'_, PyAny>) -> PyResult<RelationCatalog> {
     let parts = captures(py, catalog)?;
     RelationCatalog::from_rows(parts.iter().flat_map(|c| c.rows())).map_err(|e| decode_error(py, e))
 }
@@ -53,14 +72,9 @@ pub fn canonical_stream(
     history: bool,
     pieces: Vec<u64>,
 ) -> PyResult<ArrowBatch> {
-    let catalog = catalog_of(py, catalog)?;
-    let parts = captures(py, rows)?;
-    let pieces: std::collections::HashSet<u64> = pieces.into_iter().collect();
+    let input = RebuildInput::new(py, rows, catalog, pieces)?;
     let stream = py
-        .detach(|| {
-            let rows: Vec<CaptureRow<'_>> = parts.iter().flat_map(|c| c.rows()).collect();
-            canonical::canonical_pieces(&rows, &catalog, history, &pieces)
-        })
+        .detach(|| canonical::canonical_pieces(&input.rows(), &input.catalog, history, &input.pieces))
         .map_err(|e| decode_error(py, e))?;
     let lsn = Int64Array::from_iter_values(stream.lsns.iter().map(|&l| l as i64));
     let schema = Arc::new(Schema::new(vec![

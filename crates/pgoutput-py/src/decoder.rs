@@ -280,14 +280,11 @@ impl PyDecoder {
         history: bool,
         pieces: Vec<u64>,
     ) -> PyResult<u64> {
-        let catalog = crate::canonical::catalog_of(py, catalog)?;
-        let parts = crate::canonical::captures(py, rows)?;
-        let pieces: std::collections::HashSet<u64> = pieces.into_iter().collect();
+        let input = crate::canonical::RebuildInput::new(py, rows, catalog, pieces)?;
         let fed = self.run(py, |decoder| {
             let before = decoder.messages_pushed();
-            let rows: Vec<_> = parts.iter().flat_map(|c| c.rows()).collect();
-            let buffers: Vec<Buffer> = parts.iter().flat_map(|c| c.messages.buffers()).collect();
-            decoder.push_canonical(&rows, &buffers, &catalog, history, &pieces)?;
+            let buffers: Vec<Buffer> = input.parts.iter().flat_map(|c| c.messages.buffers()).collect();
+            decoder.push_canonical(&input.rows(), &buffers, &input.catalog, history, &input.pieces)?;
             Ok(decoder.messages_pushed() - before)
         })?;
         *self.fed.lock().unwrap_or_else(|e| e.into_inner()) += fed;
