@@ -119,21 +119,6 @@ pub enum Messages {
     View(BinaryViewArray),
 }
 
-impl Messages {
-    /// The buffers every message lies in (a view array's short messages lie in its views).
-    pub fn buffers(&self) -> Vec<arrow_buffer::Buffer> {
-        match self {
-            Messages::Binary(a) => vec![a.values().clone()],
-            Messages::LargeBinary(a) => vec![a.values().clone()],
-            Messages::View(a) => {
-                let mut out = a.data_buffers().to_vec();
-                out.push(a.views().inner().clone());
-                out
-            }
-        }
-    }
-}
-
 /// The `data` column. Binary, large_binary and binary_view are taken as they are (the
 /// decoder references their buffers, nothing is copied); text holding bytea's output (hex
 /// or escape) is decoded into a new binary array.
@@ -237,6 +222,19 @@ fn unescape(text: &[u8], out: &mut Vec<u8>) -> Result<(), &'static str> {
 }
 
 impl Messages {
+    /// The buffers every message lies in (a view array's short messages lie in its views).
+    pub fn buffers(&self) -> Vec<arrow_buffer::Buffer> {
+        match self {
+            Messages::Binary(a) => vec![a.values().clone()],
+            Messages::LargeBinary(a) => vec![a.values().clone()],
+            Messages::View(a) => {
+                let mut out = a.data_buffers().to_vec();
+                out.push(a.views().inner().clone());
+                out
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Messages::Binary(a) => a.len(),

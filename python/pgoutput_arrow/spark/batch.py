@@ -182,9 +182,9 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
         # The catalog's history first: the decoder then numbers each table's versions and
         # columns as the driver's schemas do.
         decoder = _decoder(options)
-        # Fed as it is rebuilt, the messages referenced in the partition's own buffers.
+        # Fed as it is rebuilt, the messages referenced in the partition's own buffers (held
+        # by the decoder until it is finished).
         decoder.feed_rebuilt(rows, catalog.catalog, history=True, pieces=split)
-        del rows
         changes = decoder.finish()
         seqs = ranked_seq(changes.tables, changes.truncates)
         if spans:
