@@ -168,7 +168,10 @@ def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
         "timing the **floor** (`spark.read.parquet(dir).mapInArrow(lambda it: it, schema)` written "
         "to the `noop` sink: Spark moving the capture's bytes through a Python worker and back) "
         "and then **decode** (`pgoutput_arrow.spark.decode(spark.read.parquet(dir))`, every table "
-        "written to `noop`), interleaved, `spark.catalog.clearCache()` after each; one "
+        "written to `noop`; decode's tasks read the files' row groups themselves, `spark/_pieces.py`) "
+        "and the same decode **through Spark's reader** (that turned off, as for a capture that is "
+        "not a bare scan of local files: Spark reads the files and ships every row to the Python "
+        "workers, as in the floor), interleaved, `spark.catalog.clearCache()` after each; one "
         "SparkSession per master; medians (min–max). MB/s of capture payload. *Share of floor* = "
         "floor time ÷ decode time. *decode()* = `pgoutput_arrow.decode()` of the same files in one "
         "process, for reference. Load = the 1-minute load average before each timed run "
@@ -179,14 +182,17 @@ def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
         out.append(f"| {c} | {SPARK_SHAPES.get(c, '')} | {info['messages']:,} | "
                    f"{info['payload_bytes'] / 1e6:,.0f} | {len(info['files'])} |")
     out += ["", "| capture | master | floor s | floor MB/s | decode s | decode MB/s | k msg/s "
-            "| share of floor | decode phases s (call, first table, rest) | decode() s | load |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+            "| share of floor | decode phases s (call, first table, rest) | through Spark's reader s (share) "
+            "| decode() s | load |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     single = res.get("single_process", {})
     for r in res["results"]:
         f, d = r["floor"], r["decode"]
         one = single.get(r["capture"])
         loads = [x for pair in r["loads"] for x in pair]
         ph = ", ".join(f"{x:.1f}" for x in d["phase_medians_s"])
+        via = r.get("spark_reader")
+        ph += (f" | {via['median_s']:.2f} ({f['median_s'] / via['median_s']:.0%})" if via else " | –")
         out.append(
             f"| {r['capture']} | {r['master']} | {f['median_s']:.2f} ({f['min_s']:.2f}–{f['max_s']:.2f}) "
             f"| {fmt_rate(f['mb_per_s'])} | {d['median_s']:.2f} ({d['min_s']:.2f}–{d['max_s']:.2f}) "

@@ -13,9 +13,14 @@ rounds and then ``--runs`` measured rounds, each round timing
   ``noop`` sink: Spark's own cost of moving the capture's bytes through a Python worker and
   back, the least any decode in ``mapInArrow`` can cost;
 * **decode**: ``pgoutput_arrow.spark.decode(spark.read.parquet(dir))`` with every table it
-  returns written to the ``noop`` sink (every row decoded, cast and handed to the JVM),
+  returns written to the ``noop`` sink (every row decoded, cast and handed to the JVM); the
+  capture being a bare scan of local Parquet files, decode's tasks read its row groups
+  themselves (``spark/_pieces.py``);
+* **through Spark's reader**: the same decode with that turned off, as for any capture that
+  is not a bare scan of local files (a filter, a Delta table, ``s3a://``): Spark reads the
+  files and ships every row to the Python workers, as in the floor,
 
-interleaved (floor, decode, floor, decode, ...) so that the load of this shared machine hits
+interleaved (floor, decode, through Spark's reader, floor, ...) so that the load of this shared machine hits
 both alike, with ``spark.catalog.clearCache()`` after each (and any RDD still persisted
 unpersisted). The load average is recorded before each timing. Reported per capture and
 master: medians with min-max, MB/s of capture payload, messages/s, floor ÷ decode (the share
@@ -102,15 +107,23 @@ def run_floor(spark: Any, path: Path) -> float:
     return time.perf_counter() - t0
 
 
-def run_decode(spark: Any, path: Path) -> tuple[float, list[float], int]:
+def run_decode(spark: Any, path: Path, spark_reader: bool = False) -> tuple[float, list[float], int]:
     """Total time, the phases (``decode()`` itself: the catalog scan, the schemas and the
     decoding pass into the cache; the first table written, from the cache; the other
-    tables) and how many tables were written."""
+    tables) and how many tables were written. ``spark_reader``: the capture read through
+    Spark's reader, not by decode's tasks."""
     from pgoutput_arrow import spark as sp
+    from pgoutput_arrow.spark import batch
 
-    t0 = time.perf_counter()
-    out = sp.decode(spark.read.parquet(str(path)))
-    t1 = time.perf_counter()
+    own_reading = batch.plain_parquet_capture
+    if spark_reader:
+        batch.plain_parquet_capture = lambda df, order_col: None  # type: ignore[assignment]
+    try:
+        t0 = time.perf_counter()
+        out = sp.decode(spark.read.parquet(str(path)))
+        t1 = time.perf_counter()
+    finally:
+        batch.plain_parquet_capture = own_reading  # type: ignore[assignment]
     frames = list(out.values())
     frames[0].write.format("noop").mode("overwrite").save()
     t2 = time.perf_counter()
@@ -130,6 +143,7 @@ def measure(spark: Any, master: str, path: Path, info: dict[str, Any], runs: int
             warmup: int) -> dict[str, Any]:
     floor: list[float] = []
     decode: list[float] = []
+    via_spark: list[float] = []
     phases: list[list[float]] = []
     loads: list[list[float]] = []
     tables = 0
@@ -140,12 +154,16 @@ def measure(spark: Any, master: str, path: Path, info: dict[str, Any], runs: int
         before_decode = load()
         td, ph, tables = run_decode(spark, path)
         clear(spark)
+        ts, _, _ = run_decode(spark, path, spark_reader=True)
+        clear(spark)
         kind = "warm-up" if r < warmup else "run"
         log(f"  {master} {path.name} {kind} {r + 1}: floor {tf:.2f} s (load {before_floor}), "
-            f"decode {td:.2f} s (load {before_decode}; phases {', '.join(f'{p:.2f}' for p in ph)})")
+            f"decode {td:.2f} s (load {before_decode}; phases {', '.join(f'{p:.2f}' for p in ph)}), "
+            f"through Spark's reader {ts:.2f} s")
         if r >= warmup:
             floor.append(tf)
             decode.append(td)
+            via_spark.append(ts)
             phases.append(ph)
             loads.append([before_floor, before_decode])
     msgs, payload = info["messages"], info["payload_bytes"]
@@ -154,12 +172,13 @@ def measure(spark: Any, master: str, path: Path, info: dict[str, Any], runs: int
             "files": len(info["files"]), "tables": tables,
             "floor": {**f, "times": floor}, "decode": {**d, "times": decode, "phases": phases,
             "phase_medians_s": [statistics.median(p[i] for p in phases) for i in range(3)]},
+            "spark_reader": {**summary(via_spark, msgs, payload), "times": via_spark},
             "loads": loads, "share_of_floor": f["median_s"] / d["median_s"]}
 
 
 def table(results: list[dict[str, Any]], single: dict[str, dict[str, Any]]) -> str:
     head = (f"{'capture':<9} {'master':<9} {'MB':>6} {'floor s':>16} {'MB/s':>6} {'decode s':>18} "
-            f"{'MB/s':>6} {'k msg/s':>8} {'of floor':>8} {'decode() s':>10}")
+            f"{'MB/s':>6} {'k msg/s':>8} {'of floor':>8} {'Spark reader s':>14} {'decode() s':>10}")
     lines = [head]
     for r in results:
         f, d = r["floor"], r["decode"]
@@ -169,6 +188,7 @@ def table(results: list[dict[str, Any]], single: dict[str, dict[str, Any]]) -> s
             f"{f['median_s']:6.2f} ({f['min_s']:.2f}-{f['max_s']:.2f}) {f['mb_per_s']:6.1f} "
             f"{d['median_s']:7.2f} ({d['min_s']:.2f}-{d['max_s']:.2f}) {d['mb_per_s']:6.1f} "
             f"{d['messages_per_s'] / 1e3:8.0f} {r['share_of_floor']:8.0%} "
+            f"{r['spark_reader']['median_s']:14.2f} "
             f"{statistics.median(one['times']) if one else float('nan'):10.2f}")
     return "\n".join(lines)
 

@@ -72,12 +72,17 @@ def probe(spark: Any) -> dict[str, Any]:
 
 
 def decode_apply(spark: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    """pgspark.decode of the capture, then apply_changes per table (TRUNCATEs honoured)."""
+    """pgspark.decode of the capture (its files read by decode's tasks), then apply_changes per
+    table (TRUNCATEs honoured)."""
     from pgoutput_arrow import spark as pgspark
 
-    tables = pgspark.decode(spark.read.parquet(spec["capture"]), with_truncates=True)
+    from pgoutput_arrow.spark._pieces import plain_parquet_capture
+
+    capture = spark.read.parquet(spec["capture"])
+    tables = pgspark.decode(capture, with_truncates=True)
     truncates = tables.pop(pgspark.TRUNCATES)
-    out = {}
+    # The capture is local Parquet files: decode's tasks read them themselves.
+    out: dict[str, Any] = {"_read_by_tasks": plain_parquet_capture(capture, None) is not None}
     for name, keys in spec["tables"].items():
         state = pgspark.apply_changes(tables[name], keys, truncates=truncates, table=name)
         out[name] = {"columns": _own_columns(state),

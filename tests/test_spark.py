@@ -694,19 +694,100 @@ def test_decode_splits_transactions_across_partitions_without_a_shuffle(spark: A
         with caplog.at_level(logging.INFO, logger="pgoutput_arrow.spark.batch"):
             decoded = sp.decode(df, with_truncates=True)
         assert "shuffled by transaction" not in caplog.text, parts
-        pairs: list[tuple[int, int]] = []
-        for name in tables:
-            got = decoded[name].toArrow()
-            exp = pa.table(sp.cast_for_spark(expected[name].combine_chunks().to_batches()[0]))
-            assert _normalize_table(got) == _normalize_table(exp), (parts, name)
-            assert _seq_runs(got) == _seq_runs(exp), (parts, name)
-            pairs += [(r["_commit_lsn"], r["_seq"]) for r in got.select(["_commit_lsn", "_seq"]).to_pylist()]
-        pairs += [(r["_commit_lsn"], r["_seq"]) for r in
-                  decoded[sp.TRUNCATES].select("_commit_lsn", "_seq").toArrow().to_pylist()]
-        by_commit: dict[int, list[int]] = collections.defaultdict(list)
-        for commit, seq in pairs:
-            by_commit[commit].append(seq)
-        assert all(sorted(v) == list(range(len(v))) for v in by_commit.values()), parts
+        _assert_decoded_as_one_process(decoded, expected, tables, parts)
+
+
+def _assert_decoded_as_one_process(decoded: dict[str, Any], expected: dict[str, pa.Table], tables: list[str],
+                                   label: Any) -> None:
+    """``decode(..., with_truncates=True)``'s tables hold the rows of a single-process decode
+    (``expected``), in its order within each run of one LSN, and ``_seq`` is dense from 0 within
+    each transaction, across the tables and the TRUNCATEs."""
+    pairs: list[tuple[int, int]] = []
+    for name in tables:
+        got = decoded[name].toArrow()
+        exp = pa.table(sp.cast_for_spark(expected[name].combine_chunks().to_batches()[0]))
+        assert _normalize_table(got) == _normalize_table(exp), (label, name)
+        assert _seq_runs(got) == _seq_runs(exp), (label, name)
+        pairs += [(r["_commit_lsn"], r["_seq"]) for r in got.select(["_commit_lsn", "_seq"]).to_pylist()]
+    pairs += [(r["_commit_lsn"], r["_seq"]) for r in
+              decoded[sp.TRUNCATES].select("_commit_lsn", "_seq").toArrow().to_pylist()]
+    by_commit: dict[int, list[int]] = collections.defaultdict(list)
+    for commit, seq in pairs:
+        by_commit[commit].append(seq)
+    assert all(sorted(v) == list(range(len(v))) for v in by_commit.values()), label
+
+
+@pytest.mark.parametrize("lsn_text,one_group", [(True, False), (False, False), (True, True)],
+                         ids=["lsn text", "lsn long", "one row group a file, cut in rows"])
+def test_decode_of_parquet_files_read_by_the_tasks(spark: Any, capture: Any, caplog: Any, tmp_path: Any,
+                                                  lsn_text: bool, one_group: bool) -> None:
+    """``decode(spark.read.parquet(dir))``: the tasks read the files' row groups themselves,
+    in pieces (here many, a transaction cut across several: the row groups are small and so
+    is ``maxPartitionBytes``; or each file one row group, cut in row ranges to give every core
+    its pieces), and the rows equal a single-process decode, ``_seq`` the rank within each
+    transaction. The same files filtered, or with an order column the files do not hold, go
+    through Spark (no log line), with the same rows."""
+    import logging
+
+    import pyarrow.parquet as pq
+    from pgoutput_arrow.spark._pieces import (catalog_rows_fn, catalog_rows_here, catalog_schema, pieces_frame,
+                                              plain_parquet_capture)
+
+    rows, tables, _ = capture
+    local = pgoutput_arrow.Decoder(views=False)
+    for l, _, d in rows:
+        local.feed(d, l)
+    expected = local.finish().tables
+    lsns = [sp.lsn_to_text(l) for l, _, _ in rows] if lsn_text else [l for l, _, _ in rows]
+    files = pa.table({"lsn": lsns, "xid": pa.array([x for _, x, _ in rows], pa.int64()),
+                      "data": pa.array([d for _, _, d in rows], pa.binary()),
+                      "n": pa.array(range(len(rows)), pa.int64())})
+    half = len(rows) // 2
+    for i, part in enumerate((files.slice(0, half), files.slice(half))):
+        pq.write_table(part, tmp_path / f"part-{i}.parquet",
+                       row_group_size=len(rows) if one_group else max(1, len(rows) // 24))
+    (tmp_path / "_SUCCESS").write_bytes(b"")
+    df = spark.read.parquet(str(tmp_path))
+    settings = {"spark.sql.files.maxPartitionBytes": "2k", "spark.sql.files.openCostInBytes": "1k"}
+    before = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        pieces = plain_parquet_capture(df.select("lsn", "xid", "data"), None)
+        assert pieces is not None and len(pieces.files) == 2 and pieces.lsn_text == lsn_text
+        cut = [p for piece in pieces.pieces for p in piece]
+        if one_group:
+            # Two files of one row group each: cut in row ranges, every core two pieces.
+            cores = spark.sparkContext.defaultParallelism
+            assert len(pieces.pieces) == 2 * cores and {g for _, g, _, _ in cut} == {0}, pieces.pieces
+            assert any(start > 0 for _, _, start, _ in cut)
+        else:
+            assert len(pieces.pieces) > 8 and all(start == 0 for _, _, start, _ in cut)
+        for other in (df.where("xid >= 0"), df.limit(5), spark.createDataFrame(files.to_pandas())):
+            assert plain_parquet_capture(other, None) is None
+        assert plain_parquet_capture(df, "no_such_column") is None
+        # The catalog's rows read by a Spark job (a task per piece) or here (a row group at a
+        # time, for a capture of one split's bytes at most) are the same.
+        job = pieces_frame(spark, pieces).mapInArrow(catalog_rows_fn(pieces), spark_schema_of(catalog_schema(pieces)))
+        whole = [sorted(map(repr, t.filter(t.column("bytes").is_null()).to_pylist()))
+                 for t in (job.toArrow(), catalog_rows_here(pieces))]
+        assert whole[0] == whole[1] and len(whole[0]) > 10
+        results = []
+        for how, frame, order, split in (("tasks", df, None, "2k"), ("tasks, ordered", df, "n", "2k"),
+                                         ("tasks, catalog read here", df, None, "1g"),
+                                         ("spark", df.where("xid >= 0"), None, "2k")):
+            spark.conf.set("spark.sql.files.maxPartitionBytes", split)
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="pgoutput_arrow.spark.batch"):
+                decoded = sp.decode(frame, order_col=order, with_truncates=True)
+            assert ("read the capture's 2 Parquet file(s) themselves" in caplog.text) == (how != "spark"), how
+            assert "shuffled by transaction" not in caplog.text, how
+            results.append((how, decoded))
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+    for how, decoded in results:
+        _assert_decoded_as_one_process(decoded, expected, tables, how)
 
 
 def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide() -> None:

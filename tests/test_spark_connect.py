@@ -168,6 +168,21 @@ def test_decode_default_partitions_through_connect(spark: Any, pg18: Any, worklo
     assert _replica(decoded[table]) == _postgres(pg18, table)
 
 
+def test_decode_of_parquet_files_read_by_the_tasks_through_connect(spark: Any, pg18: Any,
+                                                                   workload: dict[str, Any]) -> None:
+    """``decode(spark.read.parquet(path))`` through Connect: the plan read from the server
+    shows a bare scan, the tasks read the file themselves; a filtered capture does not."""
+    from pgoutput_arrow.spark._pieces import plain_parquet_capture
+
+    df = spark.read.parquet(str(workload["path"]))
+    pieces = plain_parquet_capture(df, None)
+    assert pieces is not None and pieces.files == (str(workload["path"]),)
+    assert plain_parquet_capture(df.where("xid > 0"), None) is None
+    decoded = sp.decode(df)
+    for table in workload["tables"]:
+        assert _replica(decoded[table]) == _postgres(pg18, table), table
+
+
 def _replay_generic(rows: list[Any]) -> dict[str, list[tuple]]:
     """The UDTF's generic rows replayed in commit order: each table's state, as text."""
     state: dict[str, dict[str, dict[str, str | None]]] = {}

@@ -283,6 +283,7 @@ def test_decode_then_apply_changes_equals_postgres(deployments: Deployments,
                                                    deployment: str) -> None:
     result, spec = deployments.get(deployment)
     got = _ok(result, "decode")
+    assert got["_read_by_tasks"], deployment
     for table in spec["tables"]:
         _check_state(spec, table, got[table])
 

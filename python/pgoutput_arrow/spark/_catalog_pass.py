@@ -15,10 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
-from ._common import narrow_catalog, with_setting
+from ._common import narrow_catalog, spark_schema, with_setting
+from ._pieces import SAMPLE_EVERY, CapturePieces, catalog_rows_fn, catalog_rows_here, catalog_schema, pieces_frame
 
 __all__ = ["kind_is", "BINARY_SAMPLE", "normalized", "lsn_as_long", "collect_catalog", "sample_inserts", "table_schemas",
-           "CaptureCatalog", "SAMPLE_EVERY", "capture_catalog", "split_transactions", "sample_sizes",
+           "CaptureCatalog", "SAMPLE_EVERY", "capture_catalog", "capture_catalog_of_pieces", "catalog_of_rows", "split_transactions", "sample_sizes",
            "Placement", "placement"]
 
 
@@ -124,12 +125,6 @@ class CaptureCatalog:
     sampled: dict[int, tuple[int, int]]
 
 
-#: One in this many changes of each partition is sampled by the catalog scan, as its first 9
-#: bytes (the kind, and the relation id at either place: after the kind, or after a streamed
-#: change's xid) and its size.
-SAMPLE_EVERY = 64
-
-
 def capture_catalog(ndf: Any) -> CaptureCatalog:
     """One Spark job over a :func:`normalized` capture (its ``lsn`` text or long): a filter
     of the messages of the kinds :data:`~pgoutput_arrow._internal.CATALOG_KINDS` and
@@ -147,7 +142,22 @@ def capture_catalog(ndf: Any) -> CaptureCatalog:
     kept = filtered.select("p", "xid", lsn_as_long(filtered).alias("lsn"),
                            F.when(whole, F.col("data")).otherwise(F.substring("data", 1, 9)).alias("data"),
                            F.when(whole, F.lit(None)).otherwise(F.length("data")).alias("bytes"))
-    table = _on_partitions(kept)
+    return catalog_of_rows(_on_partitions(kept))
+
+
+def capture_catalog_of_pieces(spark: Any, pieces: CapturePieces) -> CaptureCatalog:
+    """:func:`capture_catalog` of a capture its tasks read themselves (:mod:`._pieces`), the
+    piece's number as the partition: one Spark job, a task per piece; or, for a capture of no
+    more bytes than one of Spark's splits, read here (a job would cost more)."""
+    if pieces.stored_bytes <= pieces.split_bytes:
+        return catalog_of_rows(catalog_rows_here(pieces))
+    frame = pieces_frame(spark, pieces).mapInArrow(catalog_rows_fn(pieces), spark_schema(catalog_schema(pieces)))
+    return catalog_of_rows(frame.toArrow())
+
+
+def catalog_of_rows(table: pa.Table) -> CaptureCatalog:
+    """The :class:`CaptureCatalog` of a catalog scan's rows (``p``, ``xid``, ``lsn``,
+    ``data``, ``bytes``: null, or a sampled change's size beside its first 9 bytes)."""
     is_sample = table.column("bytes").is_valid()
     samples, table = table.filter(is_sample), table.filter(pc.invert(is_sample))
     split = split_transactions(table.column("xid").to_numpy().astype(np.int64), table.column("p").to_numpy().astype(np.int64))

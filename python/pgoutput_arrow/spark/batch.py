@@ -10,7 +10,9 @@ transaction framed by its real Begin and end, and decoded, its rows numbered fro
 partitions' summaries tell the driver where each part falls (:func:`placement`), and each
 table's rows get their ``_seq`` moved past the parts before as they are unpacked (or, for the
 one table whose rows are rows of the pass, :func:`layout`, as they are read from the cache).
-Small tables are handed out from the driver. A capture not in the server's order (parts that
+Small tables are handed out from the driver. A capture that is a bare scan of local Parquet
+files is read by the tasks themselves (:mod:`._pieces`), in the catalog scan and in the pass.
+A capture not in the server's order (parts that
 overlap, a part of a transaction not found split) is decoded again, shuffled by xid.
 """
 
@@ -24,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
-from ._catalog_pass import CaptureCatalog, capture_catalog, normalized, placement, sample_inserts, table_schemas
+from ._catalog_pass import CaptureCatalog, capture_catalog, capture_catalog_of_pieces, normalized, placement, sample_inserts, table_schemas
 from ._common import is_binary_capture, ranked_seq, spark_schema, with_seq, with_setting
 from ._packing import (
     SIZES,
@@ -42,6 +44,7 @@ from ._packing import (
     unpack_fn,
     xid_index,
 )
+from ._pieces import CapturePieces, pieces_frame, plain_parquet_capture
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["decode", "decode_table_locally", "decode_rows_locally", "canonical_stream", "TRUNCATES"]
@@ -127,7 +130,7 @@ def _decoding_pass(df: Any) -> tuple[Any, pa.Table, dict[int, int]]:
 
 
 def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema], targets: list[pa.Schema],
-                         direct: int, options: dict[str, Any], whole: bool,
+                         direct: int, options: dict[str, Any], whole: bool, pieces: CapturePieces | None = None,
                          ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The executors' step: rebuild the partition's transactions, decode them, and hand every
     table's rows back, already cast for Spark (``targets``: the tables' Spark schemas, in the
@@ -138,7 +141,8 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
     :data:`SUMMARY` row (``_t`` = -1): the driver then knows each part's first ``_seq``
     (:func:`placement`). A partition holding a part of a transaction the catalog does not
     name split decodes nothing and says so. ``whole``: the partitions hold whole
-    transactions (shuffled by xid)."""
+    transactions (shuffled by xid). ``pieces``: the partitions are :func:`._pieces.pieces_frame`'s,
+    each reading its piece of the capture's files (:mod:`._pieces`)."""
     import pgoutput_arrow
 
     names = sorted(schemas)
@@ -166,13 +170,20 @@ def _decode_partition_fn(catalog: CaptureCatalog, schemas: dict[str, pa.Schema],
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        if pieces is not None:
+            for batch in batches:
+                for piece in batch.column(0).to_pylist():
+                    yield from decode_rows(piece, pieces.read(piece))
+            return
         received = [b for b in batches if b.num_rows]
         if not received:
             return
         context = TaskContext.get()
-        partition = context.partitionId() if context is not None else -1
-        rows = pa.Table.from_batches(received)
-        del received
+        yield from decode_rows(context.partitionId() if context is not None else -1, pa.Table.from_batches(received))
+
+    def decode_rows(partition: int, rows: pa.Table) -> Iterator[pa.RecordBatch]:
+        if not rows.num_rows:
+            return
         spans, incomplete = ([], []) if whole else _internal.partition_summary(rows, split)
         if incomplete:
             # Its rows would decode to less than the transaction holds: the driver decodes
@@ -230,7 +241,10 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     ``(_commit_lsn, _seq)`` is the server's order (as for the streaming source; a single-process
     ``decode()`` numbers the whole stream instead). ``order_col`` (a capture-time row number, if
     the capture has one) only breaks ties among messages that share an LSN, which otherwise
-    only decides ``_seq`` among them. ``options`` go to the decoder. The decoding pass runs
+    only decides ``_seq`` among them. ``options`` go to the decoder. A capture that is a bare
+    scan of local Parquet files (``spark.read.parquet(path)``, its columns selected at most) is
+    read by the tasks themselves, a run of row groups each, with pyarrow: Spark does not turn
+    its rows into Arrow again for them (:mod:`._pieces`). The decoding pass runs
     here, in one job, and its rows are cached (``persist``): the per-table DataFrames share it,
     and an error in the capture is raised by this call.
     ``with_truncates=True`` adds ``result["_truncates"]`` (:data:`TRUNCATES`): the decoder's
@@ -250,7 +264,13 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     # The crates read text LSNs faster than the JVM converts them (the catalog scan converts
     # only the rows it keeps).
     rows = normalized(df, order_col, lsn_text=True)
-    catalog = capture_catalog(rows)
+    pieces = plain_parquet_capture(df, order_col)
+    if pieces is not None:
+        _log.info("decode: the tasks read the capture's %d Parquet file(s) themselves, in %d piece(s)",
+                  len(pieces.files), len(pieces.pieces))
+        catalog = capture_catalog_of_pieces(spark, pieces)
+    else:
+        catalog = capture_catalog(rows)
     if options.get("binary") is None:
         # Every partition's decoder must type enum/composite columns alike, and the
         # schemas are made before any data is seen: a few Inserts tell, when it matters.
@@ -263,8 +283,9 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     targets.append(to_spark_arrow_schema(_decoder(options).finish().truncates.schema))
     direct = largest(names, schemas, catalog.sampled)
     pass_schema = spark_schema(layout(targets[direct] if direct >= 0 else None))
-    fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=False)
-    packed, summary, sizes = _decoding_pass(rows.mapInArrow(fn, pass_schema))
+    fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=False, pieces=pieces)
+    source = rows if pieces is None else pieces_frame(spark, pieces)
+    packed, summary, sizes = _decoding_pass(source.mapInArrow(fn, pass_schema))
     placed = placement(summary)
     if not placed.ordered:
         _log.info("decode: the capture's rows are not in the server's order across partitions; "
