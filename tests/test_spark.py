@@ -790,6 +790,24 @@ def test_decode_of_parquet_files_read_by_the_tasks(spark: Any, capture: Any, cap
         _assert_decoded_as_one_process(decoded, expected, tables, how)
 
 
+def test_a_piece_whose_file_was_cut_short_names_it(tmp_path: Any) -> None:
+    """A capture file cut short after ``decode()`` planned its pieces: the task's error is a
+    CaptureError naming the file and the row group, not pyarrow's bare one."""
+    import pyarrow.parquet as pq
+    from pgoutput_arrow.spark._pieces import CapturePieces
+
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(pa.table({"lsn": ["0/1", "0/2"], "xid": pa.array([1, 1], pa.int64()),
+                             "data": pa.array([b"B", b"C"], pa.binary())}), path, row_group_size=1)
+    pieces = CapturePieces((str(path),), (((0, 0, 0, 1), (0, 1, 0, 1)),), lsn_text=True, order_col=None)
+    assert pieces.read(0).column("xid").to_pylist() == [1, 1]
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(pgoutput_arrow.CaptureError, match=r"row group 0 of .*part-0\.parquet"):
+        pieces.read(0)
+    with pytest.raises(pgoutput_arrow.CaptureError, match=r"row group 1 of .*part-0\.parquet"):
+        list(pieces.read_by_row_group(0, 1, [(0, 0, 1)]))
+
+
 def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide() -> None:
     """The catalog scan's sample picks the table decoded direct: the one with the most sampled
     bytes, and only if its changes average 1 KiB (narrow rows are cheaper unpacked)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 from urllib.parse import unquote, urlsplit
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import _internal
+from ..exceptions import CaptureError
 __all__ = ["SAMPLE_EVERY", "CapturePieces", "plain_parquet_capture", "pieces_frame", "catalog_rows_fn",
            "catalog_rows_here", "catalog_rows", "catalog_schema"]
 
@@ -65,18 +67,30 @@ class CapturePieces:
         parts = []
         opened: dict[int, Any] = {}
         for f, g, start, end in self.pieces[piece]:
-            if f not in opened:
-                opened[f] = pq.ParquetFile(self.files[f])
-            group = opened[f].read_row_group(g, columns=columns)
+            with self._reading(f, g):
+                if f not in opened:
+                    opened[f] = pq.ParquetFile(self.files[f])
+                group = opened[f].read_row_group(g, columns=columns)
             parts.append(group if (start, end) == (0, group.num_rows) else group.slice(start, end - start))
         return self._normalized(pa.concat_tables(parts) if parts else _empty(columns), with_order)
+
+    @contextmanager
+    def _reading(self, f: int, g: int) -> Iterator[None]:
+        """A file that cannot be read (changed or cut short since ``decode()`` listed it) as a
+        :class:`~pgoutput_arrow.CaptureError` naming the file and the row group."""
+        try:
+            yield
+        except (OSError, pa.ArrowException) as e:
+            raise CaptureError(f"spark.decode: cannot read row group {g} of {self.files[f]}: "
+                               f"{' '.join(str(e).split()) or type(e).__name__}") from None
 
     def read_by_row_group(self, f: int, g: int, cuts: list[tuple[int, int, int]]) -> Iterator[tuple[int, pa.Table]]:
         """Row group ``g`` of file ``f``, read once, as the pieces hold it: ``(piece, rows)``
         for each ``(piece, first row, end row)`` of ``cuts`` (without the order column)."""
         import pyarrow.parquet as pq
 
-        group = self._normalized(pq.ParquetFile(self.files[f]).read_row_group(g, columns=self._columns(False)), False)
+        with self._reading(f, g):
+            group = self._normalized(pq.ParquetFile(self.files[f]).read_row_group(g, columns=self._columns(False)), False)
         for p, start, end in cuts:
             yield p, group.slice(start, end - start)
 
