@@ -459,38 +459,37 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures:
     name, capture = next(iter(captures.items()))
     df = spark.createDataFrame(capture.to_pandas()).select(
         F.col("lsn").cast("long").alias("lsn"), F.col("xid").cast("long").alias("xid"), F.col("data"))
-    files = tempfile.TemporaryDirectory(prefix="torture-spark-")
-    # As Parquet files of small row groups, in a few files: the tasks read them in pieces
-    # themselves (spark/_pieces.py), a transaction cut across pieces.
-    rows = len(capture)
-    for i, start in enumerate(range(0, rows, max(1, rows // 3 + 1))):
-        pq.write_table(capture.slice(start, rows // 3 + 1), f"{files.name}/part-{i}.parquet",
-                       row_group_size=max(1, rows // 25))
-    # In order, in contiguous partitions (transactions cut across them are decoded in parts),
-    # shuffled (the parts overlap: decoded whole after a shuffle by xid), and read by the tasks.
-    ways = (("in order", df, None), ("shuffled", df.repartition(3).sortWithinPartitions(F.rand(seed)), None),
-            ("from Parquet files", spark.read.parquet(files.name), "4k"))
-    for how, ordered, split_bytes in ways:
-        label = f"spark.decode {name} {how}"
-        before = spark.conf.get("spark.sql.files.maxPartitionBytes")
-        try:
-            if split_bytes:
-                spark.conf.set("spark.sql.files.maxPartitionBytes", split_bytes)
-            decoded = sp.decode(ordered, num_partitions=3, with_truncates=True)
-            trunc = decoded.pop(sp.TRUNCATES).toArrow()
-            tables = {n: d.toArrow() for n, d in decoded.items()}
-        except Exception as e:  # noqa: BLE001
-            result.problems.append(f"{label}: {type(e).__name__}: {e}")
-            continue
-        finally:
-            spark.conf.set("spark.sql.files.maxPartitionBytes", before)
-        # Every column compared, in Spark's types (interval a struct, time in ns, uuid text):
-        # values.py reads them as they are.
-        truncs = [(", ".join(r["relations"]), r["_commit_lsn"], r["_seq"], r.get("_xid"))
-                  for r in trunc.to_pylist()]
-        n, problems = compare_changes(expected, typed_changes(tables, truncs), label, renames=workload.renames)
-        _add(result, "spark.decode", n, problems)
-    files.cleanup()
+    with tempfile.TemporaryDirectory(prefix="torture-spark-") as files:
+        # As Parquet files of small row groups, in a few files: the tasks read them in pieces
+        # themselves (spark/_pieces.py), a transaction cut across pieces.
+        rows = len(capture)
+        for i, start in enumerate(range(0, rows, max(1, rows // 3 + 1))):
+            pq.write_table(capture.slice(start, rows // 3 + 1), f"{files}/part-{i}.parquet",
+                           row_group_size=max(1, rows // 25))
+        # In order, in contiguous partitions (transactions cut across them are decoded in parts),
+        # shuffled (the parts overlap: decoded whole after a shuffle by xid), and read by the tasks.
+        ways = (("in order", df, None), ("shuffled", df.repartition(3).sortWithinPartitions(F.rand(seed)), None),
+                ("from Parquet files", spark.read.parquet(files), "4k"))
+        for how, ordered, split_bytes in ways:
+            label = f"spark.decode {name} {how}"
+            before = spark.conf.get("spark.sql.files.maxPartitionBytes")
+            try:
+                if split_bytes:
+                    spark.conf.set("spark.sql.files.maxPartitionBytes", split_bytes)
+                decoded = sp.decode(ordered, num_partitions=3, with_truncates=True)
+                trunc = decoded.pop(sp.TRUNCATES).toArrow()
+                tables = {n: d.toArrow() for n, d in decoded.items()}
+            except Exception as e:  # noqa: BLE001
+                result.problems.append(f"{label}: {type(e).__name__}: {e}")
+                continue
+            finally:
+                spark.conf.set("spark.sql.files.maxPartitionBytes", before)
+            # Every column compared, in Spark's types (interval a struct, time in ns, uuid text):
+            # values.py reads them as they are.
+            truncs = [(", ".join(r["relations"]), r["_commit_lsn"], r["_seq"], r.get("_xid"))
+                      for r in trunc.to_pylist()]
+            n, problems = compare_changes(expected, typed_changes(tables, truncs), label, renames=workload.renames)
+            _add(result, "spark.decode", n, problems)
 
 
 def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.Table], workload: Workload,
