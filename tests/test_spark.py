@@ -827,6 +827,73 @@ def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide()
     assert sizes[10] == (1, 100) and sizes[1000] == (1, 300) and sizes[20] == (1, 300)
 
 
+def test_the_catalog_scan_samples_every_table_of_a_repeated_pattern() -> None:
+    """The catalog scan samples changes at random, not every n-th row: a workload whose
+    transactions repeat one pattern of changes (pgbench's: Begin, then an Update of each of
+    three tables and an Insert, then Commit) has every table sampled in proportion, where a
+    fixed stride of 64 rows met the same places of the pattern and never pgbench_branches."""
+    from pgoutput_arrow.spark._catalog_pass import sample_sizes
+    from pgoutput_arrow.spark._pieces import SAMPLE_EVERY, catalog_rows
+
+    pattern = [b"B"] + [kind + relid.to_bytes(4, "big") + b"N\x00\x01t\x00\x00\x00\x01x"
+                        for kind, relid in ((b"U", 10), (b"U", 20), (b"U", 30), (b"I", 40))] + [b"C"]
+    txns = 20_000
+    data = pattern * txns
+    rows = pa.table({"lsn": pa.array([f"0/{i:X}" for i in range(len(data))]),
+                     "xid": pa.array(np.repeat(np.arange(txns, dtype=np.int64), len(pattern))),
+                     "data": pa.array(data, pa.binary())})
+    schema = pa.schema([("p", pa.int32()), ("xid", pa.int64()), ("lsn", pa.string()), ("data", pa.binary()),
+                        ("bytes", pa.int64())])
+    kept = pa.Table.from_batches(list(catalog_rows(3, rows, schema)), schema=schema)
+    sampled = sample_sizes(kept.filter(kept.column("bytes").is_valid()))
+    expected = txns / SAMPLE_EVERY
+    for relid in (10, 20, 30, 40):
+        count, size = sampled.get(relid, (0, 0))
+        assert 0.7 * expected < count < 1.3 * expected and size == 14 * count, (relid, count, expected)
+    # The same rows each time: the sample is seeded by the piece.
+    again = pa.Table.from_batches(list(catalog_rows(3, rows, schema)), schema=schema)
+    assert again.equals(kept)
+
+
+def test_small_tables_are_collected_by_the_decoding_pass_itself(spark: Any) -> None:
+    """The tables the catalog's sample calls small are collected by the decoding pass's own
+    job: handing them out from the driver runs no job, and a small table the guess missed is
+    collected by one. Each table's rows are its own, unpacked."""
+    from pgoutput_arrow.spark._packing import PACKED, ipc_value, likely_small, small_tables, from_driver, unpack_fn
+
+    target = pa.schema([pa.field("v", pa.int64()), pa.field("_seq", pa.int64())])
+    chunk = [pa.record_batch([pa.array([t * 100 + i for i in range(3)], pa.int64()), pa.array([0, 1, 2], pa.int64())],
+                             schema=target) for t in range(3)]
+    packed_rows = pa.table({"_t": pa.array([0, 1, 2], pa.int32()), "_p": pa.array([0, 0, 1], pa.int32()),
+                            "ipc": pa.concat_arrays([ipc_value(b) for b in chunk])}, schema=PACKED)
+    packed = spark.createDataFrame(packed_rows.to_pandas(), spark_schema_of(PACKED))
+    tracker = spark.sparkContext.statusTracker()
+
+    def handed_out(collect: list[int]) -> tuple[dict[int, list[int]], int]:
+        group = f"from-driver-{collect}"
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            collected = packed_rows.filter(pa.compute.is_in(packed_rows.column("_t"), pa.array(collect, pa.int32())))
+            out = from_driver(packed, [0, 1, 2], [target] * 3, unpack_fn({}), collected, collect)
+            got = {t: sorted(df.toArrow().column("v").to_pylist()) for t, df in out.items()}
+            jobs = len(tracker.getJobIdsForGroup(group))
+        finally:
+            spark.sparkContext.setJobGroup("", "")
+        return got, jobs - 3  # each table's toArrow above is a job of its own
+
+    want = {t: [t * 100 + i for i in range(3)] for t in range(3)}
+    assert handed_out([0, 1, 2]) == (want, 0)
+    assert handed_out([0, 2]) == (want, 1)
+    # The guess: by the sample's estimate, smallest first, the direct table never.
+    schemas = {n: pa.schema([], metadata={b"pg.relation_id": str(relid).encode()})
+               for n, relid in (("a", 10), ("b", 20), ("c", 30))}
+    names = sorted(schemas)
+    sampled = {10: (1, 100), 20: (10**4, 10**6), 30: (2, 200)}
+    assert likely_small(names, schemas, sampled, 3, -1, 64 << 20) == [0, 2]
+    assert likely_small(names, schemas, sampled, 4, 2, 64 << 20) == [3, 0]
+    assert small_tables({0: 10, 1: 5 << 20, 2: 30}, 3, -1, 64 << 20) == [0, 2]
+
+
 def test_a_small_table_without_rows_comes_from_the_driver(spark: Any) -> None:
     """A table of the catalog none of whose rows the capture holds, handed out from the driver:
     an empty DataFrame of its schema, nested columns included (pyspark's createDataFrame fails

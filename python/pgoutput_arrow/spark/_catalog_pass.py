@@ -137,7 +137,9 @@ def capture_catalog(ndf: Any) -> CaptureCatalog:
     # would then deal out the kept rows alone, not every row as the decoding pass sees them).
     # So nothing costly is computed before the filter: a text lsn is converted after it.
     whole = kind_is(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS)
-    sampled = kind_is(b"IUD") & (F.monotonically_increasing_id() % SAMPLE_EVERY == 0)
+    # At random, not every n-th row (a workload's repeated pattern of changes would be
+    # sampled one table of; :func:`._pieces.catalog_rows`).
+    sampled = kind_is(b"IUD") & (F.rand(SAMPLE_EVERY) < 1 / SAMPLE_EVERY)
     filtered = ndf.select(F.spark_partition_id().alias("p"), "xid", "lsn", "data").where(whole | sampled)
     kept = filtered.select("p", "xid", lsn_as_long(filtered).alias("lsn"),
                            F.when(whole, F.col("data")).otherwise(F.substring("data", 1, 9)).alias("data"),

@@ -4,6 +4,7 @@ module: no ``_name`` is imported across modules)."""
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 from typing import Any, Callable, Collection, Iterator
 
@@ -15,7 +16,7 @@ from .. import _internal
 from .._internal import META_COLUMNS
 
 __all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
-           "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq"]
+           "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq", "bytes_setting", "with_setting"]
 
 
 def spark_schema(schema: pa.Schema) -> Any:
@@ -123,6 +124,15 @@ def with_seq(table: pa.Table, seq: np.ndarray) -> pa.Table:
     """``table`` with ``seq`` as its ``_seq``."""
     i = table.schema.get_field_index("_seq")
     return table.set_column(i, table.schema.field(i), pa.array(seq, pa.int64()))
+
+
+def bytes_setting(text: str, default: int = 128 << 20) -> int:
+    """A Spark byte size (``134217728b``, ``128m``, ``1g``, a plain number), or ``default``
+    where it does not read as one."""
+    m = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", text.lower())
+    if not m:
+        return default
+    return int(m.group(1)) << (10 * "bkmgt".index(m.group(2) or "b"))
 
 
 def with_setting(spark: Any, key: str, default: str, value: Callable[[str], str], action: Callable[[], Any]) -> Any:

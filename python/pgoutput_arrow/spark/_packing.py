@@ -8,16 +8,18 @@ Public names of a private module: :mod:`.batch` uses them."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._common import spark_schema
+from ._common import bytes_setting, spark_schema
+from ._pieces import SAMPLE_EVERY
 
 __all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "IPC_OPTIONS", "ipc_value", "packed_row", "direct_rows",
-           "unpack_fn", "xid_index", "shifted", "summaries", "SMALL_TABLE", "SMALL_TOTAL", "small_tables",
+           "unpack_fn", "xid_index", "shifted", "summaries", "SMALL_TABLE", "SMALL_TOTAL", "SMALL_MOST", "small_total", "small_tables",
+           "GUESS_SLACK", "ROW_OVERHEAD", "likely_small",
            "from_driver", "DIRECT_ROW_BYTES", "largest", "direct_columns"]
 
 
@@ -127,37 +129,86 @@ def shifted(rows: pa.RecordBatch, xids: np.ndarray, before: np.ndarray) -> pa.Re
     return pa.RecordBatch.from_arrays([seq if j == i else c for j, c in enumerate(rows.columns)], schema=rows.schema)
 
 
-def summaries(packed: Any) -> tuple[pa.Table, dict[int, int]]:
+def summaries(packed: Any, collect: Collection[int] = ()) -> tuple[pa.Table, dict[int, int], pa.Table]:
     """Every partition's :data:`SUMMARY` rows of a persisted decoding pass (the job that
-    decodes the capture and fills the cache), and the bytes of each packed table's rows
-    (:data:`SIZES`, by ``_t``)."""
+    decodes the capture and fills the cache), the bytes of each packed table's rows
+    (:data:`SIZES`, by ``_t``), and, collected by the same job, the packed rows (``_t``,
+    ``_p``, ``ipc``) of the tables numbered in ``collect`` (:func:`likely_small`)."""
     from pyspark.sql import functions as F
 
-    got = packed.where(F.col("_t") < 0).select("_t", "ipc").toArrow()
+    wanted = F.col("_t") < 0
+    if collect:
+        wanted = wanted | F.col("_t").isin(sorted(collect))
+    got = packed.where(wanted).select("_t", "_p", "ipc").toArrow()
     batches: dict[int, list[pa.RecordBatch]] = {SUMMARY_T: [], SIZES_T: []}
-    for t, ipc in zip(got.column("_t").to_pylist(), got.column("ipc")):
+    is_meta = pc.less(got.column("_t"), 0)
+    meta = got.filter(is_meta)
+    for t, ipc in zip(meta.column("_t").to_pylist(), meta.column("ipc")):
         batches[t] += pa.ipc.open_stream(ipc.as_buffer())
     sizes: dict[int, int] = {}
     for r in pa.Table.from_batches(batches[SIZES_T], schema=SIZES).to_pylist():
         sizes[r["t"]] = sizes.get(r["t"], 0) + r["bytes"]
-    return pa.Table.from_batches(batches[SUMMARY_T], schema=SUMMARY), sizes
+    return pa.Table.from_batches(batches[SUMMARY_T], schema=SUMMARY), sizes, got.filter(pc.invert(is_meta))
 
 
 #: A packed table whose rows take at most this many bytes (:data:`SIZES`) is handed out from
 #: the driver (``createDataFrame``), collected with the other small ones in one job: a table's
 #: own job over the cache costs about 0.2 s of Spark's overhead, paid by each of a capture's
-#: many small tables (BENCHMARKS.md). At most :data:`SMALL_TOTAL` bytes in all.
+#: many small tables (BENCHMARKS.md). At most :func:`small_total` bytes in all: the
+#: driver holds them (as rows of local relations) while their DataFrames live.
 SMALL_TABLE = 4 << 20
 SMALL_TOTAL = 64 << 20
+SMALL_MOST = 512 << 20
 
 
-def small_tables(sizes: dict[int, int], tables: int, direct: int) -> list[int]:
+def small_total(spark: Any) -> int:
+    """The bytes of small tables the driver takes in all: :data:`SMALL_TOTAL`, or a sixteenth
+    of its heap (``spark.driver.memory``) where that is more, :data:`SMALL_MOST` at most."""
+    heap = bytes_setting(str(spark.conf.get("spark.driver.memory", "1g")), 1 << 30)
+    return max(SMALL_TOTAL, min(SMALL_MOST, heap // 16))
+
+
+def small_tables(sizes: dict[int, int], tables: int, direct: int, most: int) -> list[int]:
     """The tables (numbers ``0 .. tables - 1``, not the ``direct`` one) handed out from the
-    driver, smallest first."""
+    driver, smallest first, ``most`` bytes in all (:func:`small_total`)."""
     chosen, total = [], 0
     for t in sorted((t for t in range(tables) if t != direct), key=lambda t: sizes.get(t, 0)):
         n = sizes.get(t, 0)
-        if n > SMALL_TABLE or total + n > SMALL_TOTAL:
+        if n > SMALL_TABLE or total + n > most:
+            break
+        chosen.append(t)
+        total += n
+    return chosen
+
+
+#: How far :func:`likely_small`'s guess reaches past :data:`SMALL_TABLE` and
+#: :func:`small_total`: its estimates run up to half again the sizes (measured on the
+#: benchmark's captures), and a table it collects but :func:`small_tables` leaves out costs
+#: only its packed bytes to the driver, where one it misses costs a job.
+GUESS_SLACK = 2
+
+#: What a decoded row costs in Arrow beyond its change's bytes on the wire: the decoder's
+#: metadata columns (``_op``, ``_lsn``, ``_commit_lsn``, ``_xid``, ``_seq``, …), about 70 bytes,
+#: rounded up (:func:`likely_small`).
+ROW_OVERHEAD = 96
+
+
+def likely_small(names: list[str], schemas: dict[str, pa.Schema], sampled: dict[int, tuple[int, int]],
+                 tables: int, direct: int, most: int) -> list[int]:
+    """The tables (numbers ``0 .. tables - 1``, not the ``direct`` one; ``tables`` may count
+    the TRUNCATEs after ``names``) that the catalog scan's sample puts under
+    :data:`SMALL_TABLE` (``most`` in all; :data:`GUESS_SLACK` times either), as
+    :func:`small_tables` chooses by their sizes: the decoding pass's own job collects their packed rows
+    (:func:`summaries`), so that the small tables cost no job of their own. A guess, from one
+    change in :data:`._pieces.SAMPLE_EVERY`: :func:`from_driver` takes the tables by their
+    real sizes (:func:`small_tables`) and collects any the guess missed."""
+    def estimate(t: int) -> int:
+        count, size = _sample(names, schemas, sampled, t) if t < len(names) else (0, 0)
+        return SAMPLE_EVERY * (size + count * ROW_OVERHEAD)
+
+    chosen, total = [], 0
+    for n, t in sorted((estimate(t), t) for t in range(tables) if t != direct):
+        if n > GUESS_SLACK * SMALL_TABLE or total + n > GUESS_SLACK * most:
             break
         chosen.append(t)
         total += n
@@ -165,15 +216,22 @@ def small_tables(sizes: dict[int, int], tables: int, direct: int) -> list[int]:
 
 
 def from_driver(packed: Any, small: list[int], targets: list[pa.Schema],
-                 unpack: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]) -> dict[int, Any]:
-    """The ``small`` tables' DataFrames, made on the driver from their packed rows collected
-    in one job (unpacked as the executors would)."""
+                 unpack: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+                 collected: pa.Table | None = None, of: Collection[int] = ()) -> dict[int, Any]:
+    """The ``small`` tables' DataFrames, made on the driver from their packed rows (unpacked
+    as the executors would): those of the tables numbered in ``of`` from ``collected`` (their
+    rows of :data:`PACKED`'s columns, which the decoding pass's job collected:
+    :func:`summaries`), the others collected in one job."""
     from pyspark.sql import functions as F
 
     if not small:
         return {}
     spark = packed.sparkSession
-    got = packed.where(F.col("_t").isin(small)).select("_t", "_p", "ipc").toArrow()
+    parts = [] if collected is None else [collected.select(["_t", "_p", "ipc"])]
+    missing = [t for t in small if t not in set(of)]
+    if missing:
+        parts.append(packed.where(F.col("_t").isin(missing)).select("_t", "_p", "ipc").toArrow())
+    got = pa.concat_tables(parts)
     out = {}
     for t in small:
         mine = got.filter(pc.equal(got.column("_t"), t)).select(["_p", "ipc"])
@@ -192,17 +250,20 @@ def from_driver(packed: Any, small: list[int], targets: list[pa.Schema],
 DIRECT_ROW_BYTES = 1024
 
 
+def _sample(names: list[str], schemas: dict[str, pa.Schema], sampled: dict[int, tuple[int, int]],
+            i: int) -> tuple[int, int]:
+    """The sampled changes' count and bytes of table number ``i``."""
+    relid = (schemas[names[i]].metadata or {}).get(b"pg.relation_id", b"")
+    return sampled.get(int(relid), (0, 0)) if relid.isdigit() else (0, 0)
+
+
 def largest(names: list[str], schemas: dict[str, pa.Schema], sampled: dict[int, tuple[int, int]]) -> int:
     """The number of the table decoded direct (:func:`layout`): the one with the most bytes
     of sampled changes, when they average :data:`DIRECT_ROW_BYTES` at least; else -1."""
-    def sample(i: int) -> tuple[int, int]:
-        relid = (schemas[names[i]].metadata or {}).get(b"pg.relation_id", b"")
-        return sampled.get(int(relid), (0, 0)) if relid.isdigit() else (0, 0)
-
-    best = max(range(len(names)), key=lambda i: (sample(i)[1], i), default=-1)
+    best = max(range(len(names)), key=lambda i: (_sample(names, schemas, sampled, i)[1], i), default=-1)
     if best < 0:
         return -1
-    count, size = sample(best)
+    count, size = _sample(names, schemas, sampled, best)
     return best if count and size >= DIRECT_ROW_BYTES * count else -1
 
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from .. import _internal
 from ..exceptions import CaptureError
+from ._common import bytes_setting
 __all__ = ["SAMPLE_EVERY", "CapturePieces", "plain_parquet_capture", "pieces_frame", "catalog_rows_fn",
            "catalog_rows_here", "catalog_rows", "catalog_schema"]
 
@@ -32,9 +33,9 @@ __all__ = ["SAMPLE_EVERY", "CapturePieces", "plain_parquet_capture", "pieces_fra
 _RELATION = re.compile(r"^(\+- )?Relation [^\[\]]*\[[^\[\]]*\] parquet$")
 _PROJECT = re.compile(r"^Project \[\w+#\d+L?(, \w+#\d+L?)*\]$")
 
-#: One in this many changes of each partition is sampled by the catalog scan, as its first 9
-#: bytes (the kind, and the relation id at either place: after the kind, or after a streamed
-#: change's xid) and its size.
+#: One in this many changes of each partition, at random, is sampled by the catalog scan, as
+#: its first 9 bytes (the kind, and the relation id at either place: after the kind, or after
+#: a streamed change's xid) and its size.
 SAMPLE_EVERY = 64
 _WHOLE_KINDS = np.frombuffer(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS, np.uint8)
 _CHANGE_KINDS = np.frombuffer(b"IUD", np.uint8)
@@ -141,14 +142,6 @@ def _local_path(uri: str) -> str | None:
     return None
 
 
-def _bytes_setting(text: str) -> int:
-    """A Spark byte size (``134217728b``, ``128m``, ``1g``, a plain number)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", text.lower())
-    if not m:
-        return 128 << 20
-    return int(m.group(1)) << (10 * "bkmgt".index(m.group(2) or "b"))
-
-
 def _parallelism(spark: Any) -> int:
     """The session's default parallelism (its cores), or 0 where it cannot tell (Spark
     Connect, which has no SparkContext, without ``spark.default.parallelism`` set)."""
@@ -203,8 +196,8 @@ def plain_parquet_capture(df: Any, order_col: str | None) -> CapturePieces | Non
         return None
     spark = df.sparkSession
     # Spark's own rule for a scan's splits (FilePartition.maxSplitBytes), on the bytes stored.
-    most = _bytes_setting(str(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m")))
-    opening = _bytes_setting(str(spark.conf.get("spark.sql.files.openCostInBytes", "4m")))
+    most = bytes_setting(str(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m")))
+    opening = bytes_setting(str(spark.conf.get("spark.sql.files.openCostInBytes", "4m")))
     cores = _parallelism(spark)
     total = sum(b for *_, b in groups) + opening * len(files)
     size = min(most, max(opening, total // cores if cores else most))
@@ -323,7 +316,10 @@ def catalog_rows(p: int, rows: pa.Table, schema: pa.Schema) -> Iterator[pa.Recor
     data = rows.column("data").combine_chunks()
     first = _first_bytes(data)
     whole = np.isin(first, _WHOLE_KINDS)
-    sampled = np.isin(first, _CHANGE_KINDS) & (np.arange(len(first)) % SAMPLE_EVERY == 0)
+    # At random (seeded by the piece: the same rows each time), not every n-th row: a workload's
+    # transactions repeat one pattern of changes, which a fixed stride would sample one
+    # table of (pgbench's four changes a transaction: never pgbench_branches).
+    sampled = np.isin(first, _CHANGE_KINDS) & (np.random.default_rng(p).random(len(first)) < 1 / SAMPLE_EVERY)
     lsn = rows.column("lsn").cast(schema.field("lsn").type)
     for keep, head in ((np.flatnonzero(whole), False), (np.flatnonzero(sampled), True)):
         at = pa.array(keep, pa.int64())

@@ -38,8 +38,10 @@ from ._packing import (
     from_driver,
     largest,
     layout,
+    likely_small,
     packed_row,
     small_tables,
+    small_total,
     summaries,
     unpack_fn,
     xid_index,
@@ -117,14 +119,15 @@ def _persist_adaptively(df: Any) -> Any:
 _CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 
 
-def _decoding_pass(df: Any) -> tuple[Any, pa.Table, dict[int, int]]:
+def _decoding_pass(df: Any, collect: list[int]) -> tuple[Any, pa.Table, dict[int, int], pa.Table]:
     """``df`` (the decoding pass) persisted (:func:`_persist_adaptively`) and run, its cache
-    built uncompressed: the persisted DataFrame, and its :func:`summaries`."""
-    def run() -> tuple[Any, pa.Table, dict[int, int]]:
+    built uncompressed: the persisted DataFrame, and its :func:`summaries` (with the packed
+    rows of the tables numbered in ``collect``)."""
+    def run() -> tuple[Any, pa.Table, dict[int, int], pa.Table]:
         packed = _persist_adaptively(df)
-        return (packed, *summaries(packed))
+        return (packed, *summaries(packed, collect))
 
-    result: tuple[Any, pa.Table, dict[int, int]] = with_setting(
+    result: tuple[Any, pa.Table, dict[int, int], pa.Table] = with_setting(
         df.sparkSession, _CACHE_COMPRESSED, "true", lambda _: "false", run)
     return result
 
@@ -282,10 +285,15 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
     targets = [to_spark_arrow_schema(schemas[n], time_type) for n in names]
     targets.append(to_spark_arrow_schema(_decoder(options).finish().truncates.schema))
     direct = largest(names, schemas, catalog.sampled)
+    count = len(targets) if with_truncates else len(names)
+    # The small tables' rows are collected by the pass's own job, as far as the catalog's
+    # sample tells which they are.
+    most = small_total(spark)
+    collect = likely_small(names, schemas, catalog.sampled, count, direct, most)
     pass_schema = spark_schema(layout(targets[direct] if direct >= 0 else None))
     fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=False, pieces=pieces)
     source = rows if pieces is None else pieces_frame(spark, pieces)
-    packed, summary, sizes = _decoding_pass(source.mapInArrow(fn, pass_schema))
+    packed, summary, sizes, collected = _decoding_pass(source.mapInArrow(fn, pass_schema), collect)
     placed = placement(summary)
     if not placed.ordered:
         _log.info("decode: the capture's rows are not in the server's order across partitions; "
@@ -293,10 +301,9 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
         packed.unpersist()
         n = num_partitions or int(spark.conf.get("spark.sql.shuffle.partitions", "200"))
         fn = _decode_partition_fn(catalog, schemas, targets, direct, options, whole=True)
-        packed, _, sizes = _decoding_pass(rows.repartition(n, "xid").mapInArrow(fn, pass_schema))
+        packed, _, sizes, collected = _decoding_pass(rows.repartition(n, "xid").mapInArrow(fn, pass_schema), collect)
     unpack = unpack_fn(placed.offsets)
-    count = len(targets) if with_truncates else len(names)
-    small = from_driver(packed, small_tables(sizes, count, direct), targets, unpack)
+    small = from_driver(packed, small_tables(sizes, count, direct, most), targets, unpack, collected, collect)
     if len(small) == count:
         packed.unpersist()  # every table came to the driver
 
