@@ -152,9 +152,10 @@ def summaries(packed: Any, collect: Collection[int] = ()) -> tuple[pa.Table, dic
 
 
 #: A packed table whose rows take at most this many bytes (:data:`SIZES`) is handed out from
-#: the driver (``createDataFrame``), collected with the other small ones in one job: a table's
-#: own job over the cache costs about 0.2 s of Spark's overhead, paid by each of a capture's
-#: many small tables (BENCHMARKS.md). At most :func:`small_total` bytes in all: the
+#: the driver (``createDataFrame``), its rows collected by the decoding pass's own job
+#: (:func:`likely_small`): a table's own job over the cache costs about 0.15 s of Spark's
+#: overhead, paid by each of a capture's many small tables, a local relation's write 0.05 s
+#: (benches/findings.md). At most :func:`small_total` bytes in all: the
 #: driver holds them (as rows of local relations) while their DataFrames live.
 SMALL_TABLE = 4 << 20
 SMALL_TOTAL = 64 << 20
@@ -197,11 +198,11 @@ def likely_small(names: list[str], schemas: dict[str, pa.Schema], sampled: dict[
                  tables: int, direct: int, most: int) -> list[int]:
     """The tables (numbers ``0 .. tables - 1``, not the ``direct`` one; ``tables`` may count
     the TRUNCATEs after ``names``) that the catalog scan's sample puts under
-    :data:`SMALL_TABLE` (``most`` in all; :data:`GUESS_SLACK` times either), as
-    :func:`small_tables` chooses by their sizes: the decoding pass's own job collects their packed rows
-    (:func:`summaries`), so that the small tables cost no job of their own. A guess, from one
-    change in :data:`._pieces.SAMPLE_EVERY`: :func:`from_driver` takes the tables by their
-    real sizes (:func:`small_tables`) and collects any the guess missed."""
+    :data:`SMALL_TABLE` (``most`` in all; :data:`GUESS_SLACK` times either), smallest first
+    as :func:`small_tables` chooses by their sizes. The decoding pass's own job collects their
+    packed rows (:func:`summaries`), so that the small tables cost no job of their own. A
+    guess, from one change in :data:`._pieces.SAMPLE_EVERY`: :func:`from_driver` takes the
+    tables by their real sizes (:func:`small_tables`) and collects any the guess missed."""
     def estimate(t: int) -> int:
         count, size = _sample(names, schemas, sampled, t) if t < len(names) else (0, 0)
         return SAMPLE_EVERY * (size + count * ROW_OVERHEAD)
