@@ -135,6 +135,12 @@ impl ColumnBuilder {
                 }
                 Err(_) => false,
             },
+            // Numerics and times as text (numeric without a typmod; time by default): rendered
+            // in place, without a scratch String and its copy.
+            Col::Str { kind, out } if kind.is_scalar() => {
+                out.append_scalar(*kind, bytes, &mut self.scratch.text)?;
+                true
+            }
             Col::Str { kind, out } => {
                 match kind.binary_text_offset(bytes)? {
                     // jsonb: the text after a version byte.

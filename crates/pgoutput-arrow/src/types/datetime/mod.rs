@@ -13,9 +13,8 @@
 //! since 2000-01-01, with its ±infinity sentinels), from text or from binary alike;
 //! only then mapped to Arrow, so both modes meet the same special-value rules.
 
-use std::fmt::Write;
 
-use super::num::{err, fixed, push_digits, Shown};
+use super::num::{err, fixed, push_digits, Shown, TextOut};
 use super::value::{DatetimeRange, Result, Special, SpecialValues, ValueError};
 
 /// DateStyle's field order (the `MDY` of `DateStyle = 'SQL, MDY'`): how the SQL and Postgres
@@ -357,19 +356,19 @@ fn out_of_range(what: &str, text: &str, range: DatetimeRange) -> Special {
     Special(format!("{what} {text} is outside {held}: datetime_range={:?}", range.name()))
 }
 
-fn push_date(out: &mut String, unix_days: i64) -> bool {
+fn push_date<O: TextOut + ?Sized>(out: &mut O, unix_days: i64) -> bool {
     let (y, m, d) = civil_from_days(unix_days);
     let bc = y <= 0;
     push_digits(out, (if bc { 1 - y } else { y }) as u64, 4);
-    out.push('-');
+    out.push_ascii(b'-');
     push_digits(out, m as u64, 2);
-    out.push('-');
+    out.push_ascii(b'-');
     push_digits(out, d as u64, 2);
     bc
 }
 
 /// date_out, DateStyle ISO.
-pub(crate) fn date_to_text(pg: i32, out: &mut String) {
+pub(crate) fn date_to_text<O: TextOut + ?Sized>(pg: i32, out: &mut O) {
     match pg {
         i32::MIN => out.push_str("-infinity"),
         i32::MAX => out.push_str("infinity"),
@@ -430,7 +429,7 @@ pub(crate) fn time_to_arrow(v: i64) -> std::result::Result<i64, Special> {
 }
 
 /// "SS" then ".ffffff" without trailing zeros (AppendSeconds with fillzeros).
-pub(super) fn push_seconds(out: &mut String, sec: i64, fsec: i64) {
+pub(super) fn push_seconds<O: TextOut + ?Sized>(out: &mut O, sec: i64, fsec: i64) {
     push_digits(out, sec.unsigned_abs(), 2);
     if fsec != 0 {
         let mut f = fsec.unsigned_abs();
@@ -439,25 +438,25 @@ pub(super) fn push_seconds(out: &mut String, sec: i64, fsec: i64) {
             f /= 10;
             width -= 1;
         }
-        out.push('.');
+        out.push_ascii(b'.');
         push_digits(out, f, width);
     }
 }
 
 /// time_out.
-pub(crate) fn time_to_text(v: i64, out: &mut String) {
+pub(crate) fn time_to_text<O: TextOut + ?Sized>(v: i64, out: &mut O) {
     let (h, rest) = (v / USECS_PER_HOUR, v % USECS_PER_HOUR);
     let (m, rest) = (rest / USECS_PER_MINUTE, rest % USECS_PER_MINUTE);
     if v < 0 {
         // Never from a server (time is 00:00 to 24:00); printed as fmt would.
-        let _ = write!(out, "{h:02}:{m:02}:");
+        out.push_str(&format!("{h:02}:{m:02}:"));
         push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
         return;
     }
     push_digits(out, h as u64, 2);
-    out.push(':');
+    out.push_ascii(b':');
     push_digits(out, m as u64, 2);
-    out.push(':');
+    out.push_ascii(b':');
     push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
 }
 

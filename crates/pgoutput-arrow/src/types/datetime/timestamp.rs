@@ -305,7 +305,7 @@ pub(crate) fn timestamp_to_arrow(
 }
 
 /// timestamp_out / timestamptz_out with TimeZone UTC (offset "+00").
-pub(crate) fn timestamp_to_text(pg: i64, tz: bool, out: &mut String) {
+pub(crate) fn timestamp_to_text<O: TextOut + ?Sized>(pg: i64, tz: bool, out: &mut O) {
     match pg {
         i64::MIN => out.push_str("-infinity"),
         i64::MAX => out.push_str("infinity"),
@@ -313,7 +313,7 @@ pub(crate) fn timestamp_to_text(pg: i64, tz: bool, out: &mut String) {
             let days = pg.div_euclid(USECS_PER_DAY);
             let time = pg.rem_euclid(USECS_PER_DAY);
             let bc = push_date(out, days + UNIX_TO_PG_DAYS as i64);
-            out.push(' ');
+            out.push_ascii(b' ');
             time_to_text(time, out);
             if tz {
                 out.push_str("+00");

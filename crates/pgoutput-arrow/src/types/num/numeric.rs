@@ -306,7 +306,8 @@ pub(super) fn horner_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
 
 /// numeric_out's text of a binary numeric (get_str_from_var in numeric.c): the integer
 /// part without leading zeros ("0" when there is none), then `dscale` fraction digits.
-pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> {
+/// Nothing is written when the value is not a well-formed numeric.
+pub(crate) fn numeric_bin_to_text<O: TextOut + ?Sized>(bytes: &[u8], out: &mut O) -> Result<()> {
     let n = numeric_bin(bytes)?;
     match n.sign {
         NUMERIC_NAN | NUMERIC_PINF | NUMERIC_NINF => {
@@ -317,12 +318,12 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
             });
             return Ok(());
         }
-        NUMERIC_NEG => out.push('-'),
+        NUMERIC_NEG => out.push_ascii(b'-'),
         _ => {}
     }
     let weight = n.weight as i32;
     if weight < 0 {
-        out.push('0');
+        out.push_ascii(b'0');
     } else {
         for i in 0..=weight {
             push_digits(out, n.digit(i as usize) as u64, if i == 0 { 1 } else { 4 });
@@ -330,7 +331,7 @@ pub(crate) fn numeric_bin_to_text(bytes: &[u8], out: &mut String) -> Result<()> 
     }
     let dscale = n.dscale as i32;
     if dscale > 0 {
-        out.push('.');
+        out.push_ascii(b'.');
         let mut left = dscale;
         let mut i = weight + 1;
         while left > 0 {
