@@ -14,7 +14,7 @@
 //! only then mapped to Arrow, so both modes meet the same special-value rules.
 
 
-use super::num::{err, fixed, push_digits, Shown, TextOut};
+use super::num::{err, fixed, push_digits, two_digits, Shown, TextOut};
 use super::value::{DatetimeRange, Result, Special, SpecialValues, ValueError};
 
 /// DateStyle's field order (the `MDY` of `DateStyle = 'SQL, MDY'`): how the SQL and Postgres
@@ -432,15 +432,20 @@ pub(crate) fn time_to_arrow(v: i64) -> std::result::Result<i64, Special> {
 pub(super) fn push_seconds<O: TextOut + ?Sized>(out: &mut O, sec: i64, fsec: i64) {
     push_digits(out, sec.unsigned_abs(), 2);
     if fsec != 0 {
-        let mut f = fsec.unsigned_abs();
-        let mut width = 6;
-        while f.is_multiple_of(10) {
-            f /= 10;
-            width -= 1;
-        }
-        out.push_ascii(b'.');
-        push_digits(out, f, width);
+        push_fraction(out, fsec);
     }
+}
+
+/// ".ffffff" without trailing zeros, for microseconds `fsec` other than 0.
+fn push_fraction<O: TextOut + ?Sized>(out: &mut O, fsec: i64) {
+    let mut f = fsec.unsigned_abs();
+    let mut width = 6;
+    while f.is_multiple_of(10) {
+        f /= 10;
+        width -= 1;
+    }
+    out.push_ascii(b'.');
+    push_digits(out, f, width);
 }
 
 /// time_out.
@@ -453,11 +458,21 @@ pub(crate) fn time_to_text<O: TextOut + ?Sized>(v: i64, out: &mut O) {
         push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
         return;
     }
+    let (s, fsec) = (rest / USECS_PER_SEC, rest % USECS_PER_SEC);
+    if h < 100 {
+        // "HH:MM:SS" in one copy of eight bytes.
+        let (h, m, s) = (two_digits(h as u64), two_digits(m as u64), two_digits(s as u64));
+        out.push_ascii_bytes(&[h[0], h[1], b':', m[0], m[1], b':', s[0], s[1]]);
+        if fsec != 0 {
+            push_fraction(out, fsec);
+        }
+        return;
+    }
     push_digits(out, h as u64, 2);
     out.push_ascii(b':');
     push_digits(out, m as u64, 2);
     out.push_ascii(b':');
-    push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
+    push_seconds(out, s, fsec);
 }
 
 /// "+HH", "+HH:MM" or "+HH:MM:SS" for an offset east of UTC in seconds (EncodeTimezone).
@@ -522,6 +537,34 @@ pub(crate) use timestamp::*;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// time_out's text by `fmt` (the rule before the eight-byte copy), into a String and into
+    /// bytes: every second of a day with and without fractions, and values past it.
+    #[test]
+    fn time_to_text_is_time_out() {
+        fn reference(v: i64) -> String {
+            let (h, m, s, f) = (v / USECS_PER_HOUR, v / USECS_PER_MINUTE % 60, v / USECS_PER_SEC % 60, v % USECS_PER_SEC);
+            let mut t = format!("{h:02}:{m:02}:{s:02}");
+            if f != 0 {
+                t.push_str(format!(".{f:06}").trim_end_matches('0'));
+            }
+            t
+        }
+        let fractions = [0, 1, 10, 500_000, 123_456, 999_999, 100, 120_000, 5];
+        let mut checked = 0;
+        for sec in (0..=86_400i64).chain([86_400 * 3, 99 * 3600 + 59 * 60 + 59, 100 * 3600, 1_000_000 * 3600]) {
+            for &f in &fractions {
+                let v = sec * USECS_PER_SEC + f;
+                let (mut text, mut bytes) = (String::new(), Vec::new());
+                time_to_text(v, &mut text);
+                time_to_text(v, &mut bytes);
+                assert_eq!(text, reference(v), "{v}");
+                assert_eq!(bytes, text.as_bytes(), "{v}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 700_000);
+    }
 
     /// The ISO fast paths give what the general parsers give, on every shape near them.
     #[test]

@@ -245,6 +245,8 @@ pub(crate) trait TextOut {
     fn push_str(&mut self, s: &str);
     /// An ASCII byte.
     fn push_ascii(&mut self, b: u8);
+    /// ASCII bytes.
+    fn push_ascii_bytes(&mut self, b: &[u8]);
 }
 
 impl TextOut for String {
@@ -256,6 +258,11 @@ impl TextOut for String {
     fn push_ascii(&mut self, b: u8) {
         debug_assert!(b.is_ascii());
         self.push(char::from(b));
+    }
+    #[inline(always)]
+    fn push_ascii_bytes(&mut self, b: &[u8]) {
+        debug_assert!(b.is_ascii());
+        self.extend(b.iter().map(|&c| char::from(c)));
     }
 }
 
@@ -269,6 +276,11 @@ impl TextOut for Vec<u8> {
         debug_assert!(b.is_ascii());
         self.push(b);
     }
+    #[inline(always)]
+    fn push_ascii_bytes(&mut self, b: &[u8]) {
+        debug_assert!(b.is_ascii());
+        self.extend_from_slice(b);
+    }
 }
 
 /// `v` in decimal, zero-padded to at least `width` digits (as `{v:0width$}`), without
@@ -281,6 +293,20 @@ pub(crate) fn push_digits<O: TextOut + ?Sized>(out: &mut O, v: u64, width: usize
     match (v, width) {
         (0..=9_999, 4) => out.push_str(&DIGITS4[4 * v as usize..4 * v as usize + 4]),
         (0..=99, 2) => out.push_str(&DIGITS4[4 * v as usize + 2..4 * v as usize + 4]),
+        // A numeric's first base-10000 digit: its one to four digits a byte at a time (a copy
+        // of a length known only here is a call to memcpy).
+        (0..=9_999, 0 | 1) => {
+            let four = &DIGITS4.as_bytes()[4 * v as usize..4 * v as usize + 4];
+            let skip = match v {
+                0..=9 => 3,
+                10..=99 => 2,
+                100..=999 => 1,
+                _ => 0,
+            };
+            for &b in &four[skip..] {
+                out.push_ascii(b);
+            }
+        }
         _ => push_digits_any(out, v, width),
     }
 }
@@ -314,6 +340,14 @@ fn push_digits_any<O: TextOut + ?Sized>(out: &mut O, mut v: u64, width: usize) {
     for &g in groups[..n - 1].iter().rev() {
         out.push_str(&DIGITS4[4 * g..4 * g + 4]);
     }
+}
+
+/// The two ASCII digits of `v` below 100.
+#[inline(always)]
+pub(crate) fn two_digits(v: u64) -> [u8; 2] {
+    let d = DIGITS4.as_bytes();
+    let i = 4 * (v % 100) as usize;
+    [d[i + 2], d[i + 3]]
 }
 
 /// "00" to "ff" back to back: a byte's two lowercase hex digits per lookup, as a `str` (see
