@@ -64,9 +64,9 @@ impl ColumnBuilder {
                 }
                 _ => false,
             },
-            Col::Timestamp { b, tz } => {
-                let v = if *tz { datetime::timestamptz_text(bytes, dt) } else { datetime::timestamp_text(bytes, dt) };
-                v.ok()
+            Col::Timestamp { b, tz, last } => {
+                datetime::timestamp_text_last(bytes, *tz, dt, last)
+                    .ok()
                     .and_then(|v| datetime::timestamp_to_arrow(v, sv, range).ok())
                     .map(|v| b.append_value(v))
                     .is_some()
@@ -224,7 +224,7 @@ impl ColumnBuilder {
                 let v = if binary { datetime::time_bin(bytes)? } else { datetime::time_text(bytes)? };
                 prim!(b, special!(datetime::time_to_arrow(v)))
             }
-            Col::Timestamp { b, tz } => {
+            Col::Timestamp { b, tz, .. } => {
                 let v = match (binary, *tz) {
                     (true, _) => datetime::timestamp_bin(bytes)?,
                     (false, false) => datetime::timestamp_text(bytes, self.datetime)?,

@@ -577,6 +577,9 @@ mod tests {
         let times = ["00:00:00", "23:59:59", "24:00:00", "12:60:00", "12:00:60", "10:00:00.5", "10:00:00.123456",
             "10:00:00.1234567", "10:00:00.", "1:00:00", "10:00:00.000001"];
         let zones = ["", "+00", "-00", "+05:30", "-03:30", "+14", "-12:00", "+05:30:52", "+5", "+05:3", "+05:60", " UTC", "Z"];
+        // A column's remembered date (LastDate) carried from each text to the next: texts of one
+        // date in a row, and bad ones after good ones of the same date.
+        let mut last = LastDate::default();
         for order in [DateOrder::Mdy, DateOrder::Dmy, DateOrder::Ymd] {
             let ctx = DateTimeText { order, timezone: None };
             for d in dates {
@@ -589,6 +592,8 @@ mod tests {
                                 let fast = timestamp_text_any(text.as_bytes(), with_zone, ctx);
                                 let general = timestamp_text_styled(text.as_bytes(), with_zone, ctx);
                                 assert_eq!(fast, general, "{text} with_zone {with_zone}");
+                                let remembered = timestamp_text_last(text.as_bytes(), with_zone, ctx, &mut last);
+                                assert_eq!(remembered, general, "{text} with_zone {with_zone} after a remembered date");
                             }
                         }
                     }
@@ -602,7 +607,11 @@ mod tests {
             let text = format!("{y:04}-{m:02}-{d:02}");
             assert_eq!(date_text(text.as_bytes(), ctx), date_text_styled(text.as_bytes(), ctx), "{text}");
             let stamp = format!("{text} 13:14:15.25-07");
-            assert_eq!(timestamp_text_any(stamp.as_bytes(), true, ctx), timestamp_text_styled(stamp.as_bytes(), true, ctx));
+            let general = timestamp_text_styled(stamp.as_bytes(), true, ctx);
+            assert_eq!(timestamp_text_any(stamp.as_bytes(), true, ctx), general);
+            assert_eq!(timestamp_text_last(stamp.as_bytes(), true, ctx, &mut last), general, "{stamp}");
+            let mut fresh = LastDate::default();
+            assert_eq!(timestamp_text_last(stamp.as_bytes(), true, ctx, &mut fresh), general, "{stamp}");
         }
     }
 
