@@ -64,9 +64,9 @@ impl ColumnBuilder {
                 }
                 _ => false,
             },
-            Col::Timestamp { b, tz } => {
-                let v = if *tz { datetime::timestamptz_text(bytes, dt) } else { datetime::timestamp_text(bytes, dt) };
-                v.ok()
+            Col::Timestamp { b, tz, last } => {
+                datetime::timestamp_text_last(bytes, *tz, dt, last)
+                    .ok()
                     .and_then(|v| datetime::timestamp_to_arrow(v, sv, range).ok())
                     .map(|v| b.append_value(v))
                     .is_some()
@@ -135,6 +135,12 @@ impl ColumnBuilder {
                 }
                 Err(_) => false,
             },
+            // Numerics and times as text (numeric without a typmod; time by default): rendered
+            // in place, without a scratch String and its copy.
+            Col::Str { kind, out } if kind.is_scalar() => {
+                out.append_scalar(*kind, bytes, &mut self.scratch.text)?;
+                true
+            }
             Col::Str { kind, out } => {
                 match kind.binary_text_offset(bytes)? {
                     // jsonb: the text after a version byte.
@@ -218,7 +224,7 @@ impl ColumnBuilder {
                 let v = if binary { datetime::time_bin(bytes)? } else { datetime::time_text(bytes)? };
                 prim!(b, special!(datetime::time_to_arrow(v)))
             }
-            Col::Timestamp { b, tz } => {
+            Col::Timestamp { b, tz, .. } => {
                 let v = match (binary, *tz) {
                     (true, _) => datetime::timestamp_bin(bytes)?,
                     (false, false) => datetime::timestamp_text(bytes, self.datetime)?,

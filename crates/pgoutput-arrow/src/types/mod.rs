@@ -62,7 +62,8 @@ enum Col {
     Decimal { b: Decimal128Builder, precision: u8, scale: i8 },
     Date(Date32Builder),
     Time(Time64MicrosecondBuilder),
-    Timestamp { b: TimestampMicrosecondBuilder, tz: bool },
+    /// `last`: the last ISO date of a text value.
+    Timestamp { b: TimestampMicrosecondBuilder, tz: bool, last: datetime::LastDate },
     Interval(IntervalMonthDayNanoBuilder),
     IntervalStruct(Box<IntervalStructBuilder>),
     Uuid(FixedSizeBinaryBuilder),
@@ -220,11 +221,12 @@ impl ColumnBuilder {
                 oid::DATE if !text_special => Col::Date(Date32Builder::new()),
                 oid::TIME if !text_special && opts.time == TimeType::Time64 => Col::Time(Time64MicrosecondBuilder::new()),
                 oid::TIMESTAMP if !text_special => {
-                    Col::Timestamp { b: TimestampMicrosecondBuilder::new(), tz: false }
+                    Col::Timestamp { b: TimestampMicrosecondBuilder::new(), tz: false, last: Default::default() }
                 }
                 oid::TIMESTAMPTZ if !text_special => Col::Timestamp {
                     b: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
                     tz: true,
+                    last: Default::default(),
                 },
                 oid::INTERVAL if !text_special => match opts.interval {
                     IntervalType::Struct => Col::IntervalStruct(Box::new(IntervalStructBuilder::new())),
@@ -394,7 +396,7 @@ impl ColumnBuilder {
             }
             Col::Date(b) => *b = Date32Builder::with_capacity(rows),
             Col::Time(b) => *b = Time64MicrosecondBuilder::with_capacity(rows),
-            Col::Timestamp { b, tz } => {
+            Col::Timestamp { b, tz, .. } => {
                 let fresh = TimestampMicrosecondBuilder::with_capacity(rows);
                 *b = if *tz { fresh.with_timezone("UTC") } else { fresh };
             }

@@ -13,6 +13,7 @@ use arrow_array::{ArrayRef, StringArray};
 use arrow_buffer::{Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::DataType;
 
+use super::render::{render_scalar, StrKind};
 use super::value::{Result, Source, ValueError};
 
 /// Values of at most this many bytes live inside the view itself.
@@ -102,6 +103,25 @@ impl Utf8Out {
     fn append_unchecked(&mut self, value: &[u8]) -> Result<()> {
         check_fits(self.values.len(), value.len())?;
         self.values.extend_from_slice(value);
+        // Cannot truncate: check_fits kept the values within i32::MAX bytes.
+        self.offsets.push(self.values.len() as i32);
+        self.nulls.append_non_null();
+        Ok(())
+    }
+
+    /// Appends the text `render` writes straight after the values so far (UTF-8 only, and
+    /// nothing when it fails): no scratch `String`, no copy.
+    #[inline]
+    fn append_rendered(&mut self, render: impl FnOnce(&mut Vec<u8>) -> Result<()>) -> Result<()> {
+        let start = self.values.len();
+        if let Err(e) = render(&mut self.values) {
+            self.values.truncate(start);
+            return Err(e);
+        }
+        if let Err(e) = check_fits(start, self.values.len() - start) {
+            self.values.truncate(start);
+            return Err(e);
+        }
         // Cannot truncate: check_fits kept the values within i32::MAX bytes.
         self.offsets.push(self.values.len() as i32);
         self.nulls.append_non_null();
@@ -201,6 +221,21 @@ impl StrStore {
             StrStore::Plain(b) => b.append_unchecked(value)?,
         }
         Ok(())
+    }
+
+    /// Appends a binary value of a [scalar kind](StrKind::is_scalar) rendered as its text:
+    /// straight into a plain column's bytes, through `scratch` into a view column.
+    #[inline]
+    pub(crate) fn append_scalar(&mut self, kind: StrKind, bytes: &[u8], scratch: &mut String) -> Result<()> {
+        match self {
+            StrStore::View(b, _) => {
+                scratch.clear();
+                render_scalar(kind, bytes, scratch)?;
+                b.append_value(scratch.as_str());
+                Ok(())
+            }
+            StrStore::Plain(b) => b.append_rendered(|v| render_scalar(kind, bytes, v)),
+        }
     }
 
     /// Appends text this crate rendered (UTF-8 already).

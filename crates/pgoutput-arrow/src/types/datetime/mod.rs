@@ -13,9 +13,8 @@
 //! since 2000-01-01, with its ±infinity sentinels), from text or from binary alike;
 //! only then mapped to Arrow, so both modes meet the same special-value rules.
 
-use std::fmt::Write;
 
-use super::num::{err, fixed, push_digits, Shown};
+use super::num::{err, fixed, push_digits, two_digits, Shown, TextOut};
 use super::value::{DatetimeRange, Result, Special, SpecialValues, ValueError};
 
 /// DateStyle's field order (the `MDY` of `DateStyle = 'SQL, MDY'`): how the SQL and Postgres
@@ -357,19 +356,19 @@ fn out_of_range(what: &str, text: &str, range: DatetimeRange) -> Special {
     Special(format!("{what} {text} is outside {held}: datetime_range={:?}", range.name()))
 }
 
-fn push_date(out: &mut String, unix_days: i64) -> bool {
+fn push_date<O: TextOut + ?Sized>(out: &mut O, unix_days: i64) -> bool {
     let (y, m, d) = civil_from_days(unix_days);
     let bc = y <= 0;
     push_digits(out, (if bc { 1 - y } else { y }) as u64, 4);
-    out.push('-');
+    out.push_ascii(b'-');
     push_digits(out, m as u64, 2);
-    out.push('-');
+    out.push_ascii(b'-');
     push_digits(out, d as u64, 2);
     bc
 }
 
 /// date_out, DateStyle ISO.
-pub(crate) fn date_to_text(pg: i32, out: &mut String) {
+pub(crate) fn date_to_text<O: TextOut + ?Sized>(pg: i32, out: &mut O) {
     match pg {
         i32::MIN => out.push_str("-infinity"),
         i32::MAX => out.push_str("infinity"),
@@ -430,35 +429,50 @@ pub(crate) fn time_to_arrow(v: i64) -> std::result::Result<i64, Special> {
 }
 
 /// "SS" then ".ffffff" without trailing zeros (AppendSeconds with fillzeros).
-pub(super) fn push_seconds(out: &mut String, sec: i64, fsec: i64) {
+pub(super) fn push_seconds<O: TextOut + ?Sized>(out: &mut O, sec: i64, fsec: i64) {
     push_digits(out, sec.unsigned_abs(), 2);
     if fsec != 0 {
-        let mut f = fsec.unsigned_abs();
-        let mut width = 6;
-        while f.is_multiple_of(10) {
-            f /= 10;
-            width -= 1;
-        }
-        out.push('.');
-        push_digits(out, f, width);
+        push_fraction(out, fsec);
     }
 }
 
+/// ".ffffff" without trailing zeros, for microseconds `fsec` other than 0.
+fn push_fraction<O: TextOut + ?Sized>(out: &mut O, fsec: i64) {
+    let mut f = fsec.unsigned_abs();
+    let mut width = 6;
+    while f.is_multiple_of(10) {
+        f /= 10;
+        width -= 1;
+    }
+    out.push_ascii(b'.');
+    push_digits(out, f, width);
+}
+
 /// time_out.
-pub(crate) fn time_to_text(v: i64, out: &mut String) {
+pub(crate) fn time_to_text<O: TextOut + ?Sized>(v: i64, out: &mut O) {
     let (h, rest) = (v / USECS_PER_HOUR, v % USECS_PER_HOUR);
     let (m, rest) = (rest / USECS_PER_MINUTE, rest % USECS_PER_MINUTE);
     if v < 0 {
         // Never from a server (time is 00:00 to 24:00); printed as fmt would.
-        let _ = write!(out, "{h:02}:{m:02}:");
+        out.push_str(&format!("{h:02}:{m:02}:"));
         push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
         return;
     }
+    let (s, fsec) = (rest / USECS_PER_SEC, rest % USECS_PER_SEC);
+    if h < 100 {
+        // "HH:MM:SS" in one copy of eight bytes.
+        let (h, m, s) = (two_digits(h as u64), two_digits(m as u64), two_digits(s as u64));
+        out.push_ascii_bytes(&[h[0], h[1], b':', m[0], m[1], b':', s[0], s[1]]);
+        if fsec != 0 {
+            push_fraction(out, fsec);
+        }
+        return;
+    }
     push_digits(out, h as u64, 2);
-    out.push(':');
+    out.push_ascii(b':');
     push_digits(out, m as u64, 2);
-    out.push(':');
-    push_seconds(out, rest / USECS_PER_SEC, rest % USECS_PER_SEC);
+    out.push_ascii(b':');
+    push_seconds(out, s, fsec);
 }
 
 /// "+HH", "+HH:MM" or "+HH:MM:SS" for an offset east of UTC in seconds (EncodeTimezone).
@@ -524,6 +538,34 @@ pub(crate) use timestamp::*;
 mod tests {
     use super::*;
 
+    /// time_out's text by `fmt` (the rule before the eight-byte copy), into a String and into
+    /// bytes: every second of a day with and without fractions, and values past it.
+    #[test]
+    fn time_to_text_is_time_out() {
+        fn reference(v: i64) -> String {
+            let (h, m, s, f) = (v / USECS_PER_HOUR, v / USECS_PER_MINUTE % 60, v / USECS_PER_SEC % 60, v % USECS_PER_SEC);
+            let mut t = format!("{h:02}:{m:02}:{s:02}");
+            if f != 0 {
+                t.push_str(format!(".{f:06}").trim_end_matches('0'));
+            }
+            t
+        }
+        let fractions = [0, 1, 10, 500_000, 123_456, 999_999, 100, 120_000, 5];
+        let mut checked = 0;
+        for sec in (0..=86_400i64).chain([86_400 * 3, 99 * 3600 + 59 * 60 + 59, 100 * 3600, 1_000_000 * 3600]) {
+            for &f in &fractions {
+                let v = sec * USECS_PER_SEC + f;
+                let (mut text, mut bytes) = (String::new(), Vec::new());
+                time_to_text(v, &mut text);
+                time_to_text(v, &mut bytes);
+                assert_eq!(text, reference(v), "{v}");
+                assert_eq!(bytes, text.as_bytes(), "{v}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 700_000);
+    }
+
     /// The ISO fast paths give what the general parsers give, on every shape near them.
     #[test]
     fn iso_fast_paths_agree_with_the_general_parsers() {
@@ -535,6 +577,9 @@ mod tests {
         let times = ["00:00:00", "23:59:59", "24:00:00", "12:60:00", "12:00:60", "10:00:00.5", "10:00:00.123456",
             "10:00:00.1234567", "10:00:00.", "1:00:00", "10:00:00.000001"];
         let zones = ["", "+00", "-00", "+05:30", "-03:30", "+14", "-12:00", "+05:30:52", "+5", "+05:3", "+05:60", " UTC", "Z"];
+        // A column's remembered date (LastDate) carried from each text to the next: texts of one
+        // date in a row, and bad ones after good ones of the same date.
+        let mut last = LastDate::default();
         for order in [DateOrder::Mdy, DateOrder::Dmy, DateOrder::Ymd] {
             let ctx = DateTimeText { order, timezone: None };
             for d in dates {
@@ -547,6 +592,8 @@ mod tests {
                                 let fast = timestamp_text_any(text.as_bytes(), with_zone, ctx);
                                 let general = timestamp_text_styled(text.as_bytes(), with_zone, ctx);
                                 assert_eq!(fast, general, "{text} with_zone {with_zone}");
+                                let remembered = timestamp_text_last(text.as_bytes(), with_zone, ctx, &mut last);
+                                assert_eq!(remembered, general, "{text} with_zone {with_zone} after a remembered date");
                             }
                         }
                     }
@@ -560,7 +607,11 @@ mod tests {
             let text = format!("{y:04}-{m:02}-{d:02}");
             assert_eq!(date_text(text.as_bytes(), ctx), date_text_styled(text.as_bytes(), ctx), "{text}");
             let stamp = format!("{text} 13:14:15.25-07");
-            assert_eq!(timestamp_text_any(stamp.as_bytes(), true, ctx), timestamp_text_styled(stamp.as_bytes(), true, ctx));
+            let general = timestamp_text_styled(stamp.as_bytes(), true, ctx);
+            assert_eq!(timestamp_text_any(stamp.as_bytes(), true, ctx), general);
+            assert_eq!(timestamp_text_last(stamp.as_bytes(), true, ctx, &mut last), general, "{stamp}");
+            let mut fresh = LastDate::default();
+            assert_eq!(timestamp_text_last(stamp.as_bytes(), true, ctx, &mut fresh), general, "{stamp}");
         }
     }
 

@@ -73,12 +73,40 @@ pub(super) fn iso_days(b: &[u8; 10]) -> Option<i64> {
     Some(days_from_civil(year, month, day))
 }
 
+/// The last ISO date a timestamp column read, and its days: consecutive values of a column
+/// mostly share their date (changes made about the same time), and reading a date was about
+/// half of an ISO timestamp's parse.
+#[derive(Clone, Copy)]
+pub(crate) struct LastDate {
+    text: [u8; 10],
+    days: i64,
+}
+
+impl Default for LastDate {
+    fn default() -> Self {
+        LastDate { text: *b"2000-01-01", days: UNIX_TO_PG_DAYS as i64 }
+    }
+}
+
+impl LastDate {
+    /// [`iso_days`] of `b`, remembered.
+    #[inline(always)]
+    fn days(&mut self, b: &[u8; 10]) -> Option<i64> {
+        if *b == self.text {
+            return Some(self.days);
+        }
+        let days = iso_days(b)?;
+        *self = LastDate { text: *b, days };
+        Some(days)
+    }
+}
+
 /// PostgreSQL's microseconds since 2000 of an ISO timestamp `YYYY-MM-DD HH:MM:SS[.f{1,6}]`
 /// (years 1 to 9999), with a `±HH[:MM]` offset when `with_zone`; None for any other shape,
-/// which the general parser reads.
+/// which the general parser reads. `last`: the date read before, see [`LastDate`].
 #[inline]
-pub(super) fn iso_stamp(b: &[u8], with_zone: bool) -> Option<i64> {
-    let days = iso_days(b.get(..10)?.try_into().ok()?)?;
+pub(super) fn iso_stamp(b: &[u8], with_zone: bool, last: &mut LastDate) -> Option<i64> {
+    let days = last.days(b.get(..10)?.try_into().ok()?)?;
     let t = b.get(10..19)?;
     if t[0] != b' ' || t[3] != b':' || t[6] != b':' {
         return None;
@@ -213,7 +241,15 @@ pub(super) fn resolve_abbrev(abbrev: &[u8], local_secs: i64, timezone: Option<Ti
 }
 
 pub(super) fn timestamp_text_any(bytes: &[u8], with_zone: bool, ctx: DateTimeText) -> Result<i64> {
-    match iso_stamp(bytes, with_zone) {
+    timestamp_text_last(bytes, with_zone, ctx, &mut LastDate::default())
+}
+
+/// [`timestamp_text_any`] with the date a column read before ([`LastDate`]). Not inlined:
+/// inlined into the cell loop of `TableBuilder::append`, it cost every other column's cells
+/// (+2% instructions on wide-binary, which has no text timestamps).
+#[inline(never)]
+pub(crate) fn timestamp_text_last(bytes: &[u8], with_zone: bool, ctx: DateTimeText, last: &mut LastDate) -> Result<i64> {
+    match iso_stamp(bytes, with_zone, last) {
         Some(v) => Ok(v),
         None => timestamp_text_styled(bytes, with_zone, ctx),
     }
@@ -305,7 +341,7 @@ pub(crate) fn timestamp_to_arrow(
 }
 
 /// timestamp_out / timestamptz_out with TimeZone UTC (offset "+00").
-pub(crate) fn timestamp_to_text(pg: i64, tz: bool, out: &mut String) {
+pub(crate) fn timestamp_to_text<O: TextOut + ?Sized>(pg: i64, tz: bool, out: &mut O) {
     match pg {
         i64::MIN => out.push_str("-infinity"),
         i64::MAX => out.push_str("infinity"),
@@ -313,7 +349,7 @@ pub(crate) fn timestamp_to_text(pg: i64, tz: bool, out: &mut String) {
             let days = pg.div_euclid(USECS_PER_DAY);
             let time = pg.rem_euclid(USECS_PER_DAY);
             let bc = push_date(out, days + UNIX_TO_PG_DAYS as i64);
-            out.push(' ');
+            out.push_ascii(b' ');
             time_to_text(time, out);
             if tz {
                 out.push_str("+00");

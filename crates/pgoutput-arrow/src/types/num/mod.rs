@@ -238,21 +238,80 @@ static DIGITS4: &str = {
     }
 };
 
+/// Where rendered text goes: a `String`, or a utf8 column's value bytes themselves (a binary
+/// stream's numerics and times rendered in place, without a scratch `String` and its copy).
+/// Only UTF-8 is written, so the bytes stay valid UTF-8.
+pub(crate) trait TextOut {
+    fn push_str(&mut self, s: &str);
+    /// An ASCII byte.
+    fn push_ascii(&mut self, b: u8);
+    /// ASCII bytes.
+    fn push_ascii_bytes(&mut self, b: &[u8]);
+}
+
+impl TextOut for String {
+    #[inline(always)]
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+    #[inline(always)]
+    fn push_ascii(&mut self, b: u8) {
+        debug_assert!(b.is_ascii());
+        self.push(char::from(b));
+    }
+    #[inline(always)]
+    fn push_ascii_bytes(&mut self, b: &[u8]) {
+        debug_assert!(b.is_ascii());
+        self.extend(b.iter().map(|&c| char::from(c)));
+    }
+}
+
+impl TextOut for Vec<u8> {
+    #[inline(always)]
+    fn push_str(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+    #[inline(always)]
+    fn push_ascii(&mut self, b: u8) {
+        debug_assert!(b.is_ascii());
+        self.push(b);
+    }
+    #[inline(always)]
+    fn push_ascii_bytes(&mut self, b: &[u8]) {
+        debug_assert!(b.is_ascii());
+        self.extend_from_slice(b);
+    }
+}
+
 /// `v` in decimal, zero-padded to at least `width` digits (as `{v:0width$}`), without
 /// `fmt`'s machinery: numeric, date and time text is rendered once per value. Inlined: the
 /// widths that renderers ask for most (a numeric's four-digit groups, two-digit time fields)
 /// are one copy of a constant length (always inlined: the compiler's own choice varied with
 /// what else this module holds, and a call doubled the cost).
 #[inline(always)]
-pub(crate) fn push_digits(out: &mut String, v: u64, width: usize) {
+pub(crate) fn push_digits<O: TextOut + ?Sized>(out: &mut O, v: u64, width: usize) {
     match (v, width) {
         (0..=9_999, 4) => out.push_str(&DIGITS4[4 * v as usize..4 * v as usize + 4]),
         (0..=99, 2) => out.push_str(&DIGITS4[4 * v as usize + 2..4 * v as usize + 4]),
+        // A numeric's first base-10000 digit: its one to four digits a byte at a time (a copy
+        // of a length known only here is a call to memcpy).
+        (0..=9_999, 0 | 1) => {
+            let four = &DIGITS4.as_bytes()[4 * v as usize..4 * v as usize + 4];
+            let skip = match v {
+                0..=9 => 3,
+                10..=99 => 2,
+                100..=999 => 1,
+                _ => 0,
+            };
+            for &b in &four[skip..] {
+                out.push_ascii(b);
+            }
+        }
         _ => push_digits_any(out, v, width),
     }
 }
 
-fn push_digits_any(out: &mut String, mut v: u64, width: usize) {
+fn push_digits_any<O: TextOut + ?Sized>(out: &mut O, mut v: u64, width: usize) {
     // Base-10 000 groups, least significant first: a u64 has at most five.
     let mut groups = [0usize; 5];
     let mut n = 0;
@@ -272,15 +331,23 @@ fn push_digits_any(out: &mut String, mut v: u64, width: usize) {
         _ => 4,
     };
     for _ in 0..width.saturating_sub((n - 1) * 4 + top_digits) {
-        out.push('0');
+        out.push_ascii(b'0');
     }
-    // One char at a time: a copy of a length known only here is a call to memcpy.
+    // One byte at a time: a copy of a length known only here is a call to memcpy.
     for &b in &DIGITS4.as_bytes()[4 * top + 4 - top_digits..4 * top + 4] {
-        out.push(char::from(b));
+        out.push_ascii(b);
     }
     for &g in groups[..n - 1].iter().rev() {
         out.push_str(&DIGITS4[4 * g..4 * g + 4]);
     }
+}
+
+/// The two ASCII digits of `v` below 100.
+#[inline(always)]
+pub(crate) fn two_digits(v: u64) -> [u8; 2] {
+    let d = DIGITS4.as_bytes();
+    let i = 4 * (v % 100) as usize;
+    [d[i + 2], d[i + 3]]
 }
 
 /// "00" to "ff" back to back: a byte's two lowercase hex digits per lookup, as a `str` (see

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::datetime;
 use super::interval;
-use super::num::{err, fixed, numeric_bin_to_text, push_hex, push_uuid};
+use super::num::{err, fixed, numeric_bin_to_text, push_hex, push_uuid, TextOut};
 use super::oid;
 use super::value::{Result, ValueError};
 
@@ -230,11 +230,9 @@ pub(crate) fn render(kind: StrKind, bytes: &[u8], out: &mut String) -> Result<()
                 out.push(c as char);
             }
         }
-        StrKind::Numeric => numeric_bin_to_text(bytes, out)?,
-        StrKind::Date => datetime::date_to_text(datetime::date_bin(bytes)?, out),
-        StrKind::Time => datetime::time_to_text(datetime::time_bin(bytes)?, out),
-        StrKind::Timestamp => datetime::timestamp_to_text(datetime::timestamp_bin(bytes)?, false, out),
-        StrKind::TimestampTz => datetime::timestamp_to_text(datetime::timestamp_bin(bytes)?, true, out),
+        StrKind::Numeric | StrKind::Date | StrKind::Time | StrKind::Timestamp | StrKind::TimestampTz => {
+            render_scalar(kind, bytes, out)?
+        }
         StrKind::Interval => interval::interval_to_text(interval::interval_bin(bytes)?, out),
         StrKind::TimeTz => datetime::timetz_bin_to_text(bytes, out)?,
         StrKind::Inet => inet(bytes, out)?,
@@ -395,6 +393,30 @@ pub(crate) fn render(kind: StrKind, bytes: &[u8], out: &mut String) -> Result<()
             out.push_str("\\x");
             push_hex(out, bytes);
         }
+    }
+    Ok(())
+}
+
+impl StrKind {
+    /// Whether [`render_scalar`] renders this kind.
+    #[inline]
+    pub(crate) fn is_scalar(self) -> bool {
+        matches!(self, StrKind::Numeric | StrKind::Date | StrKind::Time | StrKind::Timestamp | StrKind::TimestampTz)
+    }
+}
+
+/// The kinds whose text is rendered into any [`TextOut`], a utf8 column's bytes included
+/// ([`StrKind::is_scalar`]); the others render nothing here. Nothing is written when the
+/// value is not well formed: each is checked whole before its first byte is written.
+#[inline]
+pub(crate) fn render_scalar<O: TextOut + ?Sized>(kind: StrKind, bytes: &[u8], out: &mut O) -> Result<()> {
+    match kind {
+        StrKind::Numeric => numeric_bin_to_text(bytes, out)?,
+        StrKind::Date => datetime::date_to_text(datetime::date_bin(bytes)?, out),
+        StrKind::Time => datetime::time_to_text(datetime::time_bin(bytes)?, out),
+        StrKind::Timestamp => datetime::timestamp_to_text(datetime::timestamp_bin(bytes)?, false, out),
+        StrKind::TimestampTz => datetime::timestamp_to_text(datetime::timestamp_bin(bytes)?, true, out),
+        _ => debug_assert!(!kind.is_scalar()),
     }
     Ok(())
 }
