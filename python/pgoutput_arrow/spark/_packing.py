@@ -236,7 +236,8 @@ def from_driver(packed: Any, small: list[int], targets: list[pa.Schema],
         return {}
     spark = packed.sparkSession
     parts = [] if collected is None else [collected.select(["_t", "_p", "ipc"])]
-    missing = [t for t in small if t not in set(of)]
+    guessed = set(of)
+    missing = [t for t in small if t not in guessed]
     if missing:
         parts.append(packed.where(F.col("_t").isin(missing)).select("_t", "_p", "ipc").toArrow())
     got = pa.concat_tables(parts)
