@@ -790,6 +790,30 @@ def test_decode_of_parquet_files_read_by_the_tasks(spark: Any, capture: Any, cap
         _assert_decoded_as_one_process(decoded, expected, tables, how)
 
 
+def test_a_piece_of_a_row_group_reads_exactly_its_rows(tmp_path: Any) -> None:
+    """A piece holding rows ``start .. end`` of a row group (a capture of fewer row groups
+    than pieces) reads them, and only as far as ``end``, whatever the cut's place against the
+    reader's batches: random cuts of two row groups, against the whole row group sliced."""
+    import pyarrow.parquet as pq
+    from pgoutput_arrow.spark import _pieces
+
+    path = tmp_path / "part-0.parquet"
+    n = 3 * _pieces._RANGE_BATCH + 17
+    table = pa.table({"lsn": pa.array(np.arange(2 * n), pa.int64()), "xid": pa.array(np.arange(2 * n) // 7),
+                      "data": pa.array([b"I" * (i % 50) for i in range(2 * n)], pa.binary())})
+    pq.write_table(table, path, row_group_size=n)
+    rng = random.Random(5)
+    cuts = [(0, n), (0, 1), (n - 1, n), (_pieces._RANGE_BATCH - 1, _pieces._RANGE_BATCH + 1)]
+    cuts += [tuple(sorted(rng.sample(range(n + 1), 2))) for _ in range(30)]  # type: ignore[misc]
+    for g in (0, 1):
+        whole = pq.ParquetFile(path).read_row_group(g)
+        for start, end in cuts:
+            pieces = _pieces.CapturePieces((str(path),), (((0, g, start, end),),), lsn_text=False, order_col=None)
+            got = pieces.read(0)
+            assert got.column("lsn").to_pylist() == whole.column("lsn").to_pylist()[start:end], (g, start, end)
+            assert got.column("data").to_pylist() == whole.column("data").to_pylist()[start:end], (g, start, end)
+
+
 def test_a_piece_whose_file_was_cut_short_names_it(tmp_path: Any) -> None:
     """A capture file cut short after ``decode()`` planned its pieces: the task's error is a
     CaptureError naming the file and the row group, not pyarrow's bare one."""
@@ -825,6 +849,27 @@ def test_decode_hands_out_the_largest_table_direct_only_when_its_rows_are_wide()
                       "bytes": pa.array([100, 300], pa.int32())})
     sizes = sample_sizes(heads)
     assert sizes[10] == (1, 100) and sizes[1000] == (1, 300) and sizes[20] == (1, 300)
+
+
+def test_the_direct_table_is_one_projection_keeping_any_column_name(spark: Any) -> None:
+    """The direct table's DataFrame is a projection of the pass's ``f0``, ``f1``, … written as
+    SQL text: any PostgreSQL column name comes out as it is (backquotes, spaces, dots, case),
+    and the ``_seq`` of a split transaction's rows moves past its parts in partitions before,
+    by partition and xid, the others' unchanged."""
+    from pgoutput_arrow.spark._packing import direct_columns
+
+    names = ["a`b", "x y", "Ünï.col", "SELECT", "_xid", "_seq"]
+    target = pa.schema([(n, pa.int64()) for n in names])
+    rows = [(0, 1, 10, 20, 30, 40, 7, 0), (0, 2, 11, 21, 31, 41, 7, 0), (0, 2, 12, 22, 32, 42, 8, 1),
+            (0, 3, 13, 23, 33, 43, 1 << 40, 2)]
+    df = spark.createDataFrame(rows, ["_t", "_p", *[f"f{j}" for j in range(len(names))]])
+    got = df.selectExpr(*direct_columns(target, {2: {7: 5, 8: 100}, 3: {1 << 40: 9}}))
+    assert got.columns == names
+    out = sorted(tuple(r) for r in got.collect())
+    assert out == [(10, 20, 30, 40, 7, 0), (11, 21, 31, 41, 7, 5), (12, 22, 32, 42, 8, 101),
+                   (13, 23, 33, 43, 1 << 40, 11)]
+    assert [tuple(r) for r in df.selectExpr(*direct_columns(target, {})).select("_seq").collect()] == \
+        [(0,), (0,), (1,), (2,)]
 
 
 def test_the_catalog_scan_samples_every_table_of_a_repeated_pattern() -> None:

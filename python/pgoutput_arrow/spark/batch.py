@@ -312,7 +312,7 @@ def decode(df: Any, *, order_col: str | None = None, num_partitions: int | None 
             return small[i]
         mine = packed.where(F.col("_t") == i)
         if i == direct:
-            return mine.select(*direct_columns(targets[i], placed.offsets))
+            return mine.selectExpr(*direct_columns(targets[i], placed.offsets))
         return mine.select("_p", "ipc").mapInArrow(unpack, spark_schema(targets[i]))
 
     out: dict[str, Any] = {name: table(i) for i, name in enumerate(names)}
