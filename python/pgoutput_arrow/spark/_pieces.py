@@ -37,6 +37,9 @@ _PROJECT = re.compile(r"^Project \[\w+#\d+L?(, \w+#\d+L?)*\]$")
 #: its first 9 bytes (the kind, and the relation id at either place: after the kind, or after
 #: a streamed change's xid) and its size.
 SAMPLE_EVERY = 64
+
+#: How many rounds of tasks a capture's pieces make at least, on the cores Spark has.
+ROUNDS = 2
 _WHOLE_KINDS = np.frombuffer(_internal.CATALOG_KINDS + _internal.FRAMING_KINDS, np.uint8)
 _CHANGE_KINDS = np.frombuffer(b"IUD", np.uint8)
 
@@ -231,7 +234,7 @@ def plain_parquet_capture(df: Any, order_col: str | None) -> CapturePieces | Non
     # (a bulk load's rows, small transactions' framing), and smaller ones even out. Row groups
     # are cut only to give every core its pieces (and not in a capture of a few MB, which
     # its tasks' own cost would outweigh), never for the bytes alone.
-    rounds = 2 * cores
+    rounds = ROUNDS * cores
     if rounds:
         count = rounds * math.ceil(count / rounds)
     cuttable = rounds if total - opening * len(files) >= opening else 0
@@ -337,23 +340,28 @@ def catalog_rows_here(pieces: CapturePieces) -> pa.Table:
 def catalog_rows(p: int, rows: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """The catalog scan's rows of piece ``p``'s ``rows`` (:func:`catalog_schema`): its
     messages of the kinds ``CATALOG_KINDS`` and ``FRAMING_KINDS`` whole, and the heads of one
-    change in :data:`SAMPLE_EVERY`."""
-    data = rows.column("data").combine_chunks()
-    first = _first_bytes(data)
-    whole = np.isin(first, _WHOLE_KINDS)
+    change in :data:`SAMPLE_EVERY`. Batch by batch, as read: the piece's ``data`` is never
+    copied into one array (hundreds of MB, in fresh memory of the worker's)."""
     # At random (seeded by the piece: the same rows each time), not every n-th row: a workload's
     # transactions repeat one pattern of changes, which a fixed stride would sample one
     # table of (pgbench's four changes a transaction: never pgbench_branches).
-    sampled = np.isin(first, _CHANGE_KINDS) & (np.random.default_rng(p).random(len(first)) < 1 / SAMPLE_EVERY)
-    lsn = rows.column("lsn").cast(schema.field("lsn").type)
-    for keep, head in ((np.flatnonzero(whole), False), (np.flatnonzero(sampled), True)):
-        at = pa.array(keep, pa.int64())
-        kept = data.take(at)
-        yield pa.record_batch([
-            pa.array(np.full(len(keep), p, np.int32)), rows.column("xid").take(at).combine_chunks(),
-            lsn.take(at).combine_chunks(), pc.binary_slice(kept, 0, 9) if head else kept,
-            pc.binary_length(kept).cast(pa.int64()) if head else pa.nulls(len(keep), pa.int64()),
-        ], schema=schema)
+    rng = np.random.default_rng(p)
+    for batch in rows.to_batches():
+        data = batch.column("data")
+        first = _first_bytes(data)
+        whole = np.isin(first, _WHOLE_KINDS)
+        sampled = np.isin(first, _CHANGE_KINDS) & (rng.random(len(first)) < 1 / SAMPLE_EVERY)
+        lsn = batch.column("lsn").cast(schema.field("lsn").type)
+        for keep, head in ((np.flatnonzero(whole), False), (np.flatnonzero(sampled), True)):
+            if not len(keep):
+                continue
+            at = pa.array(keep, pa.int64())
+            kept = data.take(at)
+            yield pa.record_batch([
+                pa.array(np.full(len(keep), p, np.int32)), batch.column("xid").take(at),
+                lsn.take(at), pc.binary_slice(kept, 0, 9) if head else kept,
+                pc.binary_length(kept).cast(pa.int64()) if head else pa.nulls(len(keep), pa.int64()),
+            ], schema=schema)
 
 
 def _first_bytes(data: pa.Array) -> np.ndarray:
