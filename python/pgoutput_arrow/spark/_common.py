@@ -15,8 +15,16 @@ import pyarrow.compute as pc
 from .. import _internal
 from .._internal import META_COLUMNS
 
-__all__ = ["spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
+__all__ = ["IPC_OPTIONS", "spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
            "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq", "bytes_setting", "with_setting"]
+
+
+#: How decoded rows travel to the JVM as Arrow IPC streams (the decoding pass's packed tables,
+#: the streaming source's partitions): zstd (level 1) makes the bytes several times fewer
+#: (decoded rows repeat: the meta columns, padded text), and costs less CPU than moving them
+#: through the JVM saves (benches/findings.md, "Packed rows compressed", and "The streaming
+#: source's partitions compressed").
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 def spark_schema(schema: pa.Schema) -> Any:

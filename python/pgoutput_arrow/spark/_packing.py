@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._common import bytes_setting, quoted, spark_schema
+from ._common import IPC_OPTIONS, bytes_setting, quoted, spark_schema
 from ._pieces import SAMPLE_EVERY
 
-__all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "IPC_OPTIONS", "ipc_value", "packed_row", "direct_rows",
+__all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "ipc_value", "packed_row", "direct_rows",
            "unpack_fn", "xid_index", "shifted", "summaries", "SMALL_TABLE", "SMALL_TOTAL", "SMALL_MOST", "small_total", "small_tables",
            "GUESS_SLACK", "ROW_OVERHEAD", "likely_small",
            "CREATING", "from_driver", "DIRECT_ROW_BYTES", "largest", "direct_columns"]
@@ -61,13 +61,6 @@ SUMMARY = pa.schema([pa.field("p", pa.int32()), pa.field("xid", pa.int64()), pa.
                      pa.field("first_lsn", pa.int64()), pa.field("first_tb", pa.int64()),
                      pa.field("last_lsn", pa.int64()), pa.field("last_tb", pa.int64()),
                      pa.field("incomplete", pa.bool_())])
-
-
-#: How a packed table's IPC streams are written: zstd (level 1) makes the bytes the pass hands
-#: the JVM, caches and reads back several times fewer (decoded rows repeat: the meta columns,
-#: padded text); it costs less CPU than moving them saves (benches/findings.md, "Packed rows
-#: compressed").
-IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 def ipc_value(batch: pa.RecordBatch) -> pa.Array:

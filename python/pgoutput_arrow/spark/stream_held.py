@@ -7,7 +7,7 @@ The driver reads the slot through the package's one replication session
 costs what arrived since the last one, whatever the backlog. The decoded groups are held here
 in the order they came. A micro-batch ``[start, end)`` is every held row of a transaction whose
 commit LSN lies in it; its rows go to the executors inside the partitions, as Arrow IPC
-streams of at most :data:`PART_BYTES` each (no shared filesystem needed, nothing to replay:
+streams (zstd) of at most :data:`PART_BYTES` of rows each (no shared filesystem needed, nothing to replay:
 a batch planned again after a restart is read again from the slot, which Spark's commit alone
 moves).
 """
@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ..decoding import Output
 from ..live import LiveStream
-from ._common import ranked_seq, with_seq
+from ._common import IPC_OPTIONS, ranked_seq, with_seq
 
 __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTES"]
 
@@ -221,7 +221,7 @@ class Held:
 
 def _ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as writer:
         writer.write_table(table)
     data: bytes = sink.getvalue().to_pybytes()
     return data
