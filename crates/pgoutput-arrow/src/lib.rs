@@ -49,6 +49,7 @@ mod decoder;
 mod error;
 mod idmap;
 mod meta;
+mod nulls;
 mod options;
 mod output;
 pub mod render;

@@ -6,15 +6,16 @@ use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, NullBufferBuilder, StringBuilder};
 use arrow_array::{
-    new_null_array, ArrayRef, Int64Array, ListArray, MapArray, RecordBatch, StringArray, StructArray,
+    make_array, new_null_array, ArrayRef, Int64Array, ListArray, MapArray, RecordBatch, StringArray, StructArray,
     TimestampMicrosecondArray,
 };
-use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
 
 use crate::catalog::RelVersion;
 use crate::error::{DecodeError, Fallible};
+use crate::nulls::{null_data, zero_bytes};
 use crate::types::{ColumnBuilder, Source, SpecialValues, TypeOptions};
 
 /// Names of the metadata columns, after the published columns, in order.
@@ -234,6 +235,9 @@ pub(crate) struct TableBuilder {
     /// Rows of the last batch: the next one reserves that much at its first row,
     /// rather than growing (and copying) its vectors row by row.
     reserve: usize,
+    /// The zeros the all-null arrays of the batches share ([`null_data`]): kept from batch
+    /// to batch, since an output array only ever reads them.
+    zeros: Buffer,
 }
 
 impl TableBuilder {
@@ -266,6 +270,7 @@ impl TableBuilder {
             len: 0,
             value_bytes: 0,
             reserve: 0,
+            zeros: Buffer::from_vec(Vec::<u8>::new()),
         }
     }
 
@@ -511,7 +516,11 @@ impl TableBuilder {
                 let nulls = valid.map(|mut v| NullBuffer::new(v.finish())).or_else(|| self.before_nulls_finish(len));
                 Arc::new(StructArray::new_empty_fields(len, nulls))
             } else {
-                new_null_array(&before_type, len)
+                let zeros = zero_bytes(&before_type, len);
+                if self.zeros.len() < zeros {
+                    self.zeros = MutableBuffer::from_len_zeroed(zeros).into();
+                }
+                make_array(null_data(&before_type, len, &self.zeros))
             }
         } else {
             for c in &mut self.before {

@@ -355,14 +355,26 @@ fn tuple_data<'a>(c: &mut Cursor<'a>) -> Result<TupleData<'a>, ParseError> {
     Ok(TupleData { column_count, raw })
 }
 
+/// What each byte is as a TupleData cell kind: 2 a value ('t', 'b'), 1 a cell without one
+/// ('n', 'u'), 0 not a kind.
+const CELL_KIND: [u8; 256] = {
+    let mut kinds = [0u8; 256];
+    kinds[b't' as usize] = 2;
+    kinds[b'b' as usize] = 2;
+    kinds[b'n' as usize] = 1;
+    kinds[b'u' as usize] = 1;
+    kinds
+};
+
 /// Bytes taken by `count` well-formed cells at the start of `buf`; None if they are not.
+/// The kind is looked up in [`CELL_KIND`], not matched: a `match` on four bytes compiled
+/// to a jump table, an indirect branch per cell.
 #[inline]
 fn tuple_len(buf: &[u8], count: u16) -> Option<usize> {
     let mut pos = 0usize;
     for _ in 0..count {
-        match *buf.get(pos)? {
-            b'n' | b'u' => pos += 1,
-            b't' | b'b' => {
+        match CELL_KIND[usize::from(*buf.get(pos)?)] {
+            2 => {
                 let len: [u8; 4] = buf.get(pos + 1..pos + 5)?.try_into().ok()?;
                 let len = usize::try_from(i32::from_be_bytes(len)).ok()?;
                 pos = (pos + 5).checked_add(len)?;
@@ -370,6 +382,7 @@ fn tuple_len(buf: &[u8], count: u16) -> Option<usize> {
                     return None;
                 }
             }
+            1 => pos += 1,
             _ => return None,
         }
     }
