@@ -356,11 +356,26 @@ def _read_only(directory: Path) -> Any:
         if mounted.returncode != 0:
             pytest.skip(f"cannot make a read-only bind mount here: {mounted.stderr.strip()}")
         try:
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(directory)], check=True)
+            # A file open for writing under it (a run writing its lake) makes the remount
+            # fail ("mount point is busy"): again until a moment between two files.
+            _until_done(["mount", "-o", "remount,bind,ro", str(directory)], 60)
             yield
         finally:
-            subprocess.run(["umount", str(directory)], check=True)
+            if subprocess.run(["umount", str(directory)], capture_output=True).returncode != 0:
+                _until_done(["umount", "--lazy", str(directory)], 10)
     return ro()
+
+
+def _until_done(command: list[str], seconds: float) -> None:
+    """``command`` run again every 10 ms until it succeeds; its last error after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{' '.join(command)}: {done.stderr.strip()} (for {seconds:.0f} s)")
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow", "delta"])
@@ -446,10 +461,15 @@ def test_a_slot_created_by_a_run_that_fails_is_dropped(pg18: PgServer, unique_na
     runs.out.mkdir()
     runs.start()
     wait_until(lambda: runs.alive() and runs.snapshot_written(), 60, "the snapshot to start")
-    with _read_only(runs.out):
-        assert runs.proc is not None
-        code = runs.proc.wait(timeout=60)
-        err = runs.proc.stderr.read() if runs.proc.stderr else ""
+    assert runs.proc is not None
+    try:
+        with _read_only(runs.out):
+            code = runs.proc.wait(timeout=60)
+            err = runs.proc.stderr.read() if runs.proc.stderr else ""
+    finally:
+        if runs.proc.poll() is None:  # the lake never became read-only: the run must not outlive the test
+            runs.proc.kill()
+            runs.proc.wait()
     assert code == 1, err
     assert "dropped replication slot" in err and "error:" in err, err
     assert not pg.query("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (p,))
