@@ -505,10 +505,17 @@ mod numeric;
 
 pub(crate) use numeric::*;
 
+/// The next state of the randomized tests' generator (Knuth's MMIX linear congruential
+/// generator): fixed seeds, the same values every run.
+#[cfg(test)]
+fn lcg(x: u64) -> u64 {
+    x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{
-        digitwise_unscaled, horner_unscaled, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
+        digitwise_unscaled, horner_unscaled, lcg, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
         push_uuid, uuid_ascii,
     };
 
@@ -532,7 +539,7 @@ mod tests {
         let mut x: u64 = 0x5851_f42d_4c95_7f2d;
         let (mut f64s, mut f32s) = (0, 0);
         for case in 0..400_000u64 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            x = lcg(x);
             let len = 1 + (case % 18) as usize;
             let mut text = String::new();
             if x & 1 == 1 {
@@ -540,7 +547,7 @@ mod tests {
             }
             let point = (x >> 8) as usize % (len + 2);
             for i in 0..len {
-                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                x = lcg(x);
                 if i == point {
                     text.push('.');
                 }
@@ -623,7 +630,7 @@ mod tests {
                 }
                 let point = (x >> 8) as usize % (len + 1);
                 for i in 0..len {
-                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    x = lcg(x);
                     if i == point && i > 0 {
                         text.push('.');
                     }
@@ -643,7 +650,7 @@ mod tests {
         // last digit non-zero or not, and values that need all of decimal128's digits.
         let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = |m: u64| {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            seed = lcg(seed);
             (seed >> 33) % m
         };
         let mut compared = 0;

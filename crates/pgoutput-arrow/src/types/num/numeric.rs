@@ -362,7 +362,7 @@ pub(crate) fn numeric_bin_to_text<O: TextOut + ?Sized>(bytes: &[u8], out: &mut O
 
 #[cfg(test)]
 mod tests {
-    use super::{ascii_digits, long_numeric_text, numeric_bin_to_text, short_numeric_text};
+    use super::{ascii_digits, lcg, long_numeric_text, numeric_bin_to_text, short_numeric_text};
 
     /// numeric_out's text (get_str_from_var) by `fmt`, digit group by digit group: the rule
     /// the in-place renderer replaced; None for what is not a well-formed numeric.
@@ -414,7 +414,7 @@ mod tests {
     fn numeric_bin_to_text_is_numeric_out() {
         let mut x: u64 = 0x3c6e_f372_fe94_f82b;
         let mut next = |m: u64| {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            x = lcg(x);
             (x >> 33) % m
         };
         let mut rendered = 0;
@@ -473,7 +473,7 @@ mod tests {
             let clean = case % 3 != 0;
             let text: Vec<u8> = (0..len)
                 .map(|_| {
-                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    x = lcg(x);
                     let i = (x >> 33) as usize;
                     if clean { BYTES[i % 42] } else { BYTES[i % BYTES.len()] }
                 })
