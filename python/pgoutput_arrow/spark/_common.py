@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from .. import _internal
 from .._internal import META_COLUMNS
 
-__all__ = ["IPC_OPTIONS", "spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
+__all__ = ["IPC_OPTIONS", "ipc_stream", "spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
            "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq", "bytes_setting", "with_setting"]
 
 
@@ -25,6 +25,14 @@ __all__ = ["IPC_OPTIONS", "spark_schema", "quoted", "table_columns", "is_table_c
 #: through the JVM saves (benches/findings.md, "Packed rows compressed", and "The streaming
 #: source's partitions compressed").
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
+def ipc_stream(data: pa.RecordBatch | pa.Table) -> pa.Buffer:
+    """``data`` as one Arrow IPC stream, written with :data:`IPC_OPTIONS`."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema, options=IPC_OPTIONS) as writer:
+        writer.write(data)
+    return sink.getvalue()
 
 
 def spark_schema(schema: pa.Schema) -> Any:

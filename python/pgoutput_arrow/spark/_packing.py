@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ._common import IPC_OPTIONS, bytes_setting, quoted, spark_schema
+from ._common import bytes_setting, ipc_stream, quoted, spark_schema
 from ._pieces import SAMPLE_EVERY
 
 __all__ = ["PACKED", "layout", "SUMMARY_T", "SIZES_T", "SIZES", "SUMMARY", "ipc_value", "packed_row", "direct_rows",
@@ -66,10 +66,7 @@ SUMMARY = pa.schema([pa.field("p", pa.int32()), pa.field("xid", pa.int64()), pa.
 def ipc_value(batch: pa.RecordBatch) -> pa.Array:
     """``batch`` as one Arrow IPC stream (:data:`IPC_OPTIONS`), in a binary array of one value
     (no copy of it)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema, options=IPC_OPTIONS) as writer:
-        writer.write_batch(batch)
-    ipc = sink.getvalue()
+    ipc = ipc_stream(batch)
     offsets = pa.py_buffer(np.array([0, ipc.size], np.int32).tobytes())
     return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, ipc])
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ..decoding import Output
 from ..live import LiveStream
-from ._common import IPC_OPTIONS, ranked_seq, with_seq
+from ._common import ipc_stream, ranked_seq, with_seq
 
 __all__ = ["Held", "StreamPump", "RangeChanges", "split", "from_ipc", "PART_BYTES"]
 
@@ -220,10 +220,7 @@ class Held:
 
 
 def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as writer:
-        writer.write_table(table)
-    data: bytes = sink.getvalue().to_pybytes()
+    data: bytes = ipc_stream(table).to_pybytes()
     return data
 
 
