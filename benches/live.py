@@ -175,6 +175,12 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def children_waits() -> int:
+    """Voluntary context switches of the exited children so far: each is the client waiting
+    for the server (an empty socket), which the server's next send must wake."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw
+
+
 def changes_left(pg: Any, slot: str) -> int:
     """Row changes still in the slot after a consumer ran (0: it drained them all)."""
     options = ", ".join(f"'{k}', '{v}'" for k, v in OPTIONS.items())
@@ -273,7 +279,7 @@ def main() -> None:
             # Rotated, so that no consumer always runs first (or right after another).
             for c in consumers[r % len(consumers):] + consumers[:r % len(consumers)]:
                 slot = slots[(c, r)]
-                server_before, client_before = settled_server_cpu(pg), children_cpu()
+                server_before, client_before, waits_before = settled_server_cpu(pg), children_cpu(), children_waits()
                 try:
                     if c == "pg_recvlogical":
                         res = run_recvlogical(pg, slot, end_lsn)
@@ -286,6 +292,7 @@ def main() -> None:
                     results.append({"consumer": c, "rep": r, "error": str(e)[-1500:]})
                     continue
                 res["client_cpu_s"] = children_cpu() - client_before if c != "sql_peek" else 0.0
+                res["client_waits"] = children_waits() - waits_before if c != "sql_peek" else 0
                 res["server_cpu_s"] = server_exited(pg, server_before)
                 res["server_busy"] = res["server_cpu_s"] / res["seconds"]
                 res["changes_left"] = changes_left(pg, slot) if c != "sql_peek" else 0
@@ -293,7 +300,8 @@ def main() -> None:
                 log(f"{c:20s} rep {r}: {res['seconds']:.2f}s "
                     f"({res['rate_changes_per_s'] / 1e3:.0f}k changes/s); CPU client "
                     f"{res['client_cpu_s']:.2f}s, server {res['server_cpu_s']:.2f}s "
-                    f"({res['server_busy']:.0%} busy); {res['changes_left']} changes left in the slot")
+                    f"({res['server_busy']:.0%} busy); client waits {res['client_waits']:,}; "
+                    f"{res['changes_left']} changes left in the slot")
                 if res["changes_left"]:
                     res["error"] = f"{res['changes_left']} changes left in the slot"
                 results.append(res)
@@ -305,7 +313,8 @@ def main() -> None:
             medians[c] = {"median_s": median, "changes_per_s": args.changes / median, "runs": len(runs),
                           "client_cpu_s": statistics.median(r["client_cpu_s"] for r in runs),
                           "server_cpu_s": statistics.median(r["server_cpu_s"] for r in runs),
-                          "server_busy": statistics.median(r["server_busy"] for r in runs)}
+                          "server_busy": statistics.median(r["server_busy"] for r in runs),
+                          "client_waits": statistics.median(r.get("client_waits", 0) for r in runs)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"changes": args.changes, "reps": args.reps, "medians": medians,

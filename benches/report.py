@@ -494,16 +494,21 @@ def main() -> None:
           "CPU: the client process's user+sys time, and the server process's that decoded for "
           "it (walsender; for `sql_peek`, the backend running "
           "`pg_logical_slot_get_binary_changes`, with no client and no network). Server busy = "
-          "its CPU time ÷ the wall time: near 100% the server is the limit. Every run drained "
+          "its CPU time ÷ the wall time: near 100% the server is the limit. Client waits = the "
+          "client's voluntary context switches (it slept on an empty socket, and the server's next "
+          "send had to wake it: the server's CPU per change grows with them). The ratio to "
+          "pg_recvlogical depends on the cores the run gets: benches/findings.md, \"The live "
+          "drain against pg_recvlogical\". Every run drained "
           "its slot (checked by peeking it afterwards) unless listed below.")
         w("")
         base = med.get("pg_recvlogical", {}).get("changes_per_s")
-        w("| consumer | median s | changes/s | ÷ pg_recvlogical | client CPU s | server CPU s | server busy |")
-        w("|---|---:|---:|---:|---:|---:|---:|")
+        w("| consumer | median s | changes/s | ÷ pg_recvlogical | client CPU s | server CPU s | server busy | client waits |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|")
         for c, v in med.items():
             ratio = f"{v['changes_per_s'] / base:.2f}" if base else "–"
             cpu = (f"{v['client_cpu_s']:.2f} | {v['server_cpu_s']:.2f} | {v['server_busy']:.0%}"
                    if "server_cpu_s" in v else "– | – | –")
+            cpu += f" | {v['client_waits']:,.0f}" if "client_waits" in v else " | –"
             w(f"| {c} | {v['median_s']:.2f} | {v['changes_per_s']:,.0f} | {ratio} | {cpu} |")
         w("")
         errs = [r for r in live.get("results", []) if "error" in r]
