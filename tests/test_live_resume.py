@@ -141,3 +141,8 @@ def test_stream_options_group_the_keyword_options() -> None:
         StreamOptions.of(slot="s")
     with pytest.raises(ValueError, match="streaming must be"):
         pgoutput_arrow.stream("host=nowhere", slot="s", publication="p", streaming="maybe")
+    # A count or a duration below 0 fails before anything is opened, naming it.
+    for name in ("flush_linger", "flush_interval", "flush_messages", "status_interval", "idle_timeout"):
+        with pytest.raises(ValueError, match=f"{name} must not be negative, not -1"):
+            pgoutput_arrow.stream("host=nowhere", slot="s", publication="p", **{name: -1})
+    assert StreamOptions.of(slot="s", publication="p", flush_linger=0).flush_linger == 0

@@ -138,6 +138,9 @@ class StreamOptions:
     # When decoded batches come out and are acknowledged.
     flush_interval: float = option(1.0, "seconds of changes gathered per decoder flush", "batches")
     flush_messages: int = option(200_000, "messages gathered per decoder flush at most", "batches")
+    flush_linger: float = option(0.01, "seconds a stream that keeps receiving changes waits after a flush for "
+                                 "more before it hands out what is complete (fewer, larger batches; 0: hand "
+                                 "out as soon as it has caught up with the server)", "batches")
     auto_ack: bool = option(False, "acknowledge a batch when the next one is asked for", "batches")
     # The initial snapshot (pgoutput_arrow.live.snapshot): taken as the slot is created,
     # read by that many connections in chunks of about that many bytes of table; the
@@ -215,6 +218,7 @@ class StreamOptions:
             if not (known.get("snapshot") or known.get("online_snapshot")):
                 raise ValueError("snapshot_tables names the tables of a snapshot: it needs snapshot=True or "
                                  "online_snapshot=True")
+        _check_not_negative(known)
         if int(known.get("snapshot_chunk_rows", 1)) < 1:
             raise ValueError("snapshot_chunk_rows must be at least 1")
         if known.get("snapshot") and int(known.get("snapshot_connections", 4)) < 1:
@@ -232,6 +236,14 @@ class StreamOptions:
             decoder_options=decoder,
             **known,
         )
+
+
+def _check_not_negative(known: Mapping[str, Any]) -> None:
+    """A count or a duration given below 0 (``flush_interval=-1``) fails here, naming it: no
+    option of the stream takes one."""
+    for name, value in sorted(known.items()):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{name} must not be negative, not {value!r}")
 
 
 def _table_list(value: str | Sequence[str]) -> tuple[str, ...]:

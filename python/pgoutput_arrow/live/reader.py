@@ -64,6 +64,8 @@ class Reader:
         # idle_timeout).
         self.fed_since_flush = 0
         self.last_data = counters.t0
+        #: When the decoder was last flushed (a busy stream lingers after it: :meth:`_linger`).
+        self.last_flush = 0.0
 
     @property
     def holds_batches(self) -> bool:
@@ -181,8 +183,10 @@ class Reader:
         now = time.monotonic()
         if n:
             self.last_data = now
-        # Caught up with the server: hand out what is complete.
+        # Caught up with the server: hand out what is complete, unless more is coming.
         if self.fed_since_flush:
+            if n and self._linger(now):
+                return
             self.flush_decoder()
         self.counters.tick(now)
         if self.pending:
@@ -200,6 +204,21 @@ class Reader:
         wait = min(0.5, max(0.0, session.until_status(now)))
         if n == 0:
             select.select([session.copy], [], [], wait)
+
+    def _linger(self, now: float) -> bool:
+        """Whether more changes arrived while this stream, caught up less than
+        ``flush_linger`` after its last flush, slept out the rest of that time: a stream that
+        keeps receiving hands out one group per ``flush_linger`` at most, not one per read (a
+        group costs the same whatever its rows: hundreds a second cost more than the
+        decoding, benches/findings.md). It sleeps rather than waiting on the socket, so that
+        the server's sends do not wake it each time. A stream whose changes come further
+        apart hands each out as soon as it has caught up."""
+        wait = self.last_flush + self.options.flush_linger - now
+        if wait <= 0:
+            return False
+        time.sleep(wait)
+        readable, _, _ = select.select([self.session.copy], [], [], 0)
+        return bool(readable)
 
     def _should_stop(self, now: float) -> bool:
         o = self.options
@@ -224,6 +243,7 @@ class Reader:
         if dec is None:
             return
         dec.flush()
+        self.last_flush = time.monotonic()
         items = dec.take()
         safe = int(dec.safe_lsn or 0)
         self.counters.in_flight = dec.pending
