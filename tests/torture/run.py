@@ -598,17 +598,28 @@ def _check_cli_live(result: Result, pg: PgServer, db: str, conn: Any, expected: 
             result.problems.append(f"{label}: {type(e).__name__}: {e}"[:3000])
 
 
-def shrink(pg: PgServer, workload: Workload, budget: float = 120.0, *, heavy: Heavy | None = None) -> Workload:
+def _about(problem: str) -> str:
+    """What a problem is about, for :func:`shrink`: the path and option set it names (the text
+    before its first ": ", e.g. ``PG15 v2-stream pgoutput-dump --format parquet``)."""
+    return problem.split(": ", 1)[0]
+
+
+def shrink(pg: PgServer, workload: Workload, problems: list[str], budget: float = 120.0, *,
+           heavy: Heavy | None = None) -> Workload:
     """Drops steps (halves, then quarters, ... then one at a time) while the workload still
-    fails, within ``budget`` seconds; CREATE TABLE steps are kept."""
+    fails on a path ``problems`` name, within ``budget`` seconds; CREATE TABLE steps are kept.
+    Any failure would not do: fewer steps also make fewer of the shapes a seed must show
+    (a capture's stream messages), a problem of its own that no longer reproduces the first."""
     deadline = time.monotonic() + budget
     steps = list(workload.steps)
+    about = {_about(p) for p in problems}
 
     def fails(candidate: list[Step]) -> bool:
         try:
-            return bool(run_workload(pg, dataclasses.replace(workload, steps=candidate), heavy=heavy).problems)
+            found = run_workload(pg, dataclasses.replace(workload, steps=candidate), heavy=heavy).problems
         except Exception:  # noqa: BLE001  (a candidate that cannot run, e.g. a missing gid)
             return False
+        return any(_about(p) in about for p in found)
 
     chunk = max(1, len(steps) // 2)
     while chunk >= 1 and time.monotonic() < deadline:
@@ -704,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
                         print("   ", p, flush=True)
                     print(f"    reproduce: make torture SEED={seed}", flush=True)
                     if not args.no_shrink:
-                        small = shrink(pg, workload, heavy=heavy)
+                        small = shrink(pg, workload, r.problems, heavy=heavy)
                         path = Path(f"/tmp/torture-{seed}-pg{pg.version}.sql")
                         path.write_text(small.script() + "\n")
                         print(f"    shrunk to {len(small.steps)} of {len(workload.steps)} steps: {path}", flush=True)

@@ -261,6 +261,11 @@ def from_output(value: Any, pg_type: str, arrow_type: pa.DataType | None = None)
             return str(value)
         return str(uuid.UUID(bytes=value)) if isinstance(value, (bytes, bytearray)) else str(uuid.UUID(value))
     if t == "date":
+        if arrow_type is not None and pa.types.is_timestamp(arrow_type) and isinstance(value, int):
+            # A date column a later ALTER ... TYPE timestamp widened (docs/cli.md: a sink's
+            # files keep one schema): the date's midnight.
+            per_day = 86_400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[arrow_type.unit]
+            return value // per_day if value % per_day == 0 else ("not a midnight", value)
         return _date_value(value)
     if t == "time without time zone":
         return _time_value(value, arrow_type)
