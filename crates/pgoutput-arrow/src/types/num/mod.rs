@@ -515,8 +515,8 @@ fn lcg(x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        digitwise_unscaled, horner_unscaled, lcg, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
-        push_uuid, uuid_ascii,
+        digitwise_unscaled, horner_unscaled, lcg, numeric_bin, numeric_bin_to_decimal, numeric_bin_to_decimal_digitwise,
+        numeric_text_to_decimal, pow10, push_digits, push_hex, push_uuid, short_numeric_bin_to_decimal, uuid_ascii,
     };
 
     /// The short float rule against `parse`, bit for bit, on pseudo-random decimal texts of
@@ -680,6 +680,65 @@ mod tests {
             }
         }
         assert!(compared > 50_000, "{compared} cases compared");
+    }
+
+    /// The inline path of a binary numeric into Decimal128 against the digit-wise rules, on
+    /// pseudo-random numerics: few digits and many, every sign (NaN, ±Infinity, a bad one),
+    /// weights that put digits below the scale or past the precision, digits of 10000 or
+    /// more, a wrong digit count; at precisions and scales of every size.
+    #[test]
+    fn short_binary_decimal_is_the_digit_wise_rule() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            seed = lcg(seed);
+            (seed >> 33) % m
+        };
+        let show = |r: super::Result<Result<i128, super::Special>>| match r {
+            Ok(Ok(v)) => format!("{v}"),
+            Ok(Err(s)) => format!("special {}", s.0),
+            Err(e) => format!("error {}", e.message),
+        };
+        let (mut values, mut short) = (0, 0);
+        for case in 0..400_000 {
+            let ndigits = match next(4) {
+                0 => next(12),
+                _ => next(6),
+            } as usize;
+            let weight = next(14) as i16 - 6;
+            let sign: u16 = match next(16) {
+                0 => 0xC000,
+                1 => 0xD000,
+                2 => 0xF000,
+                3 => 0x1234,
+                4..=9 => 0x4000,
+                _ => 0,
+            };
+            let precision = 1 + next(38) as u8;
+            let scale = (next(precision as u64 + 4) as i8 - 2).min(precision as i8);
+            let mut bytes = Vec::with_capacity(8 + 2 * ndigits);
+            // A wrong digit count now and then.
+            let count = if next(50) == 0 { ndigits + 1 } else { ndigits };
+            bytes.extend_from_slice(&(count as u16).to_be_bytes());
+            bytes.extend_from_slice(&weight.to_be_bytes());
+            bytes.extend_from_slice(&sign.to_be_bytes());
+            bytes.extend_from_slice(&(next(8) as u16).to_be_bytes());
+            for i in 0..ndigits {
+                let d = match next(8) {
+                    0 => 0,
+                    1 => 9999,
+                    2 if i + 1 == ndigits => [5000, 10, 100, 1000][next(4) as usize],
+                    3 if next(40) == 0 => 10_000 + next(50_000),
+                    _ => next(10_000),
+                } as u16;
+                bytes.extend_from_slice(&d.to_be_bytes());
+            }
+            let got = show(numeric_bin_to_decimal(&bytes, precision, scale));
+            let want = show(numeric_bin_to_decimal_digitwise(&bytes, precision, scale));
+            assert_eq!(got, want, "case {case}: {bytes:?} as decimal128({precision},{scale})");
+            values += !got.contains(' ') as usize;
+            short += short_numeric_bin_to_decimal(&bytes, precision, scale).is_some() as usize;
+        }
+        assert!(values > 80_000 && short > 50_000, "{values} values decoded, {short} by the inline path");
     }
 
     #[test]
