@@ -11,7 +11,7 @@ use arrow_array::{
 };
 use arrow_buffer::{BooleanBufferBuilder, Buffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
-use pgoutput_proto::{Cell, TupleData, PG_EPOCH_OFFSET_MICROS};
+use pgoutput_proto::{Cell, TupleData, UncheckedTuple, PG_EPOCH_OFFSET_MICROS};
 
 use crate::catalog::RelVersion;
 use crate::error::{DecodeError, Fallible};
@@ -177,6 +177,14 @@ impl SpecialColumn {
         self.values.push(value);
     }
 
+    /// The entries of row `row` (the last) taken back.
+    fn take_back(&mut self, row: usize) {
+        let keep = self.rows.iter().rposition(|&r| (r as usize) < row).map_or(0, |i| i + 1);
+        self.rows.truncate(keep);
+        self.keys.truncate(keep);
+        self.values.truncate(keep);
+    }
+
     fn finish(&mut self, rows: usize) -> Result<ArrayRef, arrow_schema::ArrowError> {
         if self.rows.is_empty() {
             return Ok(new_null_array(&special_type(), rows));
@@ -200,6 +208,11 @@ impl SpecialColumn {
         Ok(Arc::new(map))
     }
 }
+
+/// A new tuple that is not well formed ([`TableBuilder::append_unchecked`]): the message's
+/// parser says where and what.
+#[derive(Debug)]
+pub(crate) struct Malformed;
 
 pub(crate) struct TableBuilder {
     pub rel: Arc<RelVersion>,
@@ -228,6 +241,9 @@ pub(crate) struct TableBuilder {
     special: SpecialColumn,
     /// SpecialValues::Keep: a special value becomes a null and an entry of `_special`.
     keep_special: bool,
+    /// Every column can take a value back ([`ColumnBuilder::can_truncate`]): a new tuple
+    /// is walked once, into the columns ([`TableBuilder::append_unchecked`]).
+    truncatable: bool,
     arrived: Option<(StringBuilder, Int64Builder)>,
     len: usize,
     /// Bytes of the values appended to this batch as they came in (see [`Self::full`]).
@@ -246,6 +262,7 @@ impl TableBuilder {
         let before: Vec<ColumnBuilder> = rel.columns.iter().map(|c| ColumnBuilder::new(&c.ty, opts)).collect();
         let fields = column_fields(&rel, &columns);
         let schema = table_schema(&rel, &fields, arrived);
+        let truncatable = columns.iter().all(|c| c.can_truncate());
         TableBuilder {
             rel,
             schema,
@@ -266,6 +283,7 @@ impl TableBuilder {
             unchanged: Vec::new(),
             special: SpecialColumn::default(),
             keep_special: opts.special_values == SpecialValues::Keep,
+            truncatable,
             arrived: arrived.then(|| (StringBuilder::new(), Int64Builder::new())),
             len: 0,
             value_bytes: 0,
@@ -307,21 +325,107 @@ impl TableBuilder {
         ctx: &MessageCtx<'_>,
         txn: &TxnMeta,
     ) -> Fallible<()> {
+        self.check_lengths(row.len(), old, ctx)?;
+        self.append_checked(op, row, old, ctx, txn)
+    }
+
+    /// The tuples of a change have as many values as the relation has columns.
+    fn check_lengths(&self, row: usize, old: Option<&TupleData<'_>>, ctx: &MessageCtx<'_>) -> Fallible<()> {
         let n = self.columns.len();
-        if row.len() != n || old.is_some_and(|o| o.len() != n) {
+        if row != n || old.is_some_and(|o| o.len() != n) {
             return Err(Box::new(DecodeError::Protocol {
                 lsn: ctx.lsn,
                 index: ctx.seq,
                 kind: "change",
                 message: format!(
                     "a tuple of {} values for {}, whose Relation message announced {} columns",
-                    if row.len() != n { row.len() } else { old.map_or(0, |o| o.len()) },
+                    if row != n { row } else { old.map_or(0, |o| o.len()) },
                     self.rel.table,
                     n
                 ),
             }));
         }
+        Ok(())
+    }
+
+    /// [`append`](Self::append) of a change whose new tuple (`row`) was not walked yet: the
+    /// walk of its cells into the columns is its check. `Err(Malformed)` if it is not well
+    /// formed, with the builder as it was before (the cells appended already taken back).
+    /// A value error in a row that is malformed further on is `Malformed` too: the
+    /// message's parse error comes first, as when the tuple was walked before.
+    pub fn append_unchecked(
+        &mut self,
+        op: Op,
+        row: &UncheckedTuple<'_>,
+        old: Option<&TupleData<'_>>,
+        ctx: &MessageCtx<'_>,
+        txn: &TxnMeta,
+    ) -> Result<Fallible<()>, Malformed> {
+        if let Err(e) = self.check_lengths(row.len(), old, ctx) {
+            return Ok(Err(e));
+        }
+        if !self.truncatable {
+            // A list column cannot take a value back: the tuple is checked before.
+            let row = row.check().ok_or(Malformed)?;
+            return Ok(self.append_checked(op, &row, old, ctx, txn));
+        }
+        let mut cells = row.cells();
+        let appended = self.append_cells(&mut cells, op != Op::Delete, ctx);
+        if appended.is_err() || !cells.is_whole() {
+            return self.malformed_or(row, row.len() - cells.unread(), op, appended);
+        }
+        Ok(self.append_rest(op, old, ctx, txn))
+    }
+
+    /// The first `read` cells of `row` were appended, then came an error or a malformed
+    /// cell: if the tuple is malformed, the row's cells are taken back; else the error
+    /// stands. Out of line, the builder's state before the row recovered here rather than
+    /// kept: the cell loop stays as tight as it was with the tuple walked before.
+    #[cold]
+    #[inline(never)]
+    fn malformed_or(
+        &mut self,
+        row: &UncheckedTuple<'_>,
+        read: usize,
+        op: Op,
+        appended: Fallible<()>,
+    ) -> Result<Fallible<()>, Malformed> {
+        if row.check().is_some() {
+            return Ok(appended);
+        }
+        for c in &mut self.columns {
+            c.truncate(self.len);
+        }
+        let unchanged = self.unchanged_offsets.last().copied().unwrap_or(0);
+        self.unchanged.truncate(unchanged as usize);
+        self.special.take_back(self.len);
+        // What the cells read added to `value_bytes`, as the cell loop counts.
+        for cell in row.cells().take(read) {
+            self.value_bytes -= match cell {
+                Cell::Text(v) | Cell::Binary(v) => v.len(),
+                Cell::UnchangedToast if op != Op::Delete => UNCHANGED_NAME_BYTES,
+                Cell::Null | Cell::UnchangedToast => 0,
+            };
+        }
+        Err(Malformed)
+    }
+
+    /// [`append`](Self::append) once the lengths are checked.
+    fn append_checked(
+        &mut self,
+        op: Op,
+        row: &TupleData<'_>,
+        old: Option<&TupleData<'_>>,
+        ctx: &MessageCtx<'_>,
+        txn: &TxnMeta,
+    ) -> Fallible<()> {
         self.append_cells(row.cells(), op != Op::Delete, ctx)?;
+        self.append_rest(op, old, ctx, txn)
+    }
+
+    /// What follows the published columns of a change: `_before` and the metadata columns.
+    #[inline(always)]
+    fn append_rest(&mut self, op: Op, old: Option<&TupleData<'_>>, ctx: &MessageCtx<'_>, txn: &TxnMeta) -> Fallible<()> {
         match old {
             Some(old) => {
                 for c in &mut self.before {
@@ -609,5 +713,91 @@ fn value_error(rel: &RelVersion, column: usize, ctx: &MessageCtx<'_>, value: &[u
         message,
         index: ctx.seq,
         offset: ctx.offset_in_message(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::RelColumn;
+    use crate::types::PgColumnType;
+    use pgoutput_proto::{parse_row_change, ReplicaIdentity};
+
+    /// int4, text, int8 columns: a table whose builders take values back.
+    fn builder() -> TableBuilder {
+        let col = |name: &str, oid: u32, id: u32| RelColumn {
+            name: name.to_string(),
+            ty: PgColumnType { oid, typmod: -1, type_name: None },
+            is_key: id == 0,
+            id,
+            attnum: None,
+        };
+        let rel = RelVersion {
+            relation_id: 1,
+            table: Arc::from("public.t"),
+            table_index: 0,
+            version: 1,
+            replica_identity: ReplicaIdentity::Default,
+            columns: vec![col("id", 23, 0), col("v", 25, 1), col("n", 20, 2)],
+        };
+        TableBuilder::new(Arc::new(rel), &TypeOptions::default(), false)
+    }
+
+    /// An Update without old values whose new tuple is `cells` (written as they are).
+    fn update(cells: &[u8]) -> Vec<u8> {
+        let mut m = vec![b'U', 0, 0, 0, 1, b'N', 0, 3];
+        m.extend_from_slice(cells);
+        m
+    }
+
+    fn text(v: &str) -> Vec<u8> {
+        let mut c = vec![b't'];
+        c.extend_from_slice(&(v.len() as i32).to_be_bytes());
+        c.extend_from_slice(v.as_bytes());
+        c
+    }
+
+    /// What a taken-back row must leave as it was: rows, the bytes that cut a batch, the
+    /// memory estimate, `_unchanged` and `_special` entries, every column's length.
+    fn state(b: &TableBuilder) -> (usize, usize, usize, usize, usize, Vec<usize>) {
+        let lens = b.columns.iter().map(|c| c.len()).collect();
+        (b.len, b.value_bytes, b.memory_estimate(), b.unchanged.len(), b.special.rows.len(), lens)
+    }
+
+    /// Every cut and the trailing byte of tuples with values, unchanged TOAST cells, a
+    /// value the column refuses before the cut.
+    #[test]
+    fn a_malformed_tuple_is_taken_back_whole() {
+        let txn = TxnMeta { commit_lsn: None, commit_ts: None, xid: 7, status: None };
+        let rows: Vec<Vec<u8>> = vec![
+            [text("1"), text("a value longer than twelve bytes"), text("10")].concat(),
+            [text("2"), vec![b'u'], text("20")].concat(),
+            [text("3"), vec![b'u'], text("not a number")].concat(),
+            [text("x"), text("v"), vec![b'n']].concat(),
+        ];
+        for good_rows in 0..3 {
+            for bad in &rows {
+                let mut b = builder();
+                let base = Buffer::from_vec(Vec::<u8>::new());
+                let append = |b: &mut TableBuilder, message: &[u8]| {
+                    let ctx = MessageCtx { base: &base, buffer_id: 0, message, lsn: 1, seq: 1, subxid: None, zero_copy: false };
+                    let change = parse_row_change(message).expect("an update");
+                    b.append_unchecked(Op::Update, &change.new.expect("a new tuple"), None, &ctx, &txn)
+                };
+                for _ in 0..good_rows {
+                    append(&mut b, &update(&rows[0])).expect("well formed").expect("decodes");
+                }
+                let before = state(&b);
+                let whole = update(bad);
+                let mut malformed: Vec<Vec<u8>> = (8..whole.len()).map(|cut| whole[..cut].to_vec()).collect();
+                malformed.push([whole.as_slice(), b"n"].concat());
+                for m in malformed {
+                    assert!(append(&mut b, &m).is_err(), "{m:?}");
+                    assert_eq!(state(&b), before, "{m:?}");
+                }
+                append(&mut b, &update(&rows[0])).expect("well formed").expect("decodes");
+                assert_eq!(b.finish().expect("a batch").num_rows(), good_rows + 1);
+            }
+        }
     }
 }

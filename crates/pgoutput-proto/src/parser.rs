@@ -253,9 +253,13 @@ pub fn parse_message(data: &[u8], in_stream: bool) -> Result<Message<'_>, ParseE
 }
 
 /// An Insert, Update or Delete sent outside a stream block, read without building a
-/// [`Message`]: a decoder's hot path, since changes are most of a stream. None for any
-/// other message and for one that is not well formed, which [`parse_message`] then reads
-/// and reports; when it is Some, `parse_message(data, false)` gives the same change.
+/// [`Message`]: a decoder's hot path, since changes are most of a stream. The new tuple,
+/// always the message's last part, is handed over unwalked ([`UncheckedTuple`]): the
+/// decoder's walk of its cells is its check, one walk instead of two. None for any other
+/// message and for one whose other parts are not well formed, which [`parse_message`] then
+/// reads and reports. When it is Some and its new tuple [checks](UncheckedTuple::check),
+/// `parse_message(data, false)` gives the same change; when the new tuple does not check,
+/// `parse_message` reports the error.
 #[inline]
 pub fn parse_row_change(data: &[u8]) -> Option<RowChange<'_>> {
     let (&kind, rest) = data.split_first()?;
@@ -275,21 +279,30 @@ pub fn parse_row_change(data: &[u8]) -> Option<RowChange<'_>> {
         (ChangeKind::Update | ChangeKind::Delete, b'O') => Some(OldTuple::Full(next_tuple(&mut rest)?)),
         _ => return None,
     };
-    let new = match kind {
-        ChangeKind::Delete => None,
-        _ => {
-            if old.is_some() {
-                let (&n, after) = rest.split_first()?;
-                if n != b'N' {
-                    return None;
-                }
-                rest = after;
-            }
-            Some(next_tuple(&mut rest)?)
+    if kind == ChangeKind::Delete {
+        // As `Cursor::finish`: nothing may follow the last tuple.
+        return rest.is_empty().then_some(RowChange { kind, relation_id, old, new: None });
+    }
+    if old.is_some() {
+        let (&n, after) = rest.split_first()?;
+        if n != b'N' {
+            return None;
         }
-    };
-    // As `Cursor::finish`: nothing may follow the last tuple.
-    rest.is_empty().then_some(RowChange { kind, relation_id, old, new })
+        rest = after;
+    }
+    // The trailing bytes of the message are the tuple's: its walk rejects them.
+    let (count, raw) = rest.split_first_chunk::<2>()?;
+    let column_count = u16::try_from(i16::from_be_bytes(*count)).ok()?;
+    Some(RowChange { kind, relation_id, old, new: Some(UncheckedTuple { column_count, raw }) })
+}
+
+impl<'a> UncheckedTuple<'a> {
+    /// The tuple validated whole ([`parse_message`]'s walk), None if it is not well formed
+    /// or bytes follow it.
+    pub fn check(&self) -> Option<TupleData<'a>> {
+        (tuple_len(self.raw, self.column_count)? == self.raw.len())
+            .then_some(TupleData { column_count: self.column_count, raw: self.raw })
+    }
 }
 
 /// A TupleData at the start of `rest`, which moves past it; None if it is not well formed.
@@ -355,17 +368,6 @@ fn tuple_data<'a>(c: &mut Cursor<'a>) -> Result<TupleData<'a>, ParseError> {
     Ok(TupleData { column_count, raw })
 }
 
-/// What each byte is as a TupleData cell kind: 2 a value ('t', 'b'), 1 a cell without one
-/// ('n', 'u'), 0 not a kind.
-const CELL_KIND: [u8; 256] = {
-    let mut kinds = [0u8; 256];
-    kinds[b't' as usize] = 2;
-    kinds[b'b' as usize] = 2;
-    kinds[b'n' as usize] = 1;
-    kinds[b'u' as usize] = 1;
-    kinds
-};
-
 /// Bytes taken by `count` well-formed cells at the start of `buf`; None if they are not.
 /// The kind is looked up in [`CELL_KIND`], not matched: a `match` on four bytes compiled
 /// to a jump table, an indirect branch per cell.
@@ -374,7 +376,7 @@ fn tuple_len(buf: &[u8], count: u16) -> Option<usize> {
     let mut pos = 0usize;
     for _ in 0..count {
         match CELL_KIND[usize::from(*buf.get(pos)?)] {
-            2 => {
+            CELL_VALUE => {
                 let len: [u8; 4] = buf.get(pos + 1..pos + 5)?.try_into().ok()?;
                 let len = usize::try_from(i32::from_be_bytes(len)).ok()?;
                 pos = (pos + 5).checked_add(len)?;
@@ -382,7 +384,7 @@ fn tuple_len(buf: &[u8], count: u16) -> Option<usize> {
                     return None;
                 }
             }
-            1 => pos += 1,
+            CELL_NO_VALUE => pos += 1,
             _ => return None,
         }
     }

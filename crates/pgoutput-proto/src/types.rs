@@ -215,6 +215,10 @@ impl<'a> TupleData<'a> {
     pub fn cells(&self) -> Cells<'a> {
         Cells { raw: self.raw, left: self.column_count }
     }
+    /// The same tuple, as [`UncheckedTuple`] holds one (a well-formed tuple checks).
+    pub fn unchecked(&self) -> UncheckedTuple<'a> {
+        UncheckedTuple { column_count: self.column_count, raw: self.raw }
+    }
 }
 
 impl fmt::Debug for TupleData<'_> {
@@ -223,6 +227,57 @@ impl fmt::Debug for TupleData<'_> {
     }
 }
 
+/// The last TupleData of a row change, not walked yet: its column count and every byte of
+/// the message after it. [`parse_row_change`](crate::parse_row_change) hands the new tuple
+/// over so, and the caller's one walk of its cells ([`UncheckedTuple::cells`], then
+/// [`UncheckedCells::is_whole`]) is the check: a cell kind outside 'n', 'u', 't', 'b', a
+/// length past the end, fewer cells than counted or bytes after the last cell make it
+/// malformed, and [`parse_message`](crate::parse_message) then says where and what.
+/// [`UncheckedTuple::check`] validates it whole into a [`TupleData`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UncheckedTuple<'a> {
+    pub(crate) column_count: u16,
+    /// The message's bytes after the Int16 count, the cells first.
+    pub(crate) raw: &'a [u8],
+}
+
+impl<'a> UncheckedTuple<'a> {
+    /// The column count the tuple announces.
+    pub fn len(&self) -> usize {
+        self.column_count as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.column_count == 0
+    }
+    /// The cells, up to the first malformed one; [`UncheckedCells::is_whole`] after them
+    /// tells whether the tuple was well formed and the message ended with it.
+    pub fn cells(&self) -> UncheckedCells<'a> {
+        UncheckedCells(Cells { raw: self.raw, left: self.column_count })
+    }
+}
+
+impl fmt::Debug for UncheckedTuple<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "UncheckedTuple({} columns, b\"{}\")", self.column_count, self.raw.escape_ascii())
+    }
+}
+
+/// A TupleData cell kind with a value: 't', 'b' ([`CELL_KIND`]).
+pub(crate) const CELL_VALUE: u8 = 2;
+/// A TupleData cell kind without one: 'n', 'u' ([`CELL_KIND`]).
+pub(crate) const CELL_NO_VALUE: u8 = 1;
+
+/// What each byte is as a TupleData cell kind: [`CELL_VALUE`], [`CELL_NO_VALUE`], or 0, not
+/// a kind.
+pub(crate) const CELL_KIND: [u8; 256] = {
+    let mut kinds = [0u8; 256];
+    kinds[b't' as usize] = CELL_VALUE;
+    kinds[b'b' as usize] = CELL_VALUE;
+    kinds[b'n' as usize] = CELL_NO_VALUE;
+    kinds[b'u' as usize] = CELL_NO_VALUE;
+    kinds
+};
+
 /// Iterator over the cells of a validated TupleData.
 #[derive(Clone)]
 pub struct Cells<'a> {
@@ -230,32 +285,69 @@ pub struct Cells<'a> {
     left: u16,
 }
 
+/// Iterator over the cells of an [`UncheckedTuple`], up to the first that is not well formed.
+#[derive(Clone)]
+pub struct UncheckedCells<'a>(Cells<'a>);
+
+impl UncheckedCells<'_> {
+    /// Every cell was read and no byte follows the last: the tuple was well formed.
+    #[inline]
+    pub fn is_whole(&self) -> bool {
+        self.0.left == 0 && self.0.raw.is_empty()
+    }
+
+    /// How many of the cells the tuple announces were not read (yet, or for good: the
+    /// first malformed one and those after it).
+    pub fn unread(&self) -> usize {
+        self.0.left as usize
+    }
+}
+
+impl<'a> Iterator for UncheckedCells<'a> {
+    type Item = Cell<'a>;
+    #[inline]
+    fn next(&mut self) -> Option<Cell<'a>> {
+        self.0.next()
+    }
+}
+
 impl<'a> Iterator for Cells<'a> {
     type Item = Cell<'a>;
+    #[inline]
     fn next(&mut self) -> Option<Cell<'a>> {
         if self.left == 0 {
             return None;
         }
-        self.left -= 1;
-        // The bytes were validated when the TupleData was parsed; `get` keeps
-        // this panic-free even so.
+        // Every read is checked: this is the check of an unchecked tuple (`UncheckedCells`),
+        // and keeps the walk of a validated one panic-free. The kind is looked up in
+        // [`CELL_KIND`], not matched: a `match` on four bytes compiled to a jump table.
         let (&kind, rest) = self.raw.split_first()?;
-        match kind {
-            b'n' => {
-                self.raw = rest;
-                Some(Cell::Null)
+        let class = CELL_KIND[usize::from(kind)];
+        let cell = if class == CELL_VALUE {
+            let (len, rest) = rest.split_first_chunk::<4>()?;
+            let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
+            if len > rest.len() {
+                return None;
             }
-            b'u' => {
-                self.raw = rest;
-                Some(Cell::UnchangedToast)
+            let (value, rest) = rest.split_at(len);
+            self.raw = rest;
+            if kind == b'b' {
+                Cell::Binary(value)
+            } else {
+                Cell::Text(value)
             }
-            _ => {
-                let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-                let value = rest.get(4..4 + len)?;
-                self.raw = &rest[4 + len..];
-                Some(if kind == b'b' { Cell::Binary(value) } else { Cell::Text(value) })
+        } else if class == CELL_NO_VALUE {
+            self.raw = rest;
+            if kind == b'n' {
+                Cell::Null
+            } else {
+                Cell::UnchangedToast
             }
-        }
+        } else {
+            return None;
+        };
+        self.left -= 1;
+        Some(cell)
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         (self.left as usize, Some(self.left as usize))
@@ -329,8 +421,8 @@ pub struct RowChange<'a> {
     pub relation_id: RelationId,
     /// Update (when sent) and Delete (always).
     pub old: Option<OldTuple<'a>>,
-    /// Insert and Update.
-    pub new: Option<TupleData<'a>>,
+    /// Insert and Update: the message's last tuple, not walked yet.
+    pub new: Option<UncheckedTuple<'a>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

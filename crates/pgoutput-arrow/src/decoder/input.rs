@@ -159,10 +159,11 @@ impl Decoder {
         }
         let txn = self.framing.current_mut().filter(|t| t.direct)?;
         let schema_id = self.recent_relations.lookup(&self.catalog, change.relation_id)?;
-        let (op, row, old) = match (change.kind, &change.new, &change.old) {
-            (ChangeKind::Insert, Some(new), None) => (Op::Insert, new, None),
-            (ChangeKind::Update, Some(new), old) => (Op::Update, new, old.as_ref().map(|o| o.tuple())),
-            (ChangeKind::Delete, None, Some(old)) => (Op::Delete, old.tuple(), Some(old.tuple())),
+        let old = change.old.as_ref().map(|o| o.tuple());
+        let (op, row) = match (change.kind, &change.new, old) {
+            (ChangeKind::Insert, Some(new), None) => (Op::Insert, *new),
+            (ChangeKind::Update, Some(new), _) => (Op::Update, *new),
+            (ChangeKind::Delete, None, Some(old)) => (Op::Delete, old.unchecked()),
             _ => return None,
         };
         let rel = self.catalog.version(schema_id);
@@ -174,8 +175,6 @@ impl Decoder {
             return None;
         }
         let builder = self.tables.get_mut(schema_id as usize)?.as_mut()?;
-        txn.changes += 1;
-        txn.direct_rows += 1;
         let meta = TxnMeta { commit_lsn: txn.final_lsn, commit_ts: txn.commit_ts, xid: txn.xid, status: None };
         let ctx = MessageCtx {
             base: at.base,
@@ -186,7 +185,12 @@ impl Decoder {
             subxid: None,
             zero_copy: at.zero_copy(),
         };
-        if let Err(e) = builder.append(op, row, old, &ctx, &meta) {
+        // A malformed new tuple leaves the builder as it was: the message then takes the
+        // parser's path, which reports it.
+        let appended = builder.append_unchecked(op, &row, old, &ctx, &meta).ok()?;
+        txn.changes += 1;
+        txn.direct_rows += 1;
+        if let Err(e) = appended {
             return Some(Err(e));
         }
         let full = builder.full(self.opts.batch_size);

@@ -148,6 +148,8 @@ pub struct ColumnBuilder {
     retyped: bool,
     /// Reused by array parsing and binary-to-text rendering.
     scratch: Scratch,
+    /// The values kept by [`ColumnBuilder::truncate`], before those of the builder.
+    kept: Option<ArrayRef>,
 }
 
 #[derive(Default)]
@@ -287,6 +289,7 @@ impl ColumnBuilder {
             len: 0,
             retyped: false,
             scratch: Scratch::default(),
+            kept: None,
         }
     }
 
@@ -407,6 +410,37 @@ impl ColumnBuilder {
 
     /// Finishes the array built so far and resets the builder for the next batch.
     pub fn finish(&mut self) -> ArrayRef {
+        let built = self.finish_built();
+        match self.kept.take() {
+            None => built,
+            // Arrays of one type, far from 2 GiB of values (batches are cut long before).
+            Some(kept) => arrow_select::concat::concat(&[kept.as_ref(), built.as_ref()])
+                .unwrap_or_else(|e| panic!("the kept values of a column and the later ones: {e}")),
+        }
+    }
+
+    /// Whether [`ColumnBuilder::truncate`] can take values back: not for a list column,
+    /// whose depth a value may have settled.
+    pub fn can_truncate(&self) -> bool {
+        !matches!(self.col, Col::List(_))
+    }
+
+    /// Keeps the first `len` values and drops the rest (a row found malformed after some of
+    /// its cells were appended). Arrow's builders cannot drop values: the values so far are
+    /// finished, and the first `len` kept as an array ahead of the builder's next values.
+    /// Cold: a malformed message. Not for a list column ([`ColumnBuilder::can_truncate`]).
+    #[cold]
+    pub fn truncate(&mut self, len: usize) {
+        if self.len <= len || !self.can_truncate() {
+            return;
+        }
+        let all = self.finish();
+        self.kept = (len > 0).then(|| all.slice(0, len));
+        self.len = len;
+    }
+
+    /// Finishes the builder's own values (without those kept by `truncate`).
+    fn finish_built(&mut self) -> ArrayRef {
         self.len = 0;
         match &mut self.col {
             Col::Bool(b) => Arc::new(b.finish()),

@@ -515,8 +515,9 @@ fn lcg(x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        digitwise_unscaled, horner_unscaled, lcg, numeric_bin, numeric_text_to_decimal, pow10, push_digits, push_hex,
-        push_uuid, uuid_ascii,
+        digitwise_unscaled, horner_unscaled, lcg, numeric_bin, numeric_bin_to_decimal, numeric_bin_to_decimal_digitwise,
+        numeric_text_to_decimal, numeric_text_to_decimal_digitwise, pow10, push_digits, push_hex, push_uuid,
+        short_numeric_bin_to_decimal, short_numeric_text_to_decimal, uuid_ascii,
     };
 
     /// The short float rule against `parse`, bit for bit, on pseudo-random decimal texts of
@@ -644,6 +645,57 @@ mod tests {
         }
     }
 
+    /// What a numeric into Decimal128 gave, for comparing two rules: the value, the special
+    /// value's text or the error's message.
+    fn outcome(r: super::Result<Result<i128, super::Special>>) -> String {
+        match r {
+            Ok(Ok(v)) => format!("{v}"),
+            Ok(Err(s)) => format!("special {}", s.0),
+            Err(e) => format!("error {}", e.message),
+        }
+    }
+
+    /// The inline path of a numeric's text into Decimal128 against the digit-wise rule, value,
+    /// special value or error alike: pseudo-random texts as numeric_out writes them (the
+    /// column's scale of fraction digits) and others (fewer or more fraction digits, a '+',
+    /// special values, bytes that are not a numeric), at precisions and scales of every size.
+    #[test]
+    fn short_text_decimal_is_the_digit_wise_rule() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |m: u64| {
+            x = lcg(x);
+            (x >> 33) % m
+        };
+        let odd = ["NaN", "Infinity", "-Infinity", "", "-", ".", "+", "+1.5", "1e5", "1.2.3", "-.5", "5.", " 1", "١"];
+        let (mut values, mut short) = (0, 0);
+        for case in 0..300_000 {
+            let precision = 1 + next(38) as u8;
+            let scale = (next(precision as u64 + 4) as i8 - 2).min(precision as i8);
+            let text = if next(20) == 0 {
+                odd[next(odd.len() as u64) as usize].to_string()
+            } else {
+                let int: String = (0..next(22)).map(|_| char::from(b'0' + next(10) as u8)).collect();
+                let frac_digits = match next(4) {
+                    0 => next(12) as usize,
+                    _ => scale.max(0) as usize,
+                };
+                let frac: String = (0..frac_digits).map(|_| char::from(b'0' + next(10) as u8)).collect();
+                let sign = ["", "-", "-", "+"][next(4) as usize];
+                match (int.is_empty(), frac.is_empty()) {
+                    (true, true) => format!("{sign}0"),
+                    (_, true) => format!("{sign}{int}"),
+                    _ => format!("{sign}{int}.{frac}"),
+                }
+            };
+            let got = outcome(numeric_text_to_decimal(text.as_bytes(), precision, scale));
+            let want = outcome(numeric_text_to_decimal_digitwise(text.as_bytes(), precision, scale));
+            assert_eq!(got, want, "case {case}: {text:?} as decimal128({precision},{scale})");
+            values += !got.contains(' ') as usize;
+            short += short_numeric_text_to_decimal(text.as_bytes(), precision, scale).is_some() as usize;
+        }
+        assert!(values > 80_000 && short > 40_000, "{values} values decoded, {short} by the inline path");
+    }
+
     #[test]
     fn horner_agrees_with_the_digit_wise_rule() {
         // Pseudo-random binary numerics (a fixed LCG): any digits, weights and scales; the
@@ -680,6 +732,60 @@ mod tests {
             }
         }
         assert!(compared > 50_000, "{compared} cases compared");
+    }
+
+    /// The inline path of a binary numeric into Decimal128 against the digit-wise rules, on
+    /// pseudo-random numerics: few digits and many, every sign (NaN, ±Infinity, a bad one),
+    /// weights that put digits below the scale or past the precision, digits of 10000 or
+    /// more, a wrong digit count; at precisions and scales of every size.
+    #[test]
+    fn short_binary_decimal_is_the_digit_wise_rule() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            seed = lcg(seed);
+            (seed >> 33) % m
+        };
+        let (mut values, mut short) = (0, 0);
+        for case in 0..400_000 {
+            let ndigits = match next(4) {
+                0 => next(12),
+                _ => next(6),
+            } as usize;
+            let weight = next(14) as i16 - 6;
+            let sign: u16 = match next(16) {
+                0 => 0xC000,
+                1 => 0xD000,
+                2 => 0xF000,
+                3 => 0x1234,
+                4..=9 => 0x4000,
+                _ => 0,
+            };
+            let precision = 1 + next(38) as u8;
+            let scale = (next(precision as u64 + 4) as i8 - 2).min(precision as i8);
+            let mut bytes = Vec::with_capacity(8 + 2 * ndigits);
+            // A wrong digit count now and then.
+            let count = if next(50) == 0 { ndigits + 1 } else { ndigits };
+            bytes.extend_from_slice(&(count as u16).to_be_bytes());
+            bytes.extend_from_slice(&weight.to_be_bytes());
+            bytes.extend_from_slice(&sign.to_be_bytes());
+            bytes.extend_from_slice(&(next(8) as u16).to_be_bytes());
+            for i in 0..ndigits {
+                let d = match next(8) {
+                    0 => 0,
+                    1 => 9999,
+                    2 if i + 1 == ndigits => [5000, 10, 100, 1000][next(4) as usize],
+                    3 if next(40) == 0 => 10_000 + next(50_000),
+                    _ => next(10_000),
+                } as u16;
+                bytes.extend_from_slice(&d.to_be_bytes());
+            }
+            let got = outcome(numeric_bin_to_decimal(&bytes, precision, scale));
+            let want = outcome(numeric_bin_to_decimal_digitwise(&bytes, precision, scale));
+            assert_eq!(got, want, "case {case}: {bytes:?} as decimal128({precision},{scale})");
+            values += !got.contains(' ') as usize;
+            short += short_numeric_bin_to_decimal(&bytes, precision, scale).is_some() as usize;
+        }
+        assert!(values > 80_000 && short > 50_000, "{values} values decoded, {short} by the inline path");
     }
 
     #[test]

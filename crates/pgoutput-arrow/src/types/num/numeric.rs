@@ -39,6 +39,17 @@ pub(super) const POW10: [i128; 39] = {
     t
 };
 
+/// 10^0 ..= 10^19: every power of ten a u64 holds.
+pub(super) const POW10_U64: [u64; 20] = {
+    let mut t = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
 pub(super) fn pow10(n: u32) -> Option<i128> {
     POW10.get(n as usize).copied()
 }
@@ -54,8 +65,50 @@ pub(super) fn not_fit(what: &str, precision: u8, scale: i8) -> Special {
 }
 
 /// Numeric text ("-123.4500", "NaN", "Infinity", "-Infinity") to the unscaled integer of
-/// Decimal128(precision, scale). Exact: digits that the scale would drop are an error.
+/// Decimal128(precision, scale). Exact: digits that the scale would drop are an error. The
+/// common value inline ([`short_numeric_text_to_decimal`]), any other by
+/// [`numeric_text_to_decimal_digitwise`], a call whose `Result<Result<i128, Special>>`
+/// returns through memory.
+#[inline(always)]
 pub(crate) fn numeric_text_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> Result<std::result::Result<i128, Special>> {
+    match short_numeric_text_to_decimal(bytes, precision, scale) {
+        Some(v) => Ok(Ok(v)),
+        None => numeric_text_to_decimal_digitwise(bytes, precision, scale),
+    }
+}
+
+/// The common numeric text of a Decimal128 column: an optional '-', at most 18 digits with
+/// at most `scale` of them after the point (numeric_out writes exactly the column's scale),
+/// scaled within a u64 and fitting the column. None for anything else, which
+/// [`numeric_text_to_decimal_digitwise`] decides: where this gives a value, that gives the
+/// same.
+#[inline(always)]
+pub(super) fn short_numeric_text_to_decimal(bytes: &[u8], precision: u8, scale: i8) -> Option<i128> {
+    let (neg, rest) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    let (v, frac_digits) = short_numeric_text(rest)?;
+    let v = match scale as i32 - frac_digits {
+        0 => v,
+        shift @ 1.. => v.checked_mul(*POW10_U64.get(shift as usize)?)?,
+        _ => return None,
+    };
+    let v = v as i128;
+    if !fits(v, precision) {
+        return None;
+    }
+    Some(if neg { -v } else { v })
+}
+
+/// [`numeric_text_to_decimal`] of any text: digit by digit past 18 digits, the special
+/// values, the errors.
+#[inline(never)]
+pub(super) fn numeric_text_to_decimal_digitwise(
     bytes: &[u8],
     precision: u8,
     scale: i8,
@@ -114,7 +167,7 @@ pub(super) fn short_numeric_text(rest: &[u8]) -> Option<(u64, i32)> {
     if int.len() + frac.len() > 18 || (int.is_empty() && frac.is_empty()) {
         return None;
     }
-    let v = ascii_digits(int)? * 10u64.pow(frac.len() as u32) + ascii_digits(frac)?;
+    let v = ascii_digits(int)? * POW10_U64[frac.len()] + ascii_digits(frac)?;
     Some((v, frac.len() as i32))
 }
 
@@ -214,7 +267,70 @@ fn bad_numeric_bin<T>(bytes: &[u8]) -> Result<T> {
     err("binary numeric", bytes)
 }
 
+/// A binary numeric to the unscaled integer of Decimal128(precision, scale): the common
+/// value inline ([`short_numeric_bin_to_decimal`]), any other by
+/// [`numeric_bin_to_decimal_digitwise`], a call whose `Result<Result<i128, Special>>`
+/// returns through memory.
+#[inline(always)]
 pub(crate) fn numeric_bin_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> Result<std::result::Result<i128, Special>> {
+    match short_numeric_bin_to_decimal(bytes, precision, scale) {
+        Some(v) => Ok(Ok(v)),
+        None => numeric_bin_to_decimal_digitwise(bytes, precision, scale),
+    }
+}
+
+/// The common binary numeric of a Decimal128 column: positive or negative, at most four
+/// base-10000 digits (their integer below 10^16, a u64), scaled within a u64 and fitting the
+/// column. None for anything else (NaN, ±Infinity, more digits, digits below the scale, a
+/// value past the precision, bytes that are not a numeric), which
+/// [`numeric_bin_to_decimal_digitwise`] decides: where this gives a value, that gives the
+/// same. Eight digits in a u128 as well made the cell loop dearer for every value than it
+/// saved on those few.
+#[inline(always)]
+pub(super) fn short_numeric_bin_to_decimal(bytes: &[u8], precision: u8, scale: i8) -> Option<i128> {
+    let (head, digits) = bytes.split_first_chunk::<8>()?;
+    let ndigits = u16::from_be_bytes([head[0], head[1]]) as usize;
+    let sign = u16::from_be_bytes([head[4], head[5]]);
+    if ndigits > 4 || digits.len() != 2 * ndigits || (sign != NUMERIC_POS && sign != NUMERIC_NEG) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    let mut over = false;
+    for d in digits.chunks_exact(2) {
+        let d = u16::from_be_bytes([d[0], d[1]]);
+        over |= d >= 10_000;
+        v = v * 10_000 + d as u64;
+    }
+    // The last digit stands for 10^(4 * (weight - (ndigits - 1))); the unscaled integer is
+    // the digits' at 10^scale.
+    let weight = i16::from_be_bytes([head[2], head[3]]) as i32;
+    let exp = 4 * (weight - ndigits as i32 + 1) + scale as i32;
+    let v = if v == 0 {
+        0
+    } else if exp >= 0 {
+        v.checked_mul(*POW10_U64.get(exp as usize)?)?
+    } else {
+        let p = *POW10_U64.get(exp.unsigned_abs() as usize)?;
+        if !v.is_multiple_of(p) {
+            return None;
+        }
+        v / p
+    };
+    let v = v as i128;
+    if over || !fits(v, precision) {
+        return None;
+    }
+    Some(if sign == NUMERIC_NEG { -v } else { v })
+}
+
+/// [`numeric_bin_to_decimal`] of any value: Horner's rule or digit by digit, the special
+/// values, the errors.
+#[inline(never)]
+pub(super) fn numeric_bin_to_decimal_digitwise(
     bytes: &[u8],
     precision: u8,
     scale: i8,
