@@ -700,6 +700,33 @@ def test_lag_bytes_until_acknowledged(pg: PgServer, unique_name: str) -> None:
     assert after.lag_bytes < before.lag_bytes
 
 
+def test_a_busy_stream_flushes_once_per_linger(pg: PgServer, unique_name: str) -> None:
+    """A stream that keeps receiving hands out one decoder flush per ``flush_linger`` at most,
+    not one each time it catches up with the server (a backlog of 200 transactions, read in
+    many short reads): its batches stay under one per linger of the drain's time, plus the
+    ones ``batch_size`` cuts, and every row comes out once."""
+    t = f"{unique_name}_t"
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)")
+    pg.execute(f"CREATE PUBLICATION {unique_name} FOR TABLE {t}")
+    pg.create_slot(unique_name)
+    for lo in range(0, 200_000, 1000):
+        pg.execute(f"INSERT INTO {t} SELECT g, 'x' FROM generate_series({lo}, {lo + 999}) g")
+    target = caught_up_lsn(pg)
+    linger, batch_size = 0.1, 65536
+    started = time.monotonic()
+    batches, ids = 0, []
+    with pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name, flush_linger=linger,
+                               batch_size=batch_size, stop_at_lsn=target, stop_after=120) as s:
+        for item in s:
+            if item.kind == "table":
+                batches += 1
+                ids += item.batch.column("id").to_pylist()
+            s.ack(item.ack_lsn)
+    drained = time.monotonic() - started
+    assert sorted(ids) == list(range(200_000))
+    assert batches <= drained / linger + 200_000 / batch_size + 3, (batches, drained)
+
+
 # --------------------------------------------------------------------------- (f) errors
 
 
