@@ -392,7 +392,7 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
         if not names and m:  # a partition's columns are renamed with its root's
             names = (renames or {}).get(m.group(1), {})
         for col, text in want.new.items():
-            have = col if col in got.values else names.get(col, col)
+            have = _column_of(col, got, names)
             if have not in got.values and col in names:
                 # Renamed more than once, the last rename never announced for this table (a
                 # partition with no change after its root's rename): the output has one of
@@ -416,7 +416,7 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
                 problems.append(f"{where}: {col} = {ours!r}, PostgreSQL printed {text!r}")
         if want.old is not None and want.op == "update":
             for col, text in want.old.items():
-                have = col if col in got.values else names.get(col, col)
+                have = _column_of(col, got, names, before=True)
                 compared += 1
                 ours = got.special.get(f"_before.{have}", None if got.before is None else got.before.get(have))
                 if got.values.get(have) == "<raw>" or (got.typed and got.binary and want.types.get(col) in USER_TYPES):
@@ -427,6 +427,27 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
         if len(problems) > 20:
             break
     return compared, problems
+
+
+def _column_of(col: str, got: Decoded, names: dict[str, str], before: bool = False) -> str:
+    """The output column of PostgreSQL's column ``col`` in change ``got``: its name, else its
+    newest name (``names``). A unified output can have both: a column dropped and kept under
+    its name, and a later column of that name renamed since (``c`` dropped, ``c`` added,
+    renamed ``c_r2``). A row has a value in one of them at most (the first is null from its
+    drop on, the second before its add): the one holding this row's value (``before``: its
+    old value), the same name when neither does."""
+    renamed = names.get(col, col)
+    if col not in got.values:
+        return renamed
+    if renamed == col or renamed not in got.values:
+        return col
+
+    def holds(c: str) -> bool:
+        if before:
+            return (got.before or {}).get(c) is not None or f"_before.{c}" in got.special
+        return got.values[c] is not None or c in got.special or c in got.unchanged
+
+    return renamed if holds(renamed) and not holds(col) else col
 
 
 def compare_messages(expected: Expected, got: list[tuple[bool, str, bytes, int | None]],
