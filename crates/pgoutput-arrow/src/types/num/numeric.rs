@@ -430,6 +430,58 @@ pub(super) fn horner_unscaled(n: &NumericBin<'_>, scale: i8) -> Option<i128> {
     i128::try_from(v).ok()
 }
 
+/// Bytes of [`short_numeric_bin_text`]'s buffer: a sign, eight groups of four integer digits,
+/// a point, seven groups of four fraction digits, and room to spare.
+const SHORT_TEXT: usize = 72;
+
+/// numeric_out's text of a well-formed, finite numeric of at most eight integer digit groups
+/// and 28 fraction digits, written group by group into `buf` (four-digit copies) and handed
+/// back whole: pushed a group at a time into a column's bytes, each push checked the
+/// capacity (about 280 instructions a value). None for a longer one.
+#[inline(always)]
+fn short_numeric_bin_text<'b>(n: &NumericBin<'_>, buf: &'b mut [u8; SHORT_TEXT]) -> Option<&'b [u8]> {
+    let (weight, dscale) = (n.weight as i32, n.dscale as usize);
+    if weight > 7 || dscale > 28 {
+        return None;
+    }
+    let put = |buf: &mut [u8; SHORT_TEXT], at: usize, d: u16| {
+        let d = 4 * d as usize;
+        buf[at..at + 4].copy_from_slice(&DIGITS4.as_bytes()[d..d + 4]);
+    };
+    // buf[0] is left for the sign; the first digit group ("0" without one) loses its
+    // leading zeros.
+    let first = if weight >= 0 { n.digit(0) } else { 0 };
+    put(buf, 1, first);
+    let mut start = match first {
+        0..=9 => 4,
+        10..=99 => 3,
+        100..=999 => 2,
+        _ => 1,
+    };
+    let mut len = 5;
+    for i in 1..=weight.max(0) as usize {
+        put(buf, len, n.digit(i));
+        len += 4;
+    }
+    if dscale > 0 {
+        buf[len] = b'.';
+        len += 1;
+        let end = len + dscale;
+        let mut i = weight + 1;
+        while len < end {
+            put(buf, len, if i < 0 { 0 } else { n.digit(i as usize) });
+            len += 4;
+            i += 1;
+        }
+        len = end;
+    }
+    if n.sign == NUMERIC_NEG {
+        start -= 1;
+        buf[start] = b'-';
+    }
+    Some(&buf[start..len])
+}
+
 /// numeric_out's text of a binary numeric (get_str_from_var in numeric.c): the integer
 /// part without leading zeros ("0" when there is none), then `dscale` fraction digits.
 /// Nothing is written when the value is not a well-formed numeric.
@@ -444,8 +496,15 @@ pub(crate) fn numeric_bin_to_text<O: TextOut + ?Sized>(bytes: &[u8], out: &mut O
             });
             return Ok(());
         }
-        NUMERIC_NEG => out.push_ascii(b'-'),
         _ => {}
+    }
+    let mut buf = [0u8; SHORT_TEXT];
+    if let Some(text) = short_numeric_bin_text(&n, &mut buf) {
+        out.push_ascii_bytes(text);
+        return Ok(());
+    }
+    if n.sign == NUMERIC_NEG {
+        out.push_ascii(b'-');
     }
     let weight = n.weight as i32;
     if weight < 0 {
