@@ -584,7 +584,8 @@ mod tests {
 
     /// The in-place renderer (into a String and into bytes) against the reference, on
     /// pseudo-random numerics: any digits, weights (negative too) and display scales (not
-    /// multiples of four, trailing zeros), signs and specials, and malformed headers.
+    /// multiples of four, trailing zeros, past the short path), signs and specials, and
+    /// malformed headers.
     #[test]
     fn numeric_bin_to_text_is_numeric_out() {
         let mut x: u64 = 0x3c6e_f372_fe94_f82b;
@@ -604,7 +605,8 @@ mod tests {
                 4..=7 => 0x4000,
                 _ => 0,
             };
-            let dscale = next(20) as u16;
+            // Up to past what the stack buffer of short_numeric_bin_text takes (28).
+            let dscale = next(36) as u16;
             let mut bytes = Vec::new();
             let declared = if next(50) == 0 { ndigits + 1 } else { ndigits };
             for w in [declared as u16, weight as u16, sign, dscale] {
