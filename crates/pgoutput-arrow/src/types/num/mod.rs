@@ -84,44 +84,6 @@ pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
     }
 }
 
-/// The value of at most 19 ASCII digits (none: 0); None if a byte is not a digit. Eight
-/// digits at a time: a loop that checks and adds one digit per turn was most of the parse
-/// of a numeric's text.
-#[inline]
-pub(crate) fn ascii_digits(mut digits: &[u8]) -> Option<u64> {
-    debug_assert!(digits.len() <= 19);
-    let mut v: u64 = 0;
-    while let Some((chunk, rest)) = digits.split_first_chunk::<8>() {
-        v = v * 100_000_000 + eight_digits(u64::from_le_bytes(*chunk))?;
-        digits = rest;
-    }
-    for &d in digits {
-        let d = d.wrapping_sub(b'0');
-        if d > 9 {
-            return None;
-        }
-        v = v * 10 + d as u64;
-    }
-    Some(v)
-}
-
-/// Eight ASCII digits read as a little-endian u64 (the first digit in the lowest byte), as
-/// simdjson's `parse_eight_digits_unrolled`; None if a byte is not a digit.
-#[inline]
-fn eight_digits(x: u64) -> Option<u64> {
-    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
-    // Each byte is 0x30..=0x39: its high nibble is 3, and still 3 once 6 is added (a byte of
-    // 0xFA or more, whose adding would carry into the next byte, fails the first test).
-    if (x & HIGH) | ((x.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) != 0x3333_3333_3333_3333 {
-        return None;
-    }
-    let v = x - 0x3030_3030_3030_3030;
-    // Pairs of digits, then groups of four, then all eight, each by one multiplication.
-    let v = (v.wrapping_mul(10) + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
-    let v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
-    Some((v.wrapping_mul(10_000) + (v >> 32)) & 0xFFFF_FFFF)
-}
-
 pub(crate) fn int2_bin(bytes: &[u8]) -> Result<i16> {
     Ok(i16::from_be_bytes(fixed::<2>("int2", bytes)?))
 }
