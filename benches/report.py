@@ -207,6 +207,11 @@ def spark_section(data: Path) -> tuple[list[str], dict[str, Target]]:
             f"| {d['median_s']:.2f} | {fmt_rate(d['mb_per_s'])} | {d['messages_per_s'] / 1e3:,.0f} "
             f"| {r['share_of_floor']:.0%} | {ph} | – | {max(loads):.1f} |")
     out.append("")
+    limit = res.get("run_timeout_s", "?")
+    stalled = [f"{s} (cancelled after {limit} s)" for r in res["results"] for s in r.get("stalls", [])]
+    if stalled:
+        out += ["Rounds stalled, their Spark jobs cancelled and the round run again (not counted): "
+                + "; ".join(stalled) + ".", ""]
     by = {(r["capture"], r["master"]): r for r in res["results"]}
     scaling = [(c, by[(c, "local[1]")], by[(c, "local[2]")]) for c in res["captures"]
                if (c, "local[1]") in by and (c, "local[2]") in by]

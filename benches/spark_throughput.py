@@ -28,6 +28,11 @@ of the floor decode reaches) and, for reference, ``pgoutput_arrow.decode()`` of 
 in this one process. Written to ``--out`` (JSON; ``benches/report.py`` makes the Spark section
 of BENCHMARKS.md from it) and printed as a table.
 
+A timed run that takes longer than ``--run-timeout`` seconds has its Spark jobs cancelled and
+its round repeated (``--retries`` times at most): Spark's own floor once stalled for minutes on
+loopback TCP (benches/findings.md, "Spark's own floor stalled once"). Each stall is logged
+and counted in the results (``stalls``), and the report says so.
+
 ``--profile CAPTURE`` instead runs decode once warm and once measured on ``--masters``' first
 master with Spark's UI on, and prints where the measured run spent its time: each phase's wall
 time, then each stage's (from the UI's REST API: duration, tasks, executor run and CPU time,
@@ -41,6 +46,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -139,23 +145,64 @@ def summary(times: list[float], messages: int, payload: int) -> dict[str, float]
             "mb_per_s": payload / m / 1e6, "messages_per_s": messages / m}
 
 
+class Stalled(RuntimeError):
+    """A timed run went past ``--run-timeout``; its Spark jobs were cancelled."""
+
+
+def watched(spark: Any, what: str, limit: float, fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, its Spark jobs cancelled if it is still running after ``limit`` seconds,
+    which raises :class:`Stalled` (also when it finished only after the cancel)."""
+    fired = threading.Event()
+
+    def cancel() -> None:
+        fired.set()
+        log(f"  {what}: still running after {limit:.0f} s (load {load()}); cancelling its Spark jobs")
+        spark.sparkContext.cancelAllJobs()
+
+    timer = threading.Timer(limit, cancel)
+    timer.daemon = True
+    timer.start()
+    try:
+        result = fn(*args)
+    except Exception as e:
+        if fired.is_set():
+            raise Stalled(what) from e
+        raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        raise Stalled(what)
+    return result
+
+
 def measure(spark: Any, master: str, path: Path, info: dict[str, Any], runs: int,
-            warmup: int) -> dict[str, Any]:
+            warmup: int, limit: float = 300.0, retries: int = 2) -> dict[str, Any]:
     floor: list[float] = []
     decode: list[float] = []
     via_spark: list[float] = []
     phases: list[list[float]] = []
     loads: list[list[float]] = []
     tables = 0
-    for r in range(warmup + runs):
-        before_floor = load()
-        tf = run_floor(spark, path)
-        clear(spark)
-        before_decode = load()
-        td, ph, tables = run_decode(spark, path)
-        clear(spark)
-        ts, _, _ = run_decode(spark, path, spark_reader=True)
-        clear(spark)
+    stalls: list[str] = []
+    r = 0
+    while r < warmup + runs:
+        what = f"{master} {path.name} round {r + 1}"
+        try:
+            before_floor = load()
+            tf = watched(spark, f"{what}, floor", limit, run_floor, spark, path)
+            clear(spark)
+            before_decode = load()
+            td, ph, tables = watched(spark, f"{what}, decode", limit, run_decode, spark, path)
+            clear(spark)
+            ts, _, _ = watched(spark, f"{what}, through Spark's reader", limit, run_decode, spark, path, True)
+            clear(spark)
+        except Stalled as e:
+            clear(spark)
+            stalls.append(str(e))
+            if len(stalls) > retries:
+                raise SystemExit(f"{e}: stalled {len(stalls)} times, more than --retries {retries}") from e
+            log(f"  {e}: the round is run again")
+            continue
         kind = "warm-up" if r < warmup else "run"
         log(f"  {master} {path.name} {kind} {r + 1}: floor {tf:.2f} s (load {before_floor}), "
             f"decode {td:.2f} s (load {before_decode}; phases {', '.join(f'{p:.2f}' for p in ph)}), "
@@ -166,6 +213,7 @@ def measure(spark: Any, master: str, path: Path, info: dict[str, Any], runs: int
             via_spark.append(ts)
             phases.append(ph)
             loads.append([before_floor, before_decode])
+        r += 1
     msgs, payload = info["messages"], info["payload_bytes"]
     f, d = summary(floor, msgs, payload), summary(decode, msgs, payload)
     return {"capture": path.name, "master": master, "messages": msgs, "payload_bytes": payload,
@@ -173,7 +221,7 @@ def measure(spark: Any, master: str, path: Path, info: dict[str, Any], runs: int
             "floor": {**f, "times": floor}, "decode": {**d, "times": decode, "phases": phases,
             "phase_medians_s": [statistics.median(p[i] for p in phases) for i in range(3)]},
             "spark_reader": {**summary(via_spark, msgs, payload), "times": via_spark},
-            "loads": loads, "share_of_floor": f["median_s"] / d["median_s"]}
+            "loads": loads, "stalls": stalls, "share_of_floor": f["median_s"] / d["median_s"]}
 
 
 def table(results: list[dict[str, Any]], single: dict[str, dict[str, Any]]) -> str:
@@ -271,6 +319,9 @@ def main() -> None:
     ap.add_argument("--single-runs", type=int, default=3,
                     help="single-process decode() runs per capture (0: none)")
     ap.add_argument("--driver-memory", default="4g")
+    ap.add_argument("--run-timeout", type=float, default=300.0, metavar="S",
+                    help="cancel a timed run's Spark jobs after S seconds and run its round again")
+    ap.add_argument("--retries", type=int, default=2, help="stalled rounds run again, at most")
     ap.add_argument("--out", default=None, help="JSON results (default <data>/../spark.json)")
     ap.add_argument("--merge", action="store_true",
                     help="keep --out's earlier rows of the captures and masters not run now")
@@ -307,7 +358,7 @@ def main() -> None:
 
     def save(complete: bool) -> dict[str, Any]:
         """Written after every capture, so that an interrupted run keeps what it measured."""
-        out = {"runs": args.runs, "warmup": args.warmup, "masters": masters,
+        out = {"runs": args.runs, "warmup": args.warmup, "masters": masters, "run_timeout_s": args.run_timeout,
                "captures": {c: {k: infos[c][k] for k in ("messages", "payload_bytes", "kinds",
                                                          "files", "params")} for c in captures},
                "single_process": {c: {**v, **summary(v["times"], infos[c]["messages"],
@@ -322,7 +373,8 @@ def main() -> None:
     for master in args.masters.split(","):
         spark = session(master, args.driver_memory)
         for c in to_measure:
-            results.append(measure(spark, master, data / c, infos[c], args.runs, args.warmup))
+            results.append(measure(spark, master, data / c, infos[c], args.runs, args.warmup,
+                                   args.run_timeout, args.retries))
             save(False)
         spark.stop()
     out = save(True)
