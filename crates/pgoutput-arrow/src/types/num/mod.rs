@@ -474,12 +474,60 @@ fn lcg(x: u64) -> u64 {
     x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407)
 }
 
+/// A pseudo-random sign word of a binary numeric for the randomized tests, drawn by `next`
+/// (`next(m)`: a value below `m`): NaN, ±Infinity and a word that is no sign (one in 16 each),
+/// negative 6 in 16, else positive.
+#[cfg(test)]
+fn random_numeric_sign(next: &mut impl FnMut(u64) -> u64) -> u16 {
+    match next(16) {
+        0 => 0xC000,
+        1 => 0xD000,
+        2 => 0xF000,
+        3 => 0x1234,
+        4..=9 => 0x4000,
+        _ => 0,
+    }
+}
+
+/// A pseudo-random binary numeric (`numeric_send`'s form) for the randomized tests: the
+/// header words, then `ndigits` base-10000 digits drawn by `next`, mostly any, with 0, 9999
+/// and digits below 10 often and a round last digit (5000, 10, 100, 1000). `malformed`: now
+/// and then a digit of 10000 or more, and a digit count one more than the digits there are.
+#[cfg(test)]
+fn random_numeric_bin(
+    next: &mut impl FnMut(u64) -> u64,
+    ndigits: usize,
+    weight: i16,
+    sign: u16,
+    dscale: u16,
+    malformed: bool,
+) -> Vec<u8> {
+    let count = if malformed && next(50) == 0 { ndigits + 1 } else { ndigits };
+    let mut bytes = Vec::with_capacity(8 + 2 * ndigits);
+    for word in [count as u16, weight as u16, sign, dscale] {
+        bytes.extend_from_slice(&word.to_be_bytes());
+    }
+    for i in 0..ndigits {
+        let d = match next(8) {
+            0 => 0,
+            1 => 9999,
+            2 if i + 1 == ndigits => [5000, 10, 100, 1000][next(4) as usize],
+            3 if malformed && next(40) == 0 => 10_000 + next(50_000),
+            4 => next(10),
+            _ => next(10_000),
+        } as u16;
+        bytes.extend_from_slice(&d.to_be_bytes());
+    }
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::{
         digitwise_unscaled, horner_unscaled, lcg, numeric_bin, numeric_bin_to_decimal, numeric_bin_to_decimal_digitwise,
         numeric_text_to_decimal, numeric_text_to_decimal_digitwise, pow10, push_digits, push_hex, push_uuid,
-        short_numeric_bin_to_decimal, short_numeric_text_to_decimal, uuid_ascii,
+        random_numeric_bin, random_numeric_sign, short_numeric_bin_to_decimal, short_numeric_text_to_decimal,
+        uuid_ascii,
     };
 
     /// The short float rule against `parse`, bit for bit, on pseudo-random decimal texts of
@@ -672,20 +720,7 @@ mod tests {
             let ndigits = next(12) as usize;
             let weight = next(24) as i16 - 10;
             let scale = next(16) as i8 - 3;
-            let mut bytes = Vec::with_capacity(8 + 2 * ndigits);
-            bytes.extend_from_slice(&(ndigits as u16).to_be_bytes());
-            bytes.extend_from_slice(&weight.to_be_bytes());
-            bytes.extend_from_slice(&0u16.to_be_bytes());
-            bytes.extend_from_slice(&0u16.to_be_bytes());
-            for i in 0..ndigits {
-                let d = match next(4) {
-                    0 => 0,
-                    1 => 9999,
-                    2 if i + 1 == ndigits => 5000,
-                    _ => next(10_000),
-                } as u16;
-                bytes.extend_from_slice(&d.to_be_bytes());
-            }
+            let bytes = random_numeric_bin(&mut next, ndigits, weight, 0, 0, false);
             let n = numeric_bin(&bytes).expect("well-formed");
             let (fast, slow) = (horner_unscaled(&n, scale), digitwise_unscaled(&n, scale));
             if let Some(v) = fast {
@@ -714,33 +749,11 @@ mod tests {
                 _ => next(6),
             } as usize;
             let weight = next(14) as i16 - 6;
-            let sign: u16 = match next(16) {
-                0 => 0xC000,
-                1 => 0xD000,
-                2 => 0xF000,
-                3 => 0x1234,
-                4..=9 => 0x4000,
-                _ => 0,
-            };
+            let sign = random_numeric_sign(&mut next);
             let precision = 1 + next(38) as u8;
             let scale = (next(precision as u64 + 4) as i8 - 2).min(precision as i8);
-            let mut bytes = Vec::with_capacity(8 + 2 * ndigits);
-            // A wrong digit count now and then.
-            let count = if next(50) == 0 { ndigits + 1 } else { ndigits };
-            bytes.extend_from_slice(&(count as u16).to_be_bytes());
-            bytes.extend_from_slice(&weight.to_be_bytes());
-            bytes.extend_from_slice(&sign.to_be_bytes());
-            bytes.extend_from_slice(&(next(8) as u16).to_be_bytes());
-            for i in 0..ndigits {
-                let d = match next(8) {
-                    0 => 0,
-                    1 => 9999,
-                    2 if i + 1 == ndigits => [5000, 10, 100, 1000][next(4) as usize],
-                    3 if next(40) == 0 => 10_000 + next(50_000),
-                    _ => next(10_000),
-                } as u16;
-                bytes.extend_from_slice(&d.to_be_bytes());
-            }
+            let dscale = next(8) as u16;
+            let bytes = random_numeric_bin(&mut next, ndigits, weight, sign, dscale, true);
             let got = outcome(numeric_bin_to_decimal(&bytes, precision, scale));
             let want = outcome(numeric_bin_to_decimal_digitwise(&bytes, precision, scale));
             assert_eq!(got, want, "case {case}: {bytes:?} as decimal128({precision},{scale})");

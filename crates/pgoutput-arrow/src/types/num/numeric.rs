@@ -552,7 +552,9 @@ pub(crate) fn numeric_bin_to_text<O: TextOut + ?Sized>(bytes: &[u8], out: &mut O
 
 #[cfg(test)]
 mod tests {
-    use super::{lcg, long_numeric_text, numeric_bin_to_text, short_numeric_text};
+    use super::{
+        lcg, long_numeric_text, numeric_bin_to_text, random_numeric_bin, random_numeric_sign, short_numeric_text,
+    };
 
     /// numeric_out's text (get_str_from_var) by `fmt`, digit group by digit group: the rule
     /// the in-place renderer replaced; None for what is not a well-formed numeric.
@@ -612,31 +614,10 @@ mod tests {
         for _ in 0..300_000 {
             let ndigits = next(10) as usize;
             let weight = next(16) as i16 - 6;
-            let sign: u16 = match next(12) {
-                0 => 0xC000,
-                1 => 0xD000,
-                2 => 0xF000,
-                3 => 0x1234,
-                4..=7 => 0x4000,
-                _ => 0,
-            };
+            let sign = random_numeric_sign(&mut next);
             // Up to past what the stack buffer of short_numeric_bin_text takes (28).
             let dscale = next(36) as u16;
-            let mut bytes = Vec::new();
-            let declared = if next(50) == 0 { ndigits + 1 } else { ndigits };
-            for w in [declared as u16, weight as u16, sign, dscale] {
-                bytes.extend_from_slice(&w.to_be_bytes());
-            }
-            for _ in 0..ndigits {
-                let d = match next(5) {
-                    0 => 0,
-                    1 => 9999,
-                    2 => next(10),
-                    3 if next(40) == 0 => 10_000 + next(50_000),
-                    _ => next(10_000),
-                } as u16;
-                bytes.extend_from_slice(&d.to_be_bytes());
-            }
+            let bytes = random_numeric_bin(&mut next, ndigits, weight, sign, dscale, true);
             let (mut text, mut raw) = (String::from("x"), b"x".to_vec());
             let (a, b) = (numeric_bin_to_text(&bytes, &mut text), numeric_bin_to_text(&bytes, &mut raw));
             match numeric_out_reference(&bytes) {
