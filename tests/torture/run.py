@@ -609,10 +609,14 @@ def shrink(pg: PgServer, workload: Workload, problems: list[str], budget: float 
     """Drops steps (halves, then quarters, ... then one at a time) while the workload still
     fails on a path ``problems`` name, within ``budget`` seconds; CREATE TABLE steps are kept.
     Any failure would not do: fewer steps also make fewer of the shapes a seed must show
-    (a capture's stream messages), a problem of its own that no longer reproduces the first."""
+    (a capture's stream messages), a problem of its own that no longer reproduces the first.
+    For the same reason a shape problem (:func:`shapes.is_shape_problem`) is not shrunk: what
+    the seed expects is counted over all of its steps. Only shape problems: ``workload`` as it is."""
     deadline = time.monotonic() + budget
     steps = list(workload.steps)
-    about = {_about(p) for p in problems}
+    about = {_about(p) for p in problems if not shapes.is_shape_problem(p)}
+    if not about:
+        return workload
 
     def fails(candidate: list[Step]) -> bool:
         try:
@@ -718,7 +722,8 @@ def main(argv: list[str] | None = None) -> int:
                         small = shrink(pg, workload, r.problems, heavy=heavy)
                         path = Path(f"/tmp/torture-{seed}-pg{pg.version}.sql")
                         path.write_text(small.script() + "\n")
-                        print(f"    shrunk to {len(small.steps)} of {len(workload.steps)} steps: {path}", flush=True)
+                        print(f"    shrunk to {len(small.steps)} of {len(workload.steps)} steps: {path}"
+                              if small is not workload else f"    not shrunk (only shape problems): {path}", flush=True)
             totals["seeds"] += 1
     finally:
         if spark is not None:

@@ -24,6 +24,16 @@ KINDS = {
 }
 
 
+#: The end of every problem :func:`check_kinds` reports, after the count it wants.
+SHORT = "the seed's shapes make at least"
+
+
+def is_shape_problem(problem: str) -> bool:
+    """Whether ``problem`` is :func:`check_kinds`'s: about the whole workload's shapes, which
+    a part of the workload does not make (:func:`run.shrink` cannot shrink it)."""
+    return SHORT in problem
+
+
 def count_kinds(capture: pa.Table) -> Counter[str]:
     """How many messages of each kind (its letter) ``capture`` holds."""
     return Counter(chr(bytes(d)[0]) for d in capture.column("data").to_pylist() if d)
@@ -38,6 +48,5 @@ def check_kinds(workload: Any, captures: dict[str, pa.Table], version: int) -> l
             continue  # an option set the server lacks (protocol 4 before PostgreSQL 16)
         have = counts[name][kind]
         if have < at_least:
-            problems.append(f"{name} capture: {have} {KINDS[kind]} ('{kind}') messages, the seed's shapes "
-                            f"make at least {at_least}")
+            problems.append(f"{name} capture: {have} {KINDS[kind]} ('{kind}') messages, {SHORT} {at_least}")
     return problems
