@@ -1029,6 +1029,9 @@ def test_batch_data_source(spark: Any, capture: Any, tmp_path: Any) -> None:
     df = spark.read.format("pgoutput").option("table", tables[0]).load(path)
     decoded = sp.decode(_capture_df(spark, rows))
     assert _normalize_table(df.toArrow()) == _normalize_table(decoded[tables[0]].toArrow())
+    # A misspelt option fails at load(), naming it and the nearest option, not ignored.
+    with pytest.raises(Exception, match="(?i)" + re.escape("unknown option 'tabel' (did you mean 'table'?)")):
+        spark.read.format("pgoutput").option("tabel", tables[0]).load(path)
 
 
 def test_decode_binary_capture_keeps_raw_enum_and_composite_bytes(spark: Any, pg18: Any,
@@ -1504,6 +1507,10 @@ def test_stream_errors_are_clear(spark: Any, pg18: Any, unique_name: str) -> Non
         (spark.readStream.format("pgoutput").options(**{**good, "slot": "no_such_slot"}).load())
     with pytest.raises(Exception, match="is read with spark.readStream"):
         spark.read.format("pgoutput").options(**good).load().collect()
+    # A misspelt option fails at load(), before the query starts, naming the nearest option.
+    with pytest.raises(Exception, match="(?i)" + re.escape("unknown option 'maxChangesPerTriger' (did you mean "
+                                                  "'maxChangesPerTrigger'?)")):
+        spark.readStream.format("pgoutput").options(**good, maxChangesPerTriger="10").load()
 
     assert stream_schema(good).fieldNames()[0] == "id"
     with pytest.raises(SlotNotFound, match=re.escape('replication slot "no_such_slot" does not exist')):

@@ -3,6 +3,7 @@ module: no ``_name`` is imported across modules)."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ import pyarrow.compute as pc
 from .. import _internal
 from .._internal import META_COLUMNS
 
-__all__ = ["IPC_OPTIONS", "ipc_stream", "spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
+__all__ = ["check_known_options", "IPC_OPTIONS", "ipc_stream", "spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
            "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq", "bytes_setting", "with_setting"]
 
 
@@ -168,3 +169,17 @@ def with_setting(spark: Any, key: str, default: str, value: Callable[[str], str]
             spark.conf.set(key, before)
         else:
             spark.conf.unset(key)
+
+
+def check_known_options(given: Collection[str], known: Collection[str], what: str) -> None:
+    """A ``ValueError`` naming each option in ``given`` that is not one of ``known`` (their
+    documented spellings; Spark's options are case-insensitive), with the nearest known one:
+    a misspelt option fails before anything is read, instead of being ignored."""
+    by_lower = {k.lower(): k for k in known}
+    unknown = sorted(k for k in given if k.lower() not in by_lower)
+    if not unknown:
+        return
+    hints = [f"{k!r} (did you mean {by_lower[close[0]]!r}?)"
+             if (close := difflib.get_close_matches(k.lower(), list(by_lower), 1)) else repr(k) for k in unknown]
+    raise ValueError(f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+                     f"its options are {', '.join(sorted(known, key=str.lower))}")

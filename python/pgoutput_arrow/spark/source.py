@@ -9,14 +9,18 @@ from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
 
-from ._capture import CaptureFiles, list_capture, read_catalog, read_files
-from ._common import is_binary_capture, narrow_catalog, ranked_seq, spark_schema, with_seq
+from ._capture import S3_OPTIONS, CaptureFiles, list_capture, read_catalog, read_files
+from ._common import check_known_options, is_binary_capture, narrow_catalog, ranked_seq, spark_schema, with_seq
 from ._catalog_pass import table_schemas
 from .generic import UDTF_SCHEMA, changes_to_generic
 from .types import SPARK_DECODER_OPTIONS, cast_for_spark, time_type_enabled, to_spark_arrow_schema
 
 __all__ = ["PgoutputDataSource", "data_source_for", "CapturePlan", "CapturePart", "plan_capture",
-           "CAPTURE_DECODER_OPTIONS"]
+           "CAPTURE_DECODER_OPTIONS", "CAPTURE_OPTIONS"]
+
+#: The options of ``spark.read.format("pgoutput")`` (a capture): ``path`` (``load(path)``),
+#: ``table``, ``timeType`` and the S3 options.
+CAPTURE_OPTIONS = ("path", "table", "timeType", *S3_OPTIONS)
 
 #: How the batch source's decoders type columns, as :func:`~pgoutput_arrow.spark.decode`'s do:
 #: the schema is made on the driver from the catalog before any change is read, so arrays
@@ -124,10 +128,15 @@ try:
             return self._capture_plan
 
         def schema(self) -> Any:
+            # Made first, on load(): a misspelt option fails before anything is read.
             if self._is_live():
                 from .stream import stream_schema
+                from .stream_source import STREAM_OPTIONS
+
+                check_known_options(self.options, STREAM_OPTIONS, "spark.readStream.format('pgoutput')")
 
                 return stream_schema(self.options, self._time_type())
+            check_known_options(self.options, CAPTURE_OPTIONS, "spark.read.format('pgoutput')")
             table = self.options.get("table")
             if table is None:
                 return UDTF_SCHEMA

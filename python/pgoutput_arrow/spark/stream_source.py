@@ -14,7 +14,8 @@ from .._pg import classify_connect_error, with_output_settings
 from ..exceptions import ReplicationError, SlotInUse, SlotNotFound
 from ..live.slot import check_publications, check_usable, slot_row
 
-__all__ = ["StreamSource", "retry_in_use", "log_to_stderr", "DEFAULT_IDLE_ADVANCE_BYTES", "DEFAULT_POLL_INTERVAL_S"]
+__all__ = ["StreamSource", "STREAM_OPTIONS", "retry_in_use", "log_to_stderr", "DEFAULT_IDLE_ADVANCE_BYTES",
+           "DEFAULT_POLL_INTERVAL_S"]
 
 _T = TypeVar("_T")
 
@@ -24,6 +25,13 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 #: Without changes to the publication, the offset still moves once the server has written
 #: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
 DEFAULT_IDLE_ADVANCE_BYTES = 16 << 20
+
+#: The options of ``spark.readStream.format("pgoutput")``, as documented (docs/spark.md):
+#: :meth:`StreamSource.from_options` reads them (``timeType``: the data source itself).
+STREAM_OPTIONS = ("dsn", "slot", "publication", "table", "maxChangesPerTrigger", "idleAdvanceBytes",
+                  "pollInterval", "connectTimeout", "snapshot", "onlineSnapshot", "snapshotChunkRows",
+                  "holdChunkSnapshot", "chunksOnDriver", "verbose", "timeType")
+
 
 @dataclasses.dataclass(frozen=True)
 class StreamSource:
