@@ -36,23 +36,43 @@ impl Lsn {
     /// than split_once + from_str_radix: a capture's lsn column is parsed once per
     /// message, and that was 8% of decoding a capture from Python.
     pub fn from_ascii(b: &[u8]) -> Option<Lsn> {
-        fn half(p: &[u8]) -> Option<u64> {
-            if p.is_empty() || p.len() > 8 {
-                return None;
-            }
-            p.iter().try_fold(0u64, |v, &b| {
-                let d = match b {
-                    b'0'..=b'9' => b - b'0',
-                    b'a'..=b'f' => b - b'a' + 10,
-                    b'A'..=b'F' => b - b'A' + 10,
-                    _ => return None,
-                };
-                Some(v << 4 | d as u64)
-            })
-        }
         let slash = b.iter().position(|&c| c == b'/')?;
-        Some(Lsn(half(&b[..slash])? << 32 | half(&b[slash + 1..])?))
+        Some(Lsn(hex_half(&b[..slash])? << 32 | hex_half(&b[slash + 1..])?))
     }
+}
+
+/// [`HEX_DIGITS`] of a byte that is not a hexadecimal digit.
+const NOT_HEX: u8 = 0x10;
+
+/// Each byte's value as a hexadecimal digit, or [`NOT_HEX`]: a digit is a lookup, without
+/// a branch (a `match` on the byte's ranges cost about 20 instructions an LSN more).
+static HEX_DIGITS: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// One half of an LSN's text: 1 to 8 hexadecimal digits.
+#[inline]
+fn hex_half(p: &[u8]) -> Option<u64> {
+    if p.is_empty() || p.len() > 8 {
+        return None;
+    }
+    let (value, seen) = p.iter().fold((0u64, 0u8), |(value, seen), &c| {
+        let d = HEX_DIGITS[usize::from(c)];
+        (value << 4 | u64::from(d & 0xF), seen | d)
+    });
+    (seen & NOT_HEX == 0).then_some(value)
 }
 
 pub type Xid = u32;

@@ -79,6 +79,23 @@ fn parse_i64_agrees_with_str_parse() {
     // 18, 19 and 20 digits around the limits, and past them.
     cases.extend(["100000000000000000", "9999999999999999999", "9223372036854775808", "-9223372036854775809"].map(String::from));
     cases.extend(["18446744073709551616", "-18446744073709551616", "99999999999999999999"].map(String::from));
+    // Pseudo-random digit strings of 1 to 20 digits, a sign or none, now and then a byte
+    // that is not a digit: both sides of the 18 digits parsed without overflow checks.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..200_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = 1 + (x % 20) as usize;
+        let mut c: String = ["", "-", "+"][(x >> 8) as usize % 3].to_string();
+        let mut y = x;
+        for i in 0..len {
+            y = y.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let digit = (y >> 33) % 10;
+            c.push(if i > 0 && (y >> 40).is_multiple_of(97) { '/' } else { char::from(b'0' + digit as u8) });
+        }
+        cases.push(c);
+    }
     for c in &cases {
         assert_eq!(num::parse_i64(c.as_bytes()), c.parse::<i64>().ok(), "{c:?}");
     }

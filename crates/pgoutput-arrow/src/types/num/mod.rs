@@ -68,6 +68,19 @@ pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
     if digits.is_empty() || digits.len() > 20 {
         return None;
     }
+    if digits.len() <= 18 {
+        // Below 10^18 whatever the digits: no overflow to check at each one (the checks
+        // were a third of the instructions of pgbench's text integers).
+        let mut v: i64 = 0;
+        for &d in digits {
+            let d = d.wrapping_sub(b'0');
+            if d > 9 {
+                return None;
+            }
+            v = v * 10 + d as i64;
+        }
+        return Some(if neg { -v } else { v });
+    }
     // Accumulate negatively so that i64::MIN parses.
     let mut v: i64 = 0;
     for &d in digits {
