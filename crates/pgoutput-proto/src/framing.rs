@@ -157,7 +157,10 @@ impl<T> TxnFraming<T> {
     fn open_error(&self, kind: &'static str) -> FramingError {
         match (&self.current, self.block) {
             (Some(o), _) => error(kind, format!("{kind} while transaction {} is open", o.xid)),
-            (None, x) => error(kind, format!("{kind} while the stream block of transaction {} is open", x.unwrap_or_default())),
+            (None, x) => {
+                let x = x.unwrap_or_default();
+                error(kind, format!("{kind} while the stream block of transaction {x} is open"))
+            }
         }
     }
 
