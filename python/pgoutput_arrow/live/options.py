@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._internal import lsn_to_int
+from .._names import unknown_options
 from ..decoding import Decoder
 
 __all__ = ["StreamOptions", "Flag", "TOPICS", "option", "flagged", "describe", "options_doc", "parse_lsn",
@@ -304,8 +304,6 @@ def _check_decoder_options(decoder: Mapping[str, Any], ours: set[str], binary: b
     unknown = sorted(set(decoder) - accepted)
     if unknown:
         known = sorted(ours | accepted)
-        hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, known, 1))
-                 else repr(name) for name in unknown]
-        raise TypeError(f"stream() got unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+        raise TypeError(f"stream() got {unknown_options(unknown, known)}; "
                         f"the options are those of stream() and of pgoutput_arrow.Decoder: {', '.join(known)}")
     Decoder(**{"binary": binary, **decoder})

@@ -3,7 +3,6 @@ module: no ``_name`` is imported across modules)."""
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ import pyarrow.compute as pc
 
 from .. import _internal
 from .._internal import META_COLUMNS
+from .._names import unknown_options
 
 __all__ = ["check_known_options", "IPC_OPTIONS", "ipc_stream", "spark_schema", "quoted", "table_columns", "is_table_column", "rank_within_commit", "META_COLUMNS",
            "narrow_catalog", "is_binary_capture", "dsn_address", "from_executor", "ranked_seq", "with_seq", "bytes_setting", "with_setting"]
@@ -179,7 +179,5 @@ def check_known_options(given: Collection[str], known: Collection[str], what: st
     unknown = sorted(k for k in given if k.lower() not in by_lower)
     if not unknown:
         return
-    hints = [f"{k!r} (did you mean {by_lower[close[0]]!r}?)"
-             if (close := difflib.get_close_matches(k.lower(), list(by_lower), 1)) else repr(k) for k in unknown]
-    raise ValueError(f"{what}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+    raise ValueError(f"{what}: {unknown_options(unknown, known)}; "
                      f"its options are {', '.join(sorted(known, key=str.lower))}")

@@ -26,13 +26,6 @@ DEFAULT_POLL_INTERVAL_S = 1.0
 #: this much other WAL, so that an idle slot does not hold it (an empty micro-batch).
 DEFAULT_IDLE_ADVANCE_BYTES = 16 << 20
 
-#: The options of ``spark.readStream.format("pgoutput")``, as documented (docs/spark.md):
-#: :meth:`StreamSource.from_options` reads them (``timeType``: the data source itself).
-STREAM_OPTIONS = ("dsn", "slot", "publication", "table", "maxChangesPerTrigger", "idleAdvanceBytes",
-                  "pollInterval", "connectTimeout", "snapshot", "onlineSnapshot", "snapshotChunkRows",
-                  "holdChunkSnapshot", "chunksOnDriver", "verbose", "timeType")
-
-
 @dataclasses.dataclass(frozen=True)
 class StreamSource:
     """The stream's options, checked: what every side (driver, executors) needs to reach the
@@ -71,20 +64,8 @@ class StreamSource:
             raise ValueError(f"option table must be schema-qualified ('public.{table}'), "
                              f"not {table!r}")
         pubs = tuple(p.strip() for p in opts["publication"].split(",") if p.strip())
-        return cls(
-            dsn=opts["dsn"], slot=opts["slot"], publications=pubs, table=table,
-            max_changes=_int_option(opts, "maxChangesPerTrigger", None, minimum=1),
-            idle_advance_bytes=_int_option(opts, "idleAdvanceBytes", DEFAULT_IDLE_ADVANCE_BYTES,
-                                           minimum=0) or 0,
-            poll_interval=_float_option(opts, "pollInterval", DEFAULT_POLL_INTERVAL_S),
-            connect_timeout=_int_option(opts, "connectTimeout", 10, minimum=1) or 10,
-            snapshot=_bool_option(opts, "snapshot"),
-            online_snapshot=_online_option(opts),
-            chunk_rows=_int_option(opts, "snapshotChunkRows", 20_000, minimum=1) or 20_000,
-            hold_chunk_snapshot=_bool_option(opts, "holdChunkSnapshot"),
-            chunks_on_driver=_bool_option(opts, "chunksOnDriver"),
-            verbose=_bool_option(opts, "verbose"),
-        )
+        fields = {field: read(opts, name) for name, (field, read) in _FIELD_OPTIONS.items()}
+        return cls(dsn=opts["dsn"], slot=opts["slot"], publications=pubs, table=table, **fields)
 
     # ---------------------------------------------------------------- SQL
 
@@ -218,6 +199,27 @@ def _float_option(opts: Mapping[str, str], key: str, default: float) -> float:
     if value < 0:
         raise ValueError(f"option {key} must not be negative, not {value}")
     return value
+
+
+#: The options read into a field of :class:`StreamSource` other than the connection's and
+#: the table's, as documented (docs/spark.md): option -> (field, how its text is read).
+_FIELD_OPTIONS: dict[str, tuple[str, Callable[[Mapping[str, str], str], Any]]] = {
+    "maxChangesPerTrigger": ("max_changes", lambda o, k: _int_option(o, k, None, minimum=1)),
+    "idleAdvanceBytes": ("idle_advance_bytes",
+                         lambda o, k: _int_option(o, k, DEFAULT_IDLE_ADVANCE_BYTES, minimum=0) or 0),
+    "pollInterval": ("poll_interval", lambda o, k: _float_option(o, k, DEFAULT_POLL_INTERVAL_S)),
+    "connectTimeout": ("connect_timeout", lambda o, k: _int_option(o, k, 10, minimum=1) or 10),
+    "snapshot": ("snapshot", _bool_option),
+    "onlineSnapshot": ("online_snapshot", lambda o, k: _online_option(o)),
+    "snapshotChunkRows": ("chunk_rows", lambda o, k: _int_option(o, k, 20_000, minimum=1) or 20_000),
+    "holdChunkSnapshot": ("hold_chunk_snapshot", _bool_option),
+    "chunksOnDriver": ("chunks_on_driver", _bool_option),
+    "verbose": ("verbose", _bool_option),
+}
+
+#: The options of ``spark.readStream.format("pgoutput")``: those :meth:`StreamSource.from_options`
+#: reads, and ``timeType`` (read by the data source itself).
+STREAM_OPTIONS = ("dsn", "slot", "publication", "table", *_FIELD_OPTIONS, "timeType")
 
 
 def retry_in_use(fn: Callable[..., _T], *args: Any, attempts: int = 50) -> _T:
