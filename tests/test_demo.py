@@ -27,3 +27,15 @@ def test_demo_runs_and_its_replicas_equal_postgresql() -> None:
     assert "replica = SELECT: NO" not in proc.stdout
     assert proc.stdout.count("replica = SELECT: yes") == 2, proc.stdout[-2000:]
     assert "on a standalone cluster" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_demo_keep_never_empties_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    """``--keep DIR`` (``make demo KEEP=DIR``) empties only an earlier run's output: a
+    directory of the user's is refused before anything starts, its files untouched."""
+    mine = tmp_path / "notes.txt"
+    mine.write_text("the user's")
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--keep", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "is not empty and not the output of an earlier demo run" in proc.stderr
+    assert mine.read_text() == "the user's"
