@@ -809,3 +809,23 @@ def test_stream_options_have_one_table() -> None:
     o = StreamOptions.of(slot="s", publication="p", **{f.name: getattr(args, f.name) for f, _ in flagged()})
     assert (o.temporary_slot, o.binary, o.reconnect_attempts, o.snapshot_chunk_bytes, o.streaming, o.failover,
             o.connect_timeout) == (True, True, 3, 1 << 20, "off", True, StreamOptions.connect_timeout)
+
+
+def test_a_live_output_directory_loses_only_its_own_leftovers(tmp_path: Path) -> None:
+    """Opening ``-o DIR`` for a live run deletes what a killed run of ours left (the hidden
+    ``.name.tmp`` of a data file or of the checkpoint), never a file of the user's that
+    merely ends in ``.tmp``."""
+    from pgoutput_arrow.cli.file_sinks import CHECKPOINT, LiveFileSink
+
+    table = tmp_path / "public.orders"
+    table.mkdir()
+    theirs = [tmp_path / "notes.tmp", tmp_path / ".editor-swap.tmp", table / "draft.tmp"]
+    ours = [table / ".0000000001000000-0000000001000040.parquet.tmp", tmp_path / f".{CHECKPOINT}.tmp"]
+    for f in theirs + ours:
+        f.write_bytes(b"x")
+    sink = LiveFileSink(tmp_path, "parquet")
+    try:
+        assert [f.name for f in theirs if not f.exists()] == []
+        assert [f.name for f in ours if f.exists()] == []
+    finally:
+        sink.close()

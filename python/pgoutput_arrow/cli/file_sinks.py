@@ -43,6 +43,16 @@ _SNAPSHOT_FILE = re.compile(r"^snapshot-([0-9A-F]{16})-(\d+)\.(parquet|arrow)$")
 _DATA_FILE = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})(-\d+)?\.(parquet|arrow)$")
 
 
+def _is_leftover(name: str) -> bool:
+    """Whether ``name`` is the hidden ``.name.tmp`` of a write of this module's own that a kill
+    interrupted (a data or snapshot file, the checkpoint, the snapshot record): only those
+    are deleted, never another file in the directory the user gave."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return False
+    inner = name[1:-len(".tmp")]
+    return inner in (CHECKPOINT, SNAPSHOT_RECORD) or bool(_DATA_FILE.match(inner) or _SNAPSHOT_FILE.match(inner))
+
+
 def _directory_name(out: Output) -> str:
     """Where a batch's files go: its table's directory, or ``_truncates``, ``_messages``,
     ``_transactions``."""
@@ -179,7 +189,7 @@ class LiveFileSink:
         checkpoint was never written. Returns the checkpoint LSN (0: empty directory)."""
         for d in [self.root] + [d for d in self.root.iterdir() if d.is_dir()]:
             for f in d.iterdir():
-                if f.name.endswith(".tmp"):
+                if _is_leftover(f.name):
                     f.unlink()
         checkpoint = read_checkpoint(self.root)
         files = self._data_files()
