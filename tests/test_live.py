@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,6 +30,7 @@ import pytest
 import pgoutput_arrow
 from pgoutput_arrow import exceptions as exc
 from pgoutput_arrow.live import LiveStream, lsn_to_str, parse_lsn
+from dump_workload import dump_command
 from pg_harness import PgServer, PgServerError, lsn_to_int
 from threads import CheckedThread
 
@@ -1115,3 +1117,28 @@ def test_close_while_the_server_sends_keeps_the_last_acknowledgement(pg18: PgSer
                            "WHERE slot_name = %s", (slot,))[0][0]
     assert confirmed >= acked, (lsn_to_str(confirmed), lsn_to_str(acked))
     pg18.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+@pytest.mark.timeout(60)
+def test_an_existing_publication_that_publishes_less_than_asked_is_named(pg: PgServer, unique_name: str) -> None:
+    """``create_publication`` leaves a publication that exists as it is: when it does not
+    publish what was asked (a table, or every table), a warning says which changes the stream
+    will not have, once (not again on a reconnection); pgoutput-dump prints it as one line."""
+    a, b = f"{unique_name}_a", f"{unique_name}_b"
+    pg.execute(f"CREATE TABLE {a} (id int PRIMARY KEY); CREATE TABLE {b} (id int PRIMARY KEY); "
+               f"CREATE PUBLICATION {unique_name} FOR TABLE {a}")
+    for asked, expected in ([a, b], f"does not publish public.{b}"), ("ALL", "is not FOR ALL TABLES"), ([a], None):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s = pgoutput_arrow.stream(pg.dsn, slot=unique_name, publication=unique_name, temporary_slot=True,
+                                      create_publication=asked)
+            s.open()
+            s.close()
+        said = [str(w.message) for w in caught if f"publication {unique_name} exists" in str(w.message)]
+        assert said == ([] if expected is None else [said[0]]) and all(expected in m for m in said), said
+    proc = subprocess.run([dump_command(), "--dsn", pg.dsn, "--slot", unique_name, "--create-slot", "--temporary",
+                           "--publication", unique_name, "--create-publication", b, "--stop-after", "0.5"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"pgoutput-dump: warning: publication {unique_name} exists and does not publish public.{b}" \
+        in proc.stderr, proc.stderr

@@ -235,7 +235,8 @@ def _add_live_arguments(p: argparse.ArgumentParser) -> None:
                    help="publication to stream (repeat for several; default with "
                    "--create-publication/--all-tables: the slot's name)")
     g.add_argument("--create-publication", metavar="TABLE", nargs="+",
-                   help="create the publication for these tables if it does not exist")
+                   help="create the publication for these tables if it does not exist (one that exists is "
+                        "left as it is, with a warning naming those of the tables it does not publish)")
     g.add_argument("--all-tables", action="store_true",
                    help="create the publication FOR ALL TABLES if it does not exist")
     g.add_argument("--start-lsn", metavar="X/Y", type=lsn_arg,

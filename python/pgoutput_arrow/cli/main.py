@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -37,12 +38,21 @@ def _one_line(e: BaseException) -> str:
     return text
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    """A warning of the package as one line like the others (``--debug``: Python's own form,
+    with the file and line that warned)."""
+    sys.stderr.write(f"{PROG}: warning: {' '.join(str(message).split())}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # The package's notices (a keyless table appended to Delta, ...) as our other lines.
     logging.basicConfig(format=f"{PROG}: %(message)s",
                         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
+    if not getattr(args, "debug", False):
+        warnings.showwarning = _warning_line
     try:
         if is_slot_command(args):
             return run_slot_command(args, sys.stdout)

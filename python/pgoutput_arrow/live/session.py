@@ -60,7 +60,7 @@ class ReplicationSession:
         try:
             if not checked:
                 # What the server holds as confirmed already counts as sent (for lag_bytes).
-                self.positions.server_confirmed(preflight(conn, self.options, first))
+                self.positions.server_confirmed(preflight(conn, self.options, first, dsn=self.dsn))
             self.server_version = int(conn.server_version)
             start = self.resume_lsn()
             options = self.options

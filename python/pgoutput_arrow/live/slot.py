@@ -4,11 +4,13 @@ replication commands themselves."""
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Sequence
 from typing import Any
 
 from .._internal import lsn_to_int, lsn_to_str
-from .._pg import check_slot, classify_connect_error, one_line, quote_ident, quote_literal
+from .._pg import check_slot, classify_connect_error, close_quietly, one_line, quote_ident, quote_literal
 from ..exceptions import (
     PublicationNotFound,
     ReplicationError,
@@ -67,9 +69,10 @@ def check_publications(cur: Any, publications: Sequence[str], dbname: str, requi
 
 
 def preflight(conn: Any, opts: StreamOptions, first: bool = True, export: bool = False,
-              answer: list[tuple[Any, ...]] | None = None) -> int:
+              answer: list[tuple[Any, ...]] | None = None, dsn: str | None = None) -> int:
     """Checks that give a clear error before START_REPLICATION, and the creations
-    (``first``: the first connection of this stream, not a reconnection). Returns the slot's
+    (``first``: the first connection of this stream, not a reconnection; ``dsn``, that of
+    ``conn``: a publication that exists is checked against ``create_publication``). Returns the slot's
     confirmed position (its consistent point when created here; 0 when unknown). With
     ``export`` the slot must not exist yet: it is created exporting its snapshot, and
     CREATE_REPLICATION_SLOT's answer (slot name, consistent point, snapshot name, plugin) is
@@ -87,7 +90,7 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True, export: bool =
             f"wal_level = logical (set it in postgresql.conf and restart the server)")
     cur.execute("SELECT current_database()")
     dbname = cur.fetchone()[0]
-    ensure_publication(cur, opts, dbname)
+    ensure_publication(cur, opts, dbname, dsn if first else None)
     if opts.failover and server_version < 170000:
         raise ReplicationError(
             f"failover slots need PostgreSQL 17 or later; the server runs "
@@ -137,24 +140,28 @@ def preflight(conn: Any, opts: StreamOptions, first: bool = True, export: bool =
     return lsn_to_int(row["confirmed_flush_lsn"])
 
 
-def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
-    """The publications exist, or are created when ``create_publication`` says so."""
+def ensure_publication(cur: Any, opts: StreamOptions, dbname: str, dsn: str | None = None) -> None:
+    """The publications exist, or are created when ``create_publication`` says so; with
+    ``dsn``, a warning when one that exists does not publish what it asks for."""
     import psycopg2
 
     missing = check_publications(
         cur, opts.publications, dbname, required=opts.create_publication is None,
         hint=" (create it with CREATE PUBLICATION, or --create-publication)")
     target = opts.create_publication
-    if not missing or target is None:
+    if target is None:
         return
-    if isinstance(target, str) and target.upper() == "ALL":
-        what = "FOR ALL TABLES"
-    else:
-        tables = [target] if isinstance(target, str) else list(target)
-        if not tables:
-            raise ValueError("create_publication needs table names or 'ALL'")
-        what = "FOR TABLE " + ", ".join(
-            ".".join(quote_ident(part) for part in t.split(".", 1)) for t in tables)
+    every = isinstance(target, str) and target.upper() == "ALL"
+    tables = [] if every else [target] if isinstance(target, str) else list(target)
+    if not every and not tables:
+        raise ValueError("create_publication needs table names or 'ALL'")
+    quoted = [".".join(quote_ident(part) for part in t.split(".", 1)) for t in tables]
+    if dsn is not None:
+        for name in (p for p in opts.publications if p not in missing):
+            _warn_if_it_publishes_less(dsn, opts.connect_timeout, name, every, quoted)
+    if not missing:
+        return
+    what = "FOR ALL TABLES" if every else "FOR TABLE " + ", ".join(quoted)
     for name in missing:
         try:
             cur.execute(f"CREATE PUBLICATION {quote_ident(name)} {what}")
@@ -170,6 +177,48 @@ def ensure_publication(cur: Any, opts: StreamOptions, dbname: str) -> None:
                     continue
             raise ReplicationError(
                 f"cannot create publication {name}: {one_line(str(e))}") from None
+
+
+def _warn_if_it_publishes_less(dsn: str, connect_timeout: float, name: str, every: bool, quoted: list[str]) -> None:
+    """A warning when the publication ``name``, which exists already and which
+    ``create_publication`` therefore leaves as it is, does not publish what it asked for (every
+    table, or the tables ``quoted``): their changes would not be in the stream. Best effort
+    (a hint), on an ordinary connection of its own. Never on the replication connection: its
+    walsender then holds the tables' catalog entries as they are now, before it decodes older
+    changes. Measured: with this query there, a column renamed in the slot's backlog before
+    the run came out in two columns (``v`` and ``v2``) and the Parquet output failed
+    (tests/test_live.py, test_cli_parquet_schema_changes_in_a_group_and_across_runs)."""
+    from .connection import connect
+
+    try:
+        conn = connect(dsn, connect_timeout, replication=False)
+    except Exception:  # noqa: BLE001  (a hint: the stream's own connection says what is wrong)
+        return
+    try:
+        with conn.cursor() as cur:
+            if every:
+                cur.execute("SELECT NOT puballtables FROM pg_publication WHERE pubname = %s", (name,))
+                less = bool((cur.fetchone() or [False])[0])
+                unpublished: list[str] = []
+            else:
+                cur.execute("SELECT format('%%I.%%I', n.nspname, c.relname) FROM unnest(%s::text[]) AS t "
+                            "JOIN pg_class c ON c.oid = to_regclass(t) JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE c.oid NOT IN (SELECT format('%%I.%%I', schemaname, tablename)::regclass "
+                            "FROM pg_publication_tables WHERE pubname = %s)", (quoted, name))
+                unpublished = [r[0] for r in cur.fetchall()]
+                less = bool(unpublished)
+    except Exception:  # noqa: BLE001
+        return
+    finally:
+        close_quietly(conn)
+    if less and every:
+        warnings.warn(f"publication {name} exists and is not FOR ALL TABLES: create_publication "
+                      "'ALL' leaves it as it is, so only the tables it publishes are streamed", stacklevel=2)
+    elif less:
+        warnings.warn(f"publication {name} exists and does not publish {', '.join(unpublished)}: "
+                      "create_publication leaves an existing publication as it is, so their changes "
+                      f"are not streamed (ALTER PUBLICATION {quote_ident(name)} ADD TABLE ... adds them)",
+                      stacklevel=2)
 
 
 def create_slot_command(opts: StreamOptions, server_version: int, export: bool = False) -> str:

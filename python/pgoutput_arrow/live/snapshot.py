@@ -146,7 +146,7 @@ def export_snapshot(dsn: str, options: StreamOptions) -> ExportedSnapshot:
     conn = connect(dsn, options.connect_timeout)
     try:
         answer: list[tuple[Any, ...]] = []
-        preflight(conn, options, first=True, export=True, answer=answer)
+        preflight(conn, options, first=True, export=True, answer=answer, dsn=dsn)
         _, lsn, name, _ = answer[0]
         if not name:
             raise ReplicationError(f'replication slot "{options.slot}" was created without exporting a snapshot')
