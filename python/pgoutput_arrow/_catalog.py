@@ -22,7 +22,15 @@ def published_tables(cur: Any, publications: Sequence[str], tables: Sequence[str
     """What the publications publish (or only ``tables``; ``ValueError`` naming those they
     do not, as :class:`ReplicationError`): per ``"schema.table"``, the published columns (None: all; column lists are
     15+) and the row filter pgoutput applies (None: every row; the filters of several
-    publications are ORed, and one without a filter publishes every row)."""
+    publications are ORed, and one without a filter publishes every row).
+
+    Never on a replication connection: read there before START_REPLICATION,
+    ``pg_publication_tables`` leaves the walsender holding the tables as they are now, and its
+    first Relation message of a table then has the current columns even for changes made
+    before a rename. Measured on PostgreSQL 18 (15 is not affected): a backlog of an insert,
+    ``RENAME COLUMN v TO v2`` and an insert gave Relation messages ``[id, v2], [id, v2]``
+    instead of ``[id, v], [id, v2]``; reading ``pg_publication``, ``pg_class`` or
+    ``to_regclass`` there did not."""
     extra = "attnames, rowfilter" if server_version(cur) >= 150000 else "NULL::name[], NULL::text"
     cur.execute(f"SELECT schemaname, tablename, {extra} FROM pg_publication_tables "
                 "WHERE pubname = ANY(%s) ORDER BY 1, 2", (list(publications),))

@@ -183,11 +183,9 @@ def _warn_if_it_publishes_less(dsn: str, connect_timeout: float, name: str, ever
     """A warning when the publication ``name``, which exists already and which
     ``create_publication`` therefore leaves as it is, does not publish what it asked for (every
     table, or the tables ``quoted``): their changes would not be in the stream. Best effort
-    (a hint), on an ordinary connection of its own. Never on the replication connection: its
-    walsender then holds the tables' catalog entries as they are now, before it decodes older
-    changes. Measured: with this query there, a column renamed in the slot's backlog before
-    the run came out in two columns (``v`` and ``v2``) and the Parquet output failed
-    (tests/test_live.py, test_cli_parquet_schema_changes_in_a_group_and_across_runs)."""
+    (a hint), on an ordinary connection of its own: ``pg_publication_tables`` read on the
+    replication connection before START_REPLICATION makes the walsender send a table's
+    current columns for older changes (see :func:`.._catalog.published_tables`)."""
     from .connection import connect
 
     try:
