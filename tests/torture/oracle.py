@@ -387,10 +387,7 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
             if not _same(got.commit_ts, want.commit_ts, "timestamp with time zone", got.typed):
                 problems.append(f"{where}: _commit_ts = {got.commit_ts!r}, PostgreSQL committed at "
                                 f"{want.commit_ts!r}")
-        names = (renames or {}).get(want.table, {})
-        m = _PARTITION.match(want.table)
-        if not names and m:  # a partition's columns are renamed with its root's
-            names = (renames or {}).get(m.group(1), {})
+        names = renames_of(want.table, renames)
         for col, text in want.new.items():
             have = _column_of(col, got, names)
             if have not in got.values and col in names:
@@ -427,6 +424,16 @@ def compare_changes(expected: Any, decoded: list[Decoded], label: str,
         if len(problems) > 20:
             break
     return compared, problems
+
+
+def renames_of(table: str, renames: dict[str, dict[str, str]] | None) -> dict[str, str]:
+    """``table``'s column renames (a name → its newest name): its own, or for a partition its
+    root's (a partition's columns are renamed with its root's)."""
+    names = (renames or {}).get(table, {})
+    m = _PARTITION.match(table)
+    if not names and m:
+        names = (renames or {}).get(m.group(1), {})
+    return names
 
 
 def _column_of(col: str, got: Decoded, names: dict[str, str], before: bool = False) -> str:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import pgoutput_arrow  # noqa: E402
@@ -34,7 +35,7 @@ import shapes  # noqa: E402
 import types_adapter  # noqa: E402
 from oracle import (  # noqa: E402
     compare_changes, compare_final, compare_messages, decoded_changes, decoded_from, filter_expected,
-    parse_test_decoding, raw_text_columns, unified_raw_columns, unify_batches, unify_outputs)
+    parse_test_decoding, quoted, raw_text_columns, renames_of, unified_raw_columns, unify_batches, unify_outputs)
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 from settings import apply as apply_settings, capture_session, draw as draw_settings, pin  # noqa: E402
@@ -431,6 +432,8 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     except Exception as e:  # noqa: BLE001
         result.problems.append(f"{label}: unify_schemas/conform of its batches: {type(e).__name__}: {e}")
         return
+    if starts > 1:
+        tables = _renamed_across_the_restart(conn, tables, workload.renames)
     empty = pgoutput_arrow.decode([]).truncates
     trunc = pa.concat_tables([pa.Table.from_batches(truncates), ]) if truncates else empty
     n, problems = compare_changes(expected, decoded_from(got, trunc), label)
@@ -440,6 +443,36 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
                             skip=unified_raw_columns(tables) if binary else set())
     _add(result, "live" + (" restarted" if restart else ""), n + k + m, problems + more + most)
     result.problems += types_adapter.check(tables, conn, binary, label)
+
+
+def _renamed_across_the_restart(conn: Any, tables: dict[str, pa.Table],
+                                renames: dict[str, dict[str, str]]) -> dict[str, pa.Table]:
+    """The final state's view of a column renamed after the first run: that run's rows hold
+    its values under the name it had then (merged by name, the documented limit of a
+    consumer that keeps what each run gave: two columns), the next run's under the new name.
+    Each row's value is taken from the old column where the new one is null; a name that is
+    a column of the table in PostgreSQL now (dropped and added again) is left alone."""
+    out = dict(tables)
+    for name, table in tables.items():
+        names = renames_of(name, renames)
+        pairs = [(old, new) for old, new in names.items() if old in table.column_names and new in table.column_names]
+        if not pairs:
+            continue
+        with conn.cursor() as cur:
+            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                        "AND NOT attisdropped", (quoted(name),))
+            current = {r[0] for r in cur.fetchall()}
+        for old, new in pairs:
+            if old in current:
+                continue
+            field = table.schema.field(new)
+            try:
+                merged = pc.coalesce(table.column(new), table.column(old).cast(field.type))
+            except pa.ArrowException:
+                continue  # retyped as well: left as two columns, compared as they are
+            table = table.set_column(table.column_names.index(new), field, merged)
+        out[name] = table
+    return out
 
 
 def _without_column_ids(batch: pa.RecordBatch) -> pa.RecordBatch:
