@@ -5,7 +5,6 @@ replication commands themselves."""
 from __future__ import annotations
 
 import warnings
-
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,9 +155,9 @@ def ensure_publication(cur: Any, opts: StreamOptions, dbname: str, dsn: str | No
     if not every and not tables:
         raise ValueError("create_publication needs table names or 'ALL'")
     quoted = [".".join(quote_ident(part) for part in t.split(".", 1)) for t in tables]
-    if dsn is not None:
-        for name in (p for p in opts.publications if p not in missing):
-            _warn_if_it_publishes_less(dsn, opts.connect_timeout, name, every, quoted)
+    existing = [p for p in opts.publications if p not in missing]
+    if dsn is not None and existing:
+        _warn_if_they_publish_less(dsn, opts.connect_timeout, existing, every, quoted)
     if not missing:
         return
     what = "FOR ALL TABLES" if every else "FOR TABLE " + ", ".join(quoted)
@@ -179,44 +178,45 @@ def ensure_publication(cur: Any, opts: StreamOptions, dbname: str, dsn: str | No
                 f"cannot create publication {name}: {one_line(str(e))}") from None
 
 
-def _warn_if_it_publishes_less(dsn: str, connect_timeout: float, name: str, every: bool, quoted: list[str]) -> None:
-    """A warning when the publication ``name``, which exists already and which
-    ``create_publication`` therefore leaves as it is, does not publish what it asked for (every
-    table, or the tables ``quoted``): their changes would not be in the stream. Best effort
-    (a hint), on an ordinary connection of its own: ``pg_publication_tables`` read on the
-    replication connection before START_REPLICATION makes the walsender send a table's
+def _warn_if_they_publish_less(dsn: str, connect_timeout: float, names: list[str], every: bool,
+                               quoted: list[str]) -> None:
+    """A warning for each publication of ``names``, which exist already and which
+    ``create_publication`` therefore leaves as they are, that does not publish what it asked
+    for (every table, or the tables ``quoted``): their changes would not be in the stream.
+    Best effort (a hint), on one ordinary connection of its own: ``pg_publication_tables`` read
+    on the replication connection before START_REPLICATION makes the walsender send a table's
     current columns for older changes (see :func:`.._catalog.published_tables`)."""
     from .connection import connect
 
+    said = []
     try:
         conn = connect(dsn, connect_timeout, replication=False)
     except Exception:  # noqa: BLE001  (a hint: the stream's own connection says what is wrong)
         return
     try:
         with conn.cursor() as cur:
-            if every:
-                cur.execute("SELECT NOT puballtables FROM pg_publication WHERE pubname = %s", (name,))
-                less = bool((cur.fetchone() or [False])[0])
-                unpublished: list[str] = []
-            else:
+            for name in names:
+                if every:
+                    cur.execute("SELECT NOT puballtables FROM pg_publication WHERE pubname = %s", (name,))
+                    if (cur.fetchone() or [False])[0]:
+                        said.append(f"publication {name} exists and is not FOR ALL TABLES: create_publication "
+                                    "'ALL' leaves it as it is, so only the tables it publishes are streamed")
+                    continue
                 cur.execute("SELECT format('%%I.%%I', n.nspname, c.relname) FROM unnest(%s::text[]) AS t "
                             "JOIN pg_class c ON c.oid = to_regclass(t) JOIN pg_namespace n ON n.oid = c.relnamespace "
                             "WHERE c.oid NOT IN (SELECT format('%%I.%%I', schemaname, tablename)::regclass "
                             "FROM pg_publication_tables WHERE pubname = %s)", (quoted, name))
                 unpublished = [r[0] for r in cur.fetchall()]
-                less = bool(unpublished)
+                if unpublished:
+                    said.append(f"publication {name} exists and does not publish {', '.join(unpublished)}: "
+                                "create_publication leaves an existing publication as it is, so their changes "
+                                f"are not streamed (ALTER PUBLICATION {quote_ident(name)} ADD TABLE ... adds them)")
     except Exception:  # noqa: BLE001
         return
     finally:
         close_quietly(conn)
-    if less and every:
-        warnings.warn(f"publication {name} exists and is not FOR ALL TABLES: create_publication "
-                      "'ALL' leaves it as it is, so only the tables it publishes are streamed", stacklevel=2)
-    elif less:
-        warnings.warn(f"publication {name} exists and does not publish {', '.join(unpublished)}: "
-                      "create_publication leaves an existing publication as it is, so their changes "
-                      f"are not streamed (ALTER PUBLICATION {quote_ident(name)} ADD TABLE ... adds them)",
-                      stacklevel=2)
+    for text in said:
+        warnings.warn(text, stacklevel=2)
 
 
 def create_slot_command(opts: StreamOptions, server_version: int, export: bool = False) -> str:
