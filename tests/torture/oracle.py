@@ -578,10 +578,7 @@ def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, l
             continue
         # Rows whose value was special: compared as text with PostgreSQL's output.
         special_cols = _special_columns(table)
-        with conn.cursor() as cur:
-            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                        "AND NOT attisdropped", (quoted(name),))
-            cols = [r[0] for r in cur.fetchall() if r[0] in announced.get(name, set())]
+        cols = [c for c in server_columns(conn, name) if c in announced.get(name, set())]
         missing = [c for c in cols if c not in data_columns(table)]
         if missing:
             problems.append(f"{label}: {name}: columns {missing} of PostgreSQL are missing from the output")
@@ -598,6 +595,14 @@ def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, l
             problems.append(text[:2000] if isinstance(e, AssertionError) else f"{label}: {name}: {type(e).__name__}: {e}"[:2000])
         compared += n * len(cols)
     return compared, problems
+
+
+def server_columns(conn: Any, name: str) -> list[str]:
+    """The columns of table ``name`` in PostgreSQL now, in their order."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                    "AND NOT attisdropped ORDER BY attnum", (quoted(name),))
+        return [r[0] for r in cur.fetchall()]
 
 
 def quoted(name: str) -> str:

@@ -35,7 +35,7 @@ import shapes  # noqa: E402
 import types_adapter  # noqa: E402
 from oracle import (  # noqa: E402
     compare_changes, compare_final, compare_messages, decoded_changes, decoded_from, filter_expected,
-    parse_test_decoding, quoted, raw_text_columns, renames_of, unified_raw_columns, unify_batches, unify_outputs)
+    parse_test_decoding, raw_text_columns, renames_of, server_columns, unified_raw_columns, unify_batches, unify_outputs)
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 from settings import apply as apply_settings, capture_session, draw as draw_settings, pin  # noqa: E402
@@ -458,10 +458,7 @@ def _renamed_across_the_restart(conn: Any, tables: dict[str, pa.Table],
         pairs = [(old, new) for old, new in names.items() if old in table.column_names and new in table.column_names]
         if not pairs:
             continue
-        with conn.cursor() as cur:
-            cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                        "AND NOT attisdropped", (quoted(name),))
-            current = {r[0] for r in cur.fetchall()}
+        current = set(server_columns(conn, name))
         for old, new in pairs:
             if old in current:
                 continue
