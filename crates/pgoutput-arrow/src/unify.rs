@@ -7,7 +7,9 @@
 //!
 //! Columns are the same column across versions when their `pg.column_id` field
 //! metadata is equal (the decoder's catalog keeps it across a RENAME COLUMN; see
-//! `catalog::column_ids`), else when their names are; the newest name is kept. A unified
+//! `catalog::column_ids`), else when their names are (an older version's name against the
+//! name the column has in the newest, so the outcome depends on the set of versions and
+//! the newest alone, not on which of them had rows); the newest name is kept. A unified
 //! column that took in a column of another id by its name (one dropped and another added
 //! under its name) lists that id in `pg.column_id.merged`, so that the older versions of
 //! that column (under its earlier names) come to it too: a column renamed, then dropped,

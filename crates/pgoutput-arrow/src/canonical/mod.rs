@@ -312,9 +312,9 @@ pub fn partition_summary(rows: &[CaptureRow<'_>], split: &HashSet<u64>) -> Resul
 
 /// Rebuilds the whole transactions of `rows` (any order) into one self-contained pgoutput
 /// stream (see the module documentation), transactions in commit order. With `history`,
-/// the stream starts with the catalog's [`history`](RelationCatalog::history) at LSN 0,
-/// which a decoder of a piece of the capture needs to type its tables as a decoder of the
-/// whole capture does.
+/// the stream starts and ends with the catalog's [`history`](RelationCatalog::history) at
+/// LSN 0, which a decoder of a piece of the capture needs to number and unify its tables as
+/// a decoder of the whole capture does.
 pub fn canonical_stream(
     rows: &[CaptureRow<'_>],
     catalog: &RelationCatalog,
@@ -427,6 +427,15 @@ fn rebuild_whole<S: MessageSink + ?Sized>(
             out.push(lsn, data)?;
         }
     }
+    if history {
+        // Once more at the end: the rows' own transactions made the definitions they needed
+        // the ones in force again, and a table is unified towards the definition in force
+        // last (`RelationCatalog::newest`), which must be the whole capture's, whatever
+        // changes this part holds. They are all known by now: nothing new is defined.
+        for m in catalog.history() {
+            out.push(0, &m)?;
+        }
+    }
     Ok(())
 }
 
@@ -524,13 +533,21 @@ mod tests {
     use pgoutput_proto::{Column, Relation};
 
     fn relation(columns: &[&str]) -> Vec<u8> {
+        typed_relation(&columns.iter().map(|&n| (n, 23)).collect::<Vec<_>>())
+    }
+
+    /// Table `public.t` (relation 16384) with these columns (name, type oid).
+    fn typed_relation(columns: &[(&str, u32)]) -> Vec<u8> {
         let rel = Relation {
             xid: None,
             id: 16384,
             namespace: "public",
             name: "t",
             replica_identity: pgoutput_proto::ReplicaIdentity::Default,
-            columns: columns.iter().map(|&n| Column { is_key: n == "id", name: n, type_oid: 23, type_modifier: -1 }).collect(),
+            columns: columns
+                .iter()
+                .map(|&(n, oid)| Column { is_key: n == "id", name: n, type_oid: oid, type_modifier: -1 })
+                .collect(),
         };
         let mut buf = Vec::new();
         encode::relation(&rel, &mut buf);
@@ -681,6 +698,53 @@ mod tests {
                 assert!(!want.is_empty() && want.iter().all(|(_, b)| b.iter().map(|b| b.num_rows()).sum::<usize>() > 0));
                 assert_eq!(got, want);
             }
+        }
+    }
+
+    /// Torture seed 1981 in miniature: `c` (float4) dropped and another `c` (int4[]) added,
+    /// then renamed `c_r`. A part of the capture whose changes all came before the rename
+    /// re-announces the older definitions; it still unifies the table towards the definition
+    /// in force last in the whole capture, as the whole capture's decoder and
+    /// [`RelationCatalog::schemas`] do: two columns (`c_r` int4[], the dropped `c` float4), not
+    /// one merged by the name `c` had before the rename.
+    #[test]
+    fn a_part_unifies_towards_the_definition_in_force_last_in_the_whole_capture() {
+        use crate::{Decoder, DecoderOptions};
+        use arrow_array::BinaryArray;
+        use arrow_schema::DataType;
+
+        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
+            (10, 1, begin(1, 11)),
+            (10, 1, typed_relation(&[("id", 23), ("c", 700), ("z", 23)])),
+            (10, 1, insert(&["1", "1.5", "1"])),
+            (11, 1, commit(11)),
+            (20, 2, begin(2, 21)),
+            (20, 2, typed_relation(&[("id", 23), ("z", 23), ("c", 1007)])),
+            (20, 2, insert(&["2", "2", "{2}"])),
+            (21, 2, commit(21)),
+            (30, 3, begin(3, 31)),
+            (30, 3, typed_relation(&[("id", 23), ("z", 23), ("c_r", 1007)])),
+            (30, 3, insert(&["3", "3", "{3}"])),
+            (31, 3, commit(31)),
+        ];
+        let rows = capture_rows(&messages, 0);
+        let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+        let want = catalog.schemas(DecoderOptions::default()).unwrap()["public.t"].clone();
+        let types: Vec<(&str, &DataType)> =
+            want.fields().iter().take(4).map(|f| (f.name().as_str(), f.data_type())).collect();
+        assert_eq!(types[2..].iter().map(|t| t.0).collect::<Vec<_>>(), ["c_r", "c"]);
+        assert!(matches!(types[2].1, DataType::List(_)) && types[3].1 == &DataType::Float32);
+        let schema_of = |feed: &dyn Fn(&mut Decoder)| {
+            let mut decoder = Decoder::new(DecoderOptions::default());
+            feed(&mut decoder);
+            decoder.finish().unwrap().tables["public.t"].schema.clone()
+        };
+        let lsns: Vec<u64> = messages.iter().map(|m| m.0).collect();
+        let whole = BinaryArray::from_iter_values(messages.iter().map(|m| &m.2));
+        assert_eq!(schema_of(&|d| d.push_array(&lsns, &whole).unwrap()), want);
+        for part in [0..4, 0..8, 4..8, 8..12, 0..12] {
+            let stream = canonical_stream(&rows[part.clone()], &catalog, true).unwrap();
+            assert_eq!(schema_of(&|d| d.push_array(&stream.lsns, &stream.messages).unwrap()), want, "rows {part:?}");
         }
     }
 
