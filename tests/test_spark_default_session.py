@@ -7,6 +7,8 @@ schema validation. On PostgreSQL 18 (binary capture) and 15 (text capture), a ta
 a column of each type of README's table and rows of the values PostgreSQL accepts that
 Python, pandas or Spark cannot hold (±infinity, BC, years past 9999, timestamps beyond
 pandas' range, ``time '24:00'``, numeric NaN/±Infinity, interval ±infinity on PG17+), then:
+On 15 the session's time zone is America/St_Johns (as on a machine there: -3:30, summer
+time), so Spark's own timestamp handling runs off UTC too.
 ``decode``, the ``pgoutput_changes`` UDTF, the batch data source, ``snapshot(...).read``,
 the streaming source and ``apply_changes`` each go through count, a Parquet and a ``noop``
 write, ``groupBy().count()``, a join, ``collect`` and ``toPandas``; the collected values
@@ -364,7 +366,22 @@ def _row_plain(v: Any) -> Any:
     return v
 
 
-def _pandas_same(p: Any, r: Any) -> bool:
+def _as_pandas_shows(r: datetime.datetime, zone: str) -> datetime.datetime:
+    """The wall time ``toPandas`` shows for the instant that ``collect`` gave as ``r`` (naive,
+    in this process's local time): PySpark converts with pandas to the session's time zone
+    named as a string, whose rules (pytz's) end in 2037, so a later summer time is an hour off
+    the true wall time (``collect``'s, from Python's own zone rules). PySpark's and pandas'
+    rule for any DataFrame, not the decoder's (docs/spark.md)."""
+    import pandas as pd
+
+    return pd.Timestamp(r.astimezone(UTC)).tz_convert(zone).tz_localize(None).to_pydatetime()
+
+
+def _pandas_same(p: Any, r: Any, dtype: Any, zone: str) -> bool:
+    """``toPandas``'s value ``p`` against ``collect``'s ``r`` of Spark type ``dtype`` in a
+    session whose time zone is ``zone``."""
+    from pyspark.sql.types import ArrayType, StructType, TimestampType
+
     if isinstance(p, float) and math.isnan(p):
         return r is None
     if isinstance(p, float) and isinstance(r, int) and not isinstance(r, bool):
@@ -372,10 +389,14 @@ def _pandas_same(p: Any, r: Any) -> bool:
         # DataFrame): the value rounded to a double (docs/spark.md says so).
         return p == float(r)
     if isinstance(p, list) and isinstance(r, list):
-        return len(p) == len(r) and all(_pandas_same(x, y) for x, y in zip(p, r))
+        element = dtype.elementType if isinstance(dtype, ArrayType) else None
+        return len(p) == len(r) and all(_pandas_same(x, y, element, zone) for x, y in zip(p, r))
     if isinstance(p, dict) and isinstance(r, dict):
-        return p.keys() == r.keys() and all(_pandas_same(p[k], r[k]) for k in p)
+        fields = {f.name: f.dataType for f in dtype.fields} if isinstance(dtype, StructType) else {}
+        return p.keys() == r.keys() and all(_pandas_same(p[k], r[k], fields.get(k), zone) for k in p)
     if isinstance(p, datetime.datetime) and isinstance(r, datetime.datetime):
+        if isinstance(dtype, TimestampType):
+            return p.replace(tzinfo=None) == _as_pandas_shows(r, zone)
         return p.replace(tzinfo=None) == r.replace(tzinfo=None)
     return p == r
 
@@ -415,10 +436,11 @@ def exercise(spark: Any, df: Any, what: str, key: str, tmp: Path, problems: list
         if len(pdf) != len(rows):
             problems.append(f"{what}: toPandas gives {len(pdf)} rows, collect {len(rows)}")
         else:
+            zone = spark.conf.get("spark.sql.session.timeZone")
             for i, r in enumerate(rows):
                 for c in df.columns:
                     p, v = _pandas_plain(pdf[c].iloc[i]), _row_plain(r[c])
-                    if not _pandas_same(p, v):
+                    if not _pandas_same(p, v, df.schema[c].dataType, zone):
                         problems.append(f"{what}: toPandas row {i} {c}: {p!r} != collect {v!r}")
     return rows
 
@@ -451,9 +473,20 @@ def check_change_rows(what: str, rows: list[Any], expected: list[tuple[str, int,
             check_values(f"{what} {k} _before", r["_before"].asDict(), special, "_before.", old, binary, problems)
 
 
-@pytest.mark.parametrize("version", [18, 15])
-def test_every_dataframe_on_a_default_session(spark: Any, version: int, unique_name: str, request: Any,
-                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize("version,zone", [(18, None), (15, "America/St_Johns")])
+def test_every_dataframe_on_a_default_session(spark: Any, version: int, zone: str | None, unique_name: str,
+                                              request: Any, tmp_path: Path) -> None:
+    """``zone``: the session's time zone, as on a machine in that zone (a half-hour offset,
+    summer time); None: this machine's."""
+    if zone is not None:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        _every_dataframe(spark, version, unique_name, request, tmp_path)
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+
+
+def _every_dataframe(spark: Any, version: int, unique_name: str, request: Any, tmp_path: Path) -> None:
     from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
     pg = request.getfixturevalue(f"pg{version}")
