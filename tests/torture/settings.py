@@ -27,7 +27,7 @@ from typing import Any
 
 from pgoutput_arrow._pg import OUTPUT_SETTINGS
 
-__all__ = ["draw", "apply", "pin", "capture_session"]
+__all__ = ["draw", "apply", "pin", "capture_session", "spark_time_zone"]
 
 DATE_STYLES = ["ISO", "SQL", "German", "Postgres"]
 DATE_ORDERS = ["MDY", "DMY", "YMD"]
@@ -59,6 +59,12 @@ def draw(seed: int) -> dict[str, str]:
         "bytea_output": rng.choice(BYTEA_OUTPUTS),
         "lc_monetary": f"'{rng.choice(_locales())}'",
     }
+
+
+def spark_time_zone(seed: int) -> str:
+    """The Spark session's time zone for ``seed`` (``spark.sql.session.timeZone``: a user's
+    machine's zone), drawn apart from the server's."""
+    return random.Random(f"spark-zone-{seed}").choice(TIME_ZONES)
 
 
 def apply(server: Any, settings: dict[str, str]) -> dict[str, str]:
