@@ -633,6 +633,53 @@ def test_missing_file(tmp_path: Path) -> None:
     assert "nope.parquet" in line and "no such file" in line
 
 
+def _rows_of(changes: Any) -> dict[str, str]:
+    """Every table's rows, as text (NaN equals NaN)."""
+    return {name: repr(t.to_pylist()) for name, t in changes.tables.items()}
+
+
+def test_a_capture_directory_and_rows_in_any_order(capture: Path, workload: Workload, tmp_path: Path) -> None:
+    """A capture as Spark writes it (a directory of part files in the order of the
+    DataFrame's partitions, a _SUCCESS marker, hidden .crc files) reads as the one file; rows
+    in another order (as Spark's reader deals files out) fail with one line that names
+    --any-order, and with it decode as the rows in order did, in the CLI and in decode()."""
+    import pgoutput_arrow
+
+    want = dump(capture, "--format", "jsonl").stdout
+    table = workload.table()
+    spark_dir = tmp_path / "capture"
+    spark_dir.mkdir()
+    n = table.num_rows
+    cuts = [0, n // 3, 2 * n // 3, n]
+    for i in range(3):
+        pq.write_table(table.slice(cuts[i], cuts[i + 1] - cuts[i]), spark_dir / f"part-{i:05d}-c000.snappy.parquet")
+    (spark_dir / "_SUCCESS").write_bytes(b"")
+    (spark_dir / ".part-00000-c000.snappy.parquet.crc").write_bytes(b"crc")
+    assert dump(spark_dir, "--format", "jsonl").stdout == want
+    in_order = pgoutput_arrow.decode(capture)
+    assert _rows_of(pgoutput_arrow.decode(spark_dir)) == _rows_of(in_order)
+
+    # The last part first, then the rows of the others interleaved.
+    order = list(range(cuts[2], n)) + list(range(0, cuts[2], 2)) + list(range(1, cuts[2], 2))
+    shuffled = table.take(order)
+    pq.write_table(shuffled, tmp_path / "shuffled.parquet")
+    line = _one_error_line(dump(tmp_path / "shuffled.parquet", check=False))
+    assert "--any-order" in line and "server's order" in line, line
+    assert dump(tmp_path / "shuffled.parquet", "--any-order", "--format", "jsonl").stdout == want
+    with pytest.raises(pgoutput_arrow.PgoutputError, match="any_order=True"):
+        pgoutput_arrow.decode(shuffled)
+    for source in (shuffled, tmp_path / "shuffled.parquet"):
+        got = pgoutput_arrow.decode(source, any_order=True)
+        assert _rows_of(got) == _rows_of(in_order)
+
+    # Without xid, rows in any order cannot be told apart: said before anything is read.
+    pq.write_table(shuffled.drop(["xid"]), tmp_path / "no_xid.parquet")
+    line = _one_error_line(dump(tmp_path / "no_xid.parquet", "--any-order", check=False))
+    assert "xid" in line and "no_xid.parquet" in line
+    proc = dump("--dsn", "host=nowhere", "--slot", "s", "--publication", "p", "--any-order", check=False)
+    assert proc.returncode == 2 and "--any-order" in proc.stderr
+
+
 def test_usage_errors(capture: Path) -> None:
     proc = dump(capture, "--no-such-option", check=False)
     assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr

@@ -1,13 +1,16 @@
 """Reading captures: the rows ``pg_logical_slot_get_binary_changes`` returns (``lsn``,
-``xid``, ``data``), saved as Parquet, Arrow IPC (file or stream) or CSV, or held in memory.
+``xid``, ``data``), saved as Parquet (a file, or a directory of them as Spark writes one),
+Arrow IPC (file or stream) or CSV, or held in memory.
 
 Every source becomes a :class:`Capture`: a ``pyarrow.RecordBatchReader`` of the ``lsn`` and
-``data`` columns, which the decoder imports through the Arrow C stream interface without
-copying. Arrow IPC files are memory-mapped, so their messages are never copied at all.
+``data`` columns (and ``xid``, for a capture decoded in any order), which the decoder imports
+through the Arrow C stream interface without copying. Arrow IPC files are memory-mapped, so
+their messages are never copied at all.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -17,9 +20,9 @@ from typing import IO, Any
 import pyarrow as pa
 
 from ._internal import lsn_to_int
-from .exceptions import CaptureError
+from .exceptions import CaptureError, ProtocolError, UnknownRelationError
 
-__all__ = ["Capture", "open_capture", "capture_from", "CHUNK_ROWS"]
+__all__ = ["Capture", "open_capture", "capture_from", "capture_table", "out_of_order_hint", "CHUNK_ROWS"]
 
 #: Rows per batch when a capture is read from Parquet, CSV or a Python iterable.
 CHUNK_ROWS = 65536
@@ -63,19 +66,27 @@ def _sniff(path: Path) -> str:
     )
 
 
-def _require_columns(schema: pa.Schema, where: str) -> None:
-    missing = [c for c in ("lsn", "data") if c not in schema.names]
+#: The columns a capture is read with: in the server's order the decoder needs nothing else;
+#: in any order (:func:`capture_table`) the transactions are told apart by ``xid``.
+_IN_ORDER = ("lsn", "data")
+_ANY_ORDER = ("lsn", "xid", "data")
+
+
+def _require_columns(schema: pa.Schema, where: str, names: tuple[str, ...] = _IN_ORDER) -> None:
+    missing = [c for c in names if c not in schema.names]
     if missing:
+        why = " (in any order, xid tells the transactions apart)" if "xid" in missing else ""
         raise CaptureError(
-            f"{where}: a capture needs the columns lsn and data (as "
+            f"{where}: a capture needs the columns {', '.join(names)}{why} (as "
             f"pg_logical_slot_get_binary_changes returns); missing {', '.join(missing)} "
             f"among [{', '.join(schema.names)}]"
         )
 
 
-def _selected(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatchReader:
-    """Only the lsn and data columns: the decoder needs nothing else."""
-    indices = [schema.get_field_index("lsn"), schema.get_field_index("data")]
+def _selected(batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+              names: tuple[str, ...] = _IN_ORDER) -> pa.RecordBatchReader:
+    """Only the columns ``names``: the decoder needs nothing else."""
+    indices = [schema.get_field_index(n) for n in names]
     out_schema = pa.schema([schema.field(i) for i in indices])
 
     def gen() -> Iterator[pa.RecordBatch]:
@@ -85,7 +96,8 @@ def _selected(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Record
     return pa.RecordBatchReader.from_batches(out_schema, gen())
 
 
-def _open_parquet(path: Path) -> Capture:
+def _parquet_file(path: Path, names: tuple[str, ...]) -> tuple[Any, pa.Schema]:
+    """An open Parquet file of a capture, and the schema of its ``names`` columns."""
     import pyarrow.parquet as pq
 
     try:
@@ -95,35 +107,70 @@ def _open_parquet(path: Path) -> Capture:
     except (pa.ArrowException, OSError) as e:
         raise CaptureError(f"{path}: unreadable Parquet file: {e}") from None
     schema = pf.schema_arrow
-    _require_columns(schema, str(path))
-    batches = pf.iter_batches(batch_size=CHUNK_ROWS, columns=["lsn", "data"])
-    out_schema = pa.schema([schema.field("lsn"), schema.field("data")])
+    _require_columns(schema, str(path), names)
+    return pf, pa.schema([schema.field(n) for n in names])
+
+
+def _open_parquet(path: Path, names: tuple[str, ...]) -> Capture:
+    pf, out_schema = _parquet_file(path, names)
+    batches = pf.iter_batches(batch_size=CHUNK_ROWS, columns=list(names))
     return Capture(
         pa.RecordBatchReader.from_batches(out_schema, batches), pf.metadata.num_rows, str(path)
     )
 
 
-def _open_arrow_file(path: Path) -> Capture:
+def _open_parquet_directory(path: Path, names: tuple[str, ...]) -> Capture:
+    """A directory of Parquet files, as Spark (or any Hive-style writer) writes a capture:
+    its files read one after the other in the order of their names (``part-00000-...``: the
+    order of the DataFrame's partitions), the hidden ones and markers (``.``, ``_``) left out."""
+    files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
+    if not files:
+        raise CaptureError(f"{path}: a directory without capture files (Parquet files, as Spark writes a capture)")
+    opened = []
+    for f in files:
+        if not f.is_file() or _sniff(f) != "parquet":
+            raise CaptureError(f"{f}: not a Parquet file, in the capture directory {path} (a directory "
+                               "is read as the Parquet files of one capture, as Spark writes them)")
+        opened.append(_parquet_file(f, names))
+    out_schema = opened[0][1]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for f, (pf, schema) in zip(files, opened):
+            for batch in pf.iter_batches(batch_size=CHUNK_ROWS, columns=list(names)):
+                if schema == out_schema:
+                    yield batch
+                    continue
+                try:
+                    yield batch.cast(out_schema)
+                except (pa.ArrowException, ValueError) as e:
+                    raise CaptureError(f"{f}: its columns ({schema}) are not those of {files[0].name} "
+                                       f"({out_schema}): {e}") from None
+
+    total = sum(pf.metadata.num_rows for pf, _ in opened)
+    return Capture(pa.RecordBatchReader.from_batches(out_schema, batches()), total, str(path))
+
+
+def _open_arrow_file(path: Path, names: tuple[str, ...]) -> Capture:
     try:
         reader = pa.ipc.open_file(pa.memory_map(str(path)))
     except (pa.ArrowException, OSError) as e:
         raise CaptureError(f"{path}: unreadable Arrow IPC file: {e}") from None
-    _require_columns(reader.schema, str(path))
+    _require_columns(reader.schema, str(path), names)
     batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-    return Capture(_selected(batches, reader.schema), None, str(path))
+    return Capture(_selected(batches, reader.schema, names), None, str(path))
 
 
-def _open_arrow_stream(source: str | IO[bytes], name: str) -> Capture:
+def _open_arrow_stream(source: str | IO[bytes], name: str, names: tuple[str, ...] = _IN_ORDER) -> Capture:
     try:
         stream = pa.memory_map(source) if isinstance(source, str) else source
         reader = pa.ipc.open_stream(stream)
     except (pa.ArrowException, OSError) as e:
         raise CaptureError(f"{name}: unreadable Arrow IPC stream: {e}") from None
-    _require_columns(reader.schema, name)
-    return Capture(_selected(reader, reader.schema), None, name)
+    _require_columns(reader.schema, name, names)
+    return Capture(_selected(reader, reader.schema, names), None, name)
 
 
-def _open_csv(path: Path) -> Capture:
+def _open_csv(path: Path, names: tuple[str, ...]) -> Capture:
     import pyarrow.csv as csv
 
     with open(path, "rb") as f:
@@ -138,31 +185,36 @@ def _open_csv(path: Path) -> Capture:
         reader = csv.open_csv(path, read_options=read_options, convert_options=convert)
     except (pa.ArrowException, OSError) as e:
         raise CaptureError(f"{path}: unreadable CSV capture: {e}") from None
-    _require_columns(reader.schema, str(path))
-    return Capture(_selected(reader, reader.schema), None, str(path))
+    _require_columns(reader.schema, str(path), names)
+    return Capture(_selected(reader, reader.schema, names), None, str(path))
 
 
-def open_capture(path: str | os.PathLike[str]) -> Capture:
+def open_capture(path: str | os.PathLike[str], *, xid: bool = False) -> Capture:
     """Opens a capture file, recognised by its first bytes: Parquet, Arrow IPC file or
     stream, or CSV (``COPY (SELECT lsn, xid, data FROM pg_logical_slot_get_binary_changes(...))
     TO ... (FORMAT csv)``, with or without a header; ``data`` as bytea's hex ``\\x...`` or
-    escape output)."""
+    escape output); or a directory of Parquet files (a capture Spark wrote), read in the order
+    of their names. With ``xid``, the ``xid`` column is read too (and required)."""
     p = Path(path)
     if not p.exists():
         raise CaptureError(f"{p}: no such file")
+    names = _ANY_ORDER if xid else _IN_ORDER
+    if p.is_dir():
+        return _open_parquet_directory(p, names)
     kind = _sniff(p)
     if kind == "parquet":
-        return _open_parquet(p)
+        return _open_parquet(p, names)
     if kind == "arrow-file":
-        return _open_arrow_file(p)
+        return _open_arrow_file(p, names)
     if kind == "arrow-stream":
-        return _open_arrow_stream(str(p), str(p))
-    return _open_csv(p)
+        return _open_arrow_stream(str(p), str(p), names)
+    return _open_csv(p, names)
 
 
-def open_stream(stream: IO[bytes], name: str = "<stdin>") -> Capture:
-    """A capture arriving as an Arrow IPC stream on a file object (``-`` on the CLI)."""
-    return _open_arrow_stream(stream, name)
+def open_stream(stream: IO[bytes], name: str = "<stdin>", *, xid: bool = False) -> Capture:
+    """A capture arriving as an Arrow IPC stream on a file object (``-`` on the CLI); with
+    ``xid``, its ``xid`` column too."""
+    return _open_arrow_stream(stream, name, _ANY_ORDER if xid else _IN_ORDER)
 
 
 def _from_messages(items: Iterable[Any]) -> Capture:
@@ -202,6 +254,38 @@ def _from_messages(items: Iterable[Any]) -> Capture:
             )
 
     return Capture(pa.RecordBatchReader.from_batches(schema, gen()), None, "<messages>")
+
+
+def capture_table(source: Any) -> pa.Table:
+    """The whole capture ``source`` (a path or an Arrow object, as :func:`capture_from` takes)
+    in memory with its ``lsn``, ``xid`` and ``data`` columns: what decoding in any order
+    (``Decoder.feed_rebuilt``) takes."""
+    if isinstance(source, (str, os.PathLike)):
+        return open_capture(source, xid=True).reader.read_all()
+    if isinstance(source, pa.RecordBatch):
+        source = pa.Table.from_batches([source])
+    if not isinstance(source, pa.Table):
+        if isinstance(source, Capture) or not hasattr(source, "__arrow_c_stream__"):
+            raise TypeError(f"decoding in any order takes a path or an Arrow table with the columns lsn, xid "
+                            f"and data, not a {type(source).__name__}")
+        source = pa.table(source)
+    _require_columns(source.schema, "table", _ANY_ORDER)
+    return source.select(list(_ANY_ORDER))
+
+
+def out_of_order_hint(error: Exception, how: str) -> Exception | None:
+    """``error`` again with a hint, when it is what a capture whose rows are not in the
+    server's order raises (a change of a relation not announced yet, a transaction's messages
+    outside it): ``how`` says how to decode it in any order. None for any other error."""
+    text = str(error)
+    framing = isinstance(error, ProtocolError) and any(
+        w in text for w in ("outside a transaction", "without a Begin", " while transaction ", "which no Stream Start"))
+    if not (isinstance(error, UnknownRelationError) or framing):
+        return None
+    hinted = copy.copy(error)  # its attributes (lsn, relation_id, index) kept
+    hinted.args = (f"{text} (if the capture's rows are not in the server's order, as when it was read back "
+                   f"through Spark, {how} decodes its whole transactions in any order)",)
+    return hinted
 
 
 def capture_from(source: Any) -> Capture:

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from . import _internal
 from ._internal import lsn_to_int
-from .capture import Capture, capture_from, open_capture
+from .capture import Capture, capture_from, capture_table, open_capture, out_of_order_hint
+from .exceptions import ProtocolError, UnknownRelationError
 
 __all__ = ["decode", "Decoder", "Changes", "Output", "commit_column", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
            "IntervalType", "UuidType", "TimeType",
@@ -377,6 +378,7 @@ def decode(
     date_order: DateOrder | None = None,
     timezone: str | None = None,
     datetime_range: DatetimeRange = "python",
+    any_order: bool = False,
 ) -> Changes:
     """Decodes a whole capture and returns its :class:`Changes`.
 
@@ -385,13 +387,19 @@ def decode(
     * a path (``str`` or ``os.PathLike``) to a capture file: Parquet, Arrow IPC (file or
       stream; memory-mapped) or CSV, recognised by content, with the columns that
       ``pg_logical_slot_get_binary_changes`` returns: ``lsn`` (text ``'X/Y'``, int64 or
-      uint64), ``xid`` (ignored) and ``data`` (binary; in CSV bytea hex ``\\x...``);
+      uint64), ``xid`` (ignored) and ``data`` (binary; in CSV bytea hex ``\\x...``); or to
+      a directory of Parquet files (a capture Spark wrote), read in the order of their names;
     * a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader`` with those columns, or
       any object with ``__arrow_c_stream__`` (polars, DuckDB results, ...);
     * an iterable of ``(lsn, data)`` pairs (lsn an int, ``'X/Y'`` or None) or of bare
       ``bytes`` messages, whose LSN is then 0 (PostgreSQL's invalid LSN: unknown).
 
-    The options are :class:`Decoder`'s. The GIL is released while decoding.
+    The rows must be in the server's order, as the function returns them. With
+    ``any_order=True`` they may come in any order (a capture read back through Spark, whose
+    files or partitions were reordered): the whole capture is read into memory with its
+    ``xid`` column and decoded whole transaction by whole transaction in commit order
+    (:meth:`Decoder.feed_rebuilt`); ``source`` is then a path or an Arrow table. The options
+    are :class:`Decoder`'s. The GIL is released while decoding.
     """
     decoder = Decoder(
         special_values=special_values,
@@ -408,8 +416,18 @@ def decode(
         timezone=timezone,
         datetime_range=datetime_range,
     )
-    decoder.feed_capture(capture_from(source))
-    return decoder.finish()
+    if any_order:
+        table = capture_table(source)
+        decoder.feed_rebuilt(table, table)
+        return decoder.finish()
+    try:
+        decoder.feed_capture(capture_from(source))
+        return decoder.finish()
+    except (UnknownRelationError, ProtocolError) as e:
+        hinted = out_of_order_hint(e, "any_order=True")
+        if hinted is None:
+            raise
+        raise hinted from None
 
 
 def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:

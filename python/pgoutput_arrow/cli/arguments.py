@@ -98,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "input", metavar="CAPTURE", nargs="?",
-        help="capture file (Parquet, Arrow IPC file or stream, CSV), or - for an Arrow IPC "
-        "stream on stdin; or --dsn/--slot for a live replication slot",
+        help="capture file (Parquet, Arrow IPC file or stream, CSV), a directory of Parquet "
+        "files (as Spark writes a capture; read in the order of their names), or - for an "
+        "Arrow IPC stream on stdin; or --dsn/--slot for a live replication slot",
     )
     _add_live_arguments(p)
     _add_operations_arguments(p)
@@ -197,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
         "spill to disk (default 256MB)",
     )
     dec.add_argument("--spill-dir", metavar="DIR", help="where to spill (default: a temp dir)")
+    dec.add_argument(
+        "--any-order", action="store_true",
+        help="the capture's rows may be in any order (read back through Spark, say): it is read "
+        "into memory with its xid column and decoded whole transaction by whole transaction in "
+        "commit order (by default the rows must be in the server's order, as "
+        "pg_logical_slot_get_binary_changes returns them, and are decoded as they are read)",
+    )
     dec.add_argument(
         "--date-order", choices=("MDY", "DMY", "YMD"), type=str.upper,
         help="a capture printed under DateStyle SQL or Postgres: its field order (default "
@@ -361,6 +369,8 @@ def output_format(args: argparse.Namespace, out: IO[str]) -> str:
                            or args.drop_columns or args.app_id):
         raise UsageError("--change-log, --change-log-only, --append-only, --drop-columns and "
                          "--app-id are for --format delta or iceberg")
+    if args.any_order and args.input is None:
+        raise UsageError("--any-order is for a CAPTURE: a live stream is in the server's order")
     if args.from_lsn is not None and args.to_lsn is not None and args.from_lsn > args.to_lsn:
         raise UsageError("--from-lsn is after --to-lsn: nothing can match")
     if args.dsn is None and (args.failover or args.metrics_port is not None

@@ -13,7 +13,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..decoding import Changes, Decoder, Output, OutputKind
-from ..capture import Capture, open_capture, open_stream
+from ..capture import Capture, open_capture, open_stream, out_of_order_hint
+from ..exceptions import ProtocolError, UnknownRelationError
 from .arguments import UsageError
 from .progress import Progress, si
 
@@ -40,18 +41,20 @@ class CaptureSource:
     """Decodes the capture one batch of messages at a time (65536 rows from Parquet and CSV,
     the file's own batches from Arrow IPC), flushing the decoder after each, so that each
     group holds the transactions committed in it and memory holds one group at a time
-    (and the messages of transactions still open)."""
+    (and the messages of transactions still open). With ``--any-order``, the whole capture
+    at once, rebuilt in commit order (``Decoder.feed_rebuilt``)."""
 
     #: A capture is not acknowledged to anyone.
     acknowledges = False
 
     def __init__(self, args: argparse.Namespace) -> None:
+        self.any_order: bool = args.any_order
         if args.input == "-":
             if sys.stdin.isatty():
                 raise UsageError("input is - but stdin is a terminal: pipe an Arrow IPC stream in")
-            self.capture: Capture = open_stream(sys.stdin.buffer)
+            self.capture: Capture = open_stream(sys.stdin.buffer, xid=self.any_order)
         else:
-            self.capture = open_capture(args.input)
+            self.capture = open_capture(args.input, xid=self.any_order)
         # Only a capture can have been printed under other settings: live streams pin them.
         self.options = {**decoder_options(args), "date_order": args.date_order,
                         "timezone": args.timezone}
@@ -77,6 +80,25 @@ class CaptureSource:
         return _ahead(self._decoded())
 
     def _decoded(self) -> Generator[tuple[list[Output], int | None], None, None]:
+        try:
+            yield from (self._rebuilt() if self.any_order else self._in_order())
+        except (UnknownRelationError, ProtocolError) as e:
+            hinted = None if self.any_order else out_of_order_hint(e, "--any-order")
+            if hinted is None:
+                raise
+            raise hinted from None
+
+    def _rebuilt(self) -> Generator[tuple[list[Output], int | None], None, None]:
+        decoder = Decoder(**self.options)
+        table = self.capture.reader.read_all()
+        decoder.feed_rebuilt(table, table)
+        self._update(table.num_rows)
+        del table
+        rest = _outputs_of(decoder.finish())
+        if rest:
+            yield rest, None
+
+    def _in_order(self) -> Generator[tuple[list[Output], int | None], None, None]:
         decoder = Decoder(**self.options)
         for batch in self.capture.reader:
             decoder.feed_batch(batch)
