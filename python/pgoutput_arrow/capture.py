@@ -261,7 +261,7 @@ def capture_table(source: Any) -> pa.Table:
     in memory with its ``lsn``, ``xid`` and ``data`` columns: what decoding in any order
     (``Decoder.feed_rebuilt``) takes."""
     if isinstance(source, (str, os.PathLike)):
-        return open_capture(source, xid=True).reader.read_all()
+        source = open_capture(source, xid=True).reader.read_all()
     if isinstance(source, pa.RecordBatch):
         source = pa.Table.from_batches([source])
     if not isinstance(source, pa.Table):
@@ -270,7 +270,15 @@ def capture_table(source: Any) -> pa.Table:
                             f"and data, not a {type(source).__name__}")
         source = pa.table(source)
     _require_columns(source.schema, "table", _ANY_ORDER)
-    return source.select(list(_ANY_ORDER))
+    table = source.select(list(_ANY_ORDER))
+    xid = table.column("xid")
+    if pa.types.is_string(xid.type) or pa.types.is_large_string(xid.type):
+        # As a driver returns PostgreSQL's xid type (psycopg: text).
+        try:
+            table = table.set_column(1, "xid", xid.cast(pa.int64()))
+        except (pa.ArrowInvalid, ValueError) as e:
+            raise CaptureError(f"column xid: text that is not a transaction id: {e}") from None
+    return table
 
 
 def out_of_order_hint(error: Exception, how: str) -> Exception | None:

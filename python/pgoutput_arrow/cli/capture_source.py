@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..decoding import Changes, Decoder, Output, OutputKind
-from ..capture import Capture, open_capture, open_stream, out_of_order_hint
+from ..capture import Capture, capture_table, open_capture, open_stream, out_of_order_hint
 from ..exceptions import ProtocolError, UnknownRelationError
 from .arguments import UsageError
 from .progress import Progress, si
@@ -90,7 +90,7 @@ class CaptureSource:
 
     def _rebuilt(self) -> Generator[tuple[list[Output], int | None], None, None]:
         decoder = Decoder(**self.options)
-        table = self.capture.reader.read_all()
+        table = capture_table(self.capture.reader.read_all())
         decoder.feed_rebuilt(table, table)
         self._update(table.num_rows)
         del table
