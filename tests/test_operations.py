@@ -140,6 +140,10 @@ def test_an_unfinished_snapshots_slot_is_dropped_only_if_nothing_consumed_from_i
     with pytest.raises(exc.ReplicationError, match="test_decoding"):
         drop_unfinished_slot(pg.dsn, slot, None)
     pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    pg.execute("SELECT pg_create_physical_replication_slot(%s)", (slot,))
+    with pytest.raises(exc.ReplicationError, match=f'"{slot}" is a physical slot; expected a logical slot with plugin pgoutput'):
+        drop_unfinished_slot(pg.dsn, slot, None)
+    pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
 def test_drop_slot_refuses_an_active_slot_and_usage_errors(pg18: PgServer, unique_name: str) -> None:

@@ -132,9 +132,9 @@ def check_slot(slot: str, plugin: str, slot_type: str, database: str, dbname: st
     """Refuses a slot (a row of pg_replication_slots) that is not a logical pgoutput slot
     of the connection's database ``dbname``; ``where`` prefixes the message."""
     if slot_type != "logical" or plugin != "pgoutput":
+        what = f"a logical slot with plugin {plugin}" if slot_type == "logical" else f"a {slot_type} slot"
         raise ReplicationError(
-            f'{where}replication slot "{slot}" is a {slot_type} slot with plugin {plugin}; '
-            f"expected a logical slot with plugin pgoutput")
+            f'{where}replication slot "{slot}" is {what}; expected a logical slot with plugin pgoutput')
     if database != dbname:
         raise ReplicationError(
             f'{where}replication slot "{slot}" belongs to database {database}, '
