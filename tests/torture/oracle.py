@@ -598,9 +598,9 @@ def compare_final(conn: Any, tables: dict[str, pa.Table], truncates: pa.Table, l
 
 
 def server_columns(conn: Any, name: str) -> list[str]:
-    """The columns of table ``name`` in PostgreSQL now, in their order."""
+    """The columns of table ``name`` in PostgreSQL now, in their order (none: dropped since)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        cur.execute("SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
                     "AND NOT attisdropped ORDER BY attnum", (quoted(name),))
         return [r[0] for r in cur.fetchall()]
 
