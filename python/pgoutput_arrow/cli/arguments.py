@@ -21,7 +21,8 @@ Decode a pgoutput capture and print its changes (one line each, in commit order)
 them as Parquet or Arrow files, one directory per table.
 
 A capture is what pg_logical_slot_get_binary_changes() returns (columns lsn, xid, data),
-saved as Parquet, Arrow IPC or CSV; the format is recognised from the file's content."""
+saved as Parquet (a file, or a directory of them as Spark writes one), Arrow IPC or CSV; the
+format is recognised from the file's content."""
 
 EPILOG = """\
 examples:
@@ -37,6 +38,8 @@ examples:
                      an Iceberg replica per table, public.orders in the embedded catalog
                      lake/catalog.db (exactly once, live too)
   pgoutput-dump capture.parquet --stats                  counts per table and operation
+  pgoutput-dump spark_capture/ --any-order               Parquet files Spark wrote from a
+                     reordered DataFrame: decoded whole transactions in commit order
   some-producer | pgoutput-dump - --format jsonl         an Arrow IPC stream on stdin
   pgoutput-dump --dsn 'host=db user=repl dbname=shop' --slot shop --create-slot \\
       --create-publication public.orders --format parquet --output out/
