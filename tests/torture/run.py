@@ -39,7 +39,7 @@ from oracle import (  # noqa: E402
     parse_test_decoding, raw_text_columns, renames_of, server_columns, unified_raw_columns, unify_batches, unify_outputs)
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
-from settings import apply as apply_settings, capture_session, draw as draw_settings, pin, spark_time_zone  # noqa: E402
+from settings import apply as apply_settings, capture_session, draw as draw_settings, pin, spark_settings  # noqa: E402
 
 #: (name, pgoutput options, slot made with two_phase, minimum server version)
 OPTION_SETS = [
@@ -513,15 +513,15 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures:
         # shuffled (the parts overlap: decoded whole after a shuffle by xid), and read by the tasks.
         ways = (("in order", df, None), ("shuffled", df.repartition(3).sortWithinPartitions(F.rand(seed)), None),
                 ("from Parquet files", spark.read.parquet(files), "4k"))
-        # The session's time zone as on a user's machine (the values compared are instants).
-        zone = spark_time_zone(seed)
+        # The session's settings as a user's (the values compared are instants).
+        drawn = spark_settings(seed)
         for how, ordered, split_bytes in ways:
-            label = f"spark.decode {name} {how} (session time zone {zone})"
-            before = spark.conf.get("spark.sql.files.maxPartitionBytes")
+            label = f"spark.decode {name} {how} ({', '.join(f'{k}={v}' for k, v in drawn.items())})"
+            settings = {**drawn, **({"spark.sql.files.maxPartitionBytes": split_bytes} if split_bytes else {})}
+            before = {k: spark.conf.get(k) for k in settings}
             try:
-                spark.conf.set("spark.sql.session.timeZone", zone)
-                if split_bytes:
-                    spark.conf.set("spark.sql.files.maxPartitionBytes", split_bytes)
+                for k, v in settings.items():
+                    spark.conf.set(k, v)
                 decoded = sp.decode(ordered, num_partitions=3, with_truncates=True)
                 trunc = decoded.pop(sp.TRUNCATES).toArrow()
                 tables = {n: d.toArrow() for n, d in decoded.items()}
@@ -529,8 +529,8 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures:
                 result.problems.append(f"{label}: {type(e).__name__}: {e}")
                 continue
             finally:
-                spark.conf.set("spark.sql.files.maxPartitionBytes", before)
-                spark.conf.set("spark.sql.session.timeZone", "UTC")
+                for k, v in before.items():
+                    spark.conf.set(k, v)
             # Every column compared, in Spark's types (interval a struct, time in ns, uuid text):
             # values.py reads them as they are.
             truncs = [(", ".join(r["relations"]), r["_commit_lsn"], r["_seq"], r.get("_xid"))

@@ -27,7 +27,7 @@ from typing import Any
 
 from pgoutput_arrow._pg import OUTPUT_SETTINGS
 
-__all__ = ["draw", "apply", "pin", "capture_session", "spark_time_zone"]
+__all__ = ["draw", "apply", "pin", "capture_session", "spark_settings"]
 
 DATE_STYLES = ["ISO", "SQL", "German", "Postgres"]
 DATE_ORDERS = ["MDY", "DMY", "YMD"]
@@ -61,10 +61,16 @@ def draw(seed: int) -> dict[str, str]:
     }
 
 
-def spark_time_zone(seed: int) -> str:
-    """The Spark session's time zone for ``seed`` (``spark.sql.session.timeZone``: a user's
-    machine's zone), drawn apart from the server's."""
-    return random.Random(f"spark-zone-{seed}").choice(TIME_ZONES)
+def spark_settings(seed: int) -> dict[str, str]:
+    """The Spark session's settings for ``seed``, as users set them: the time zone (a user's
+    machine's, drawn apart from the server's), the rows of each Arrow batch handed to Python
+    (Spark's default 10000, or few), and Arrow's large string and binary types."""
+    rng = random.Random(f"spark-{seed}")
+    return {
+        "spark.sql.session.timeZone": rng.choice(TIME_ZONES),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": rng.choice(["10000", "977", "64"]),
+        "spark.sql.execution.arrow.useLargeVarTypes": rng.choice(["false", "true"]),
+    }
 
 
 def apply(server: Any, settings: dict[str, str]) -> dict[str, str]:

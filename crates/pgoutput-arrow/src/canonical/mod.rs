@@ -149,7 +149,8 @@ impl Out {
 }
 
 /// The transaction a row belongs to: its xid column, but a subtransaction's Stream Abort
-/// names its top-level transaction in its body and the subtransaction in the xid column.
+/// names its top-level transaction in its body and the subtransaction in the xid column,
+/// and a non-transactional logical message belongs to none (0).
 fn transaction_of(i: usize, r: &CaptureRow<'_>) -> Result<u64, DecodeError> {
     Ok(match r.data.first() {
         None => return Err(DecodeError::Input(format!("row {i} (LSN {}) holds an empty message", pgoutput_proto::Lsn(r.lsn)))),
@@ -157,8 +158,19 @@ fn transaction_of(i: usize, r: &CaptureRow<'_>) -> Result<u64, DecodeError> {
             Message::StreamAbort(a) => a.xid as u64,
             _ => r.xid,
         },
+        Some(b'M') if non_transactional(r) => 0,
         Some(_) => r.xid,
     })
+}
+
+/// Whether `r` is a non-transactional logical message. The server sends one as it is
+/// decoded, outside any transaction and stream block (no xid in it), but the SQL interface
+/// gives it the xid of the transaction that emitted it (torture seed 3000: put in that
+/// transaction's stream block, it was read as a streamed message, four bytes off). Read in
+/// the plain layout, its own LSN is the row's: the streamed layout (a transactional message
+/// of a streamed transaction) puts other bytes there.
+fn non_transactional(r: &CaptureRow<'_>) -> bool {
+    matches!(parse_message(r.data, false), Ok(Message::Message(m)) if !m.transactional && m.lsn.0 == r.lsn)
 }
 
 /// [`canonical_stream`] of rows among which the transactions `pieces` are only in part: a
@@ -746,6 +758,58 @@ mod tests {
             let stream = canonical_stream(&rows[part.clone()], &catalog, true).unwrap();
             assert_eq!(schema_of(&|d| d.push_array(&stream.lsns, &stream.messages).unwrap()), want, "rows {part:?}");
         }
+    }
+
+    /// A logical message, its bytes as pgoutput sends them (in a stream block: with `xid`).
+    fn message(xid: Option<u32>, transactional: bool, lsn: u64, prefix: &str) -> Vec<u8> {
+        let mut buf = vec![b'M'];
+        if let Some(x) = xid {
+            buf.extend_from_slice(&x.to_be_bytes());
+        }
+        buf.push(u8::from(transactional));
+        buf.extend_from_slice(&lsn.to_be_bytes());
+        buf.extend_from_slice(prefix.as_bytes());
+        buf.push(0);
+        buf.extend_from_slice(&2u32.to_be_bytes());
+        buf.extend_from_slice(b"hi");
+        buf
+    }
+
+    /// Torture seed 3000 in miniature: a streamed transaction (xid 7) emits a transactional
+    /// message (in its stream block) and a non-transactional one (sent outside, without an
+    /// xid, though its row has xid 7). Rebuilt from shuffled rows, both decode with their
+    /// prefixes whole, the non-transactional one outside the transaction.
+    #[test]
+    fn a_non_transactional_message_of_a_streamed_transaction_is_rebuilt_outside_it() {
+        use crate::{Decoder, DecoderOptions};
+        use arrow_array::cast::AsArray;
+
+        let stream_commit = |xid: u32, end: u64| {
+            [&[b'c'][..], &xid.to_be_bytes(), &[0], &end.to_be_bytes(), &(end + 1).to_be_bytes(), &0i64.to_be_bytes()]
+                .concat()
+        };
+        let mut start = Vec::new();
+        encode::stream_start(7, true, &mut start);
+        let mut stop = Vec::new();
+        encode::stream_stop(&mut stop);
+        let mut messages: Vec<(u64, u64, Vec<u8>)> = vec![
+            (20, 7, start),
+            (21, 7, message(Some(7), true, 21, "inside")),
+            (22, 7, stop),
+            (23, 7, message(None, false, 23, "torture")),
+            (40, 7, stream_commit(7, 40)),
+        ];
+        messages.reverse();
+        let rows = capture_rows(&messages, 0);
+        let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+        let stream = canonical_stream(&rows, &catalog, false).unwrap();
+        let mut decoder = Decoder::new(DecoderOptions::default());
+        decoder.push_array(&stream.lsns, &stream.messages).unwrap();
+        let out = decoder.finish().unwrap();
+        let prefixes = out.messages.column_by_name("prefix").unwrap().as_string::<i32>();
+        let mut got: Vec<&str> = prefixes.iter().map(|p| p.unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, ["inside", "torture"]);
     }
 
     /// A part of a capture tells the spans of its pieces of split transactions, and the
