@@ -430,7 +430,11 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
                             messages.append(item.batch)
                     s.ack(ack)
             if stop_after is not None and starts == 1 and not interrupted:
-                result.problems.append(f"{label}: ended after {taken} groups, before the stop at {stop_after}")
+                # The stream ended sooner (a small workload makes few flushes): checked as an
+                # uninterrupted run, which it was; said, so that the restart is not counted.
+                print(f"torture: {label}: the stream ended after {taken} groups, before the stop at "
+                      f"{stop_after}: no restart in this run", file=sys.stderr)
+                label = label.removesuffix(" restarted")
             if not interrupted:
                 break
             # Column ids (pg.column_id) are one decoder's own: a consumer that keeps what a
@@ -454,7 +458,7 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label)
     m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication,
                             skip=unified_raw_columns(tables) if binary else set())
-    _add(result, "live" + (" restarted" if restart else ""), n + k + m, problems + more + most)
+    _add(result, "live" + (" restarted" if starts > 1 else ""), n + k + m, problems + more + most)
     result.problems += types_adapter.check(tables, conn, binary, label)
 
 
@@ -499,7 +503,9 @@ def _check_spark(result: Result, spark: Any, conn: Any, expected: Any, captures:
 
     import tempfile
 
-    name, capture = next(iter(captures.items()))
+    # Protocol 1, or (every other seed) 2 with its streamed transactions: both text.
+    name = "v2-stream" if seed % 2 and "v2-stream" in captures else next(iter(captures))
+    capture = captures[name]
     df = spark.createDataFrame(capture.to_pandas()).select(
         F.col("lsn").cast("long").alias("lsn"), F.col("xid").cast("long").alias("xid"), F.col("data"))
     with tempfile.TemporaryDirectory(prefix="torture-spark-") as files:
