@@ -71,8 +71,8 @@ pub const END_KINDS: &[u8] = pgoutput_proto::TRANSACTION_END_KINDS;
 const FIRST_NORMAL_OID: Oid = 16384;
 
 /// One row of a capture. `xid` is the SQL interface's xid column (the top-level
-/// transaction, 0 for non-transactional messages; a subtransaction's Stream Abort has the
-/// subtransaction's). `tiebreak` orders messages that share an LSN and kind (a
+/// transaction; a subtransaction's Stream Abort has the subtransaction's; a
+/// non-transactional message the xid of the transaction that emitted it, or 0). `tiebreak` orders messages that share an LSN and kind (a
 /// capture-time row number when there is one, else 0; then the bytes decide).
 #[derive(Debug, Clone, Copy)]
 pub struct CaptureRow<'a> {
