@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -281,19 +282,23 @@ def capture_table(source: Any) -> pa.Table:
     return table
 
 
-def out_of_order_hint(error: Exception, how: str) -> Exception | None:
-    """``error`` again with a hint, when it is what a capture whose rows are not in the
-    server's order raises (a change of a relation not announced yet, a transaction's messages
-    outside it): ``how`` says how to decode it in any order. None for any other error."""
-    text = str(error)
-    framing = isinstance(error, ProtocolError) and any(
-        w in text for w in ("outside a transaction", "without a Begin", " while transaction ", "which no Stream Start"))
-    if not (isinstance(error, UnknownRelationError) or framing):
-        return None
-    hinted = copy.copy(error)  # its attributes (lsn, relation_id, index) kept
-    hinted.args = (f"{text} (if the capture's rows are not in the server's order, as when it was read back "
-                   f"through Spark, {how} decodes its whole transactions in any order)",)
-    return hinted
+@contextmanager
+def out_of_order_hint(how: str) -> Iterator[None]:
+    """Raises what the body raises, with a hint when it is what a capture whose rows are not
+    in the server's order raises (a change of a relation not announced yet, a transaction's
+    messages outside it): ``how`` says how to decode it in any order."""
+    try:
+        yield
+    except (UnknownRelationError, ProtocolError) as error:
+        text = str(error)
+        framing = isinstance(error, ProtocolError) and any(
+            w in text for w in ("outside a transaction", "without a Begin", " while transaction ", "which no Stream Start"))
+        if not (isinstance(error, UnknownRelationError) or framing):
+            raise
+        hinted = copy.copy(error)  # its attributes (lsn, relation_id, index) kept
+        hinted.args = (f"{text} (if the capture's rows are not in the server's order, as when it was read back "
+                       f"through Spark, {how} decodes its whole transactions in any order)",)
+        raise hinted from None
 
 
 def capture_from(source: Any) -> Capture:

@@ -15,7 +15,6 @@ import pyarrow as pa
 from . import _internal
 from ._internal import lsn_to_int
 from .capture import Capture, capture_from, capture_table, open_capture, out_of_order_hint
-from .exceptions import ProtocolError, UnknownRelationError
 
 __all__ = ["decode", "Decoder", "Changes", "Output", "commit_column", "OutputKind", "SpecialValues", "EmitMode", "DateOrder",
            "IntervalType", "UuidType", "TimeType",
@@ -420,14 +419,9 @@ def decode(
         table = capture_table(source)
         decoder.feed_rebuilt(table, table)
         return decoder.finish()
-    try:
+    with out_of_order_hint("any_order=True"):
         decoder.feed_capture(capture_from(source))
         return decoder.finish()
-    except (UnknownRelationError, ProtocolError) as e:
-        hinted = out_of_order_hint(e, "any_order=True")
-        if hinted is None:
-            raise
-        raise hinted from None
 
 
 def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 from ..decoding import Changes, Decoder, Output, OutputKind
 from ..capture import Capture, capture_table, open_capture, open_stream, out_of_order_hint
-from ..exceptions import ProtocolError, UnknownRelationError
 from .arguments import UsageError
 from .progress import Progress, si
 
@@ -80,13 +79,11 @@ class CaptureSource:
         return _ahead(self._decoded())
 
     def _decoded(self) -> Generator[tuple[list[Output], int | None], None, None]:
-        try:
-            yield from (self._rebuilt() if self.any_order else self._in_order())
-        except (UnknownRelationError, ProtocolError) as e:
-            hinted = None if self.any_order else out_of_order_hint(e, "--any-order")
-            if hinted is None:
-                raise
-            raise hinted from None
+        if self.any_order:
+            yield from self._rebuilt()
+            return
+        with out_of_order_hint("--any-order"):
+            yield from self._in_order()
 
     def _rebuilt(self) -> Generator[tuple[list[Output], int | None], None, None]:
         decoder = Decoder(**self.options)
