@@ -259,12 +259,22 @@ def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
     return col.to_pylist()
 
 
+def _innermost(t: pa.DataType) -> pa.DataType:
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        t = t.value_type
+    return t
+
+
 def server_expression(column: str, arrow_type: pa.DataType, pg_type: str, send_fn: str) -> str:
     """SQL giving column ``column`` as the Python value that :func:`column_values` gives
     for a decoded column of ``arrow_type``."""
     c = '"' + column.replace('"', '""') + '"'
     t = _base_type(arrow_type)
     if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t)) and _text_list(t):
+        if pg_type == "_date" and _innermost(t) == pa.timestamp("us"):
+            # A date[] column unified with a timestamp[] version of it: PostgreSQL's own
+            # cast says what each date is there (its midnight).
+            c = f"{c}::timestamp[]"
         return f"CASE WHEN {c} IS NULL THEN NULL ELSE concat({c}, '') END"  # array_out's text: its elements have no Python value (±infinity)
     if pa.types.is_date32(t):
         return (f"CASE WHEN {c} = 'infinity' THEN {I32_MAX} WHEN {c} = '-infinity' THEN {I32_MIN}"

@@ -78,6 +78,15 @@ HISTORY_SQL = [
     "ALTER TABLE h6 ADD COLUMN c text",
     "UPDATE h6 SET id = id",
     "UPDATE h6 SET c = 'new' WHERE id = 2",
+    # Torture seed 2019: a timestamp[] column dropped and re-added under its name as date[];
+    # the unified column is timestamp[] (a date is its midnight), in every way of decoding,
+    # the live stream's as it goes included.
+    "CREATE TABLE h7 (id int PRIMARY KEY, c timestamp[])",
+    "INSERT INTO h7 VALUES (1, '{\"2001-02-03 04:05:06\"}')",
+    "ALTER TABLE h7 DROP COLUMN c",
+    "ALTER TABLE h7 ADD COLUMN c date[]",
+    "INSERT INTO h7 VALUES (2, '{2000-02-29,NULL}')",
+    "UPDATE h7 SET c = '{2091-08-25}' WHERE id = 1",
     # Issue 13, reproduction 2: values no Arrow value of the column's type holds.
     "CREATE TABLE sv (id int PRIMARY KEY, t time, n numeric(5,2), ts timestamp, arr int[], ok text)",
     "INSERT INTO sv VALUES (1, '24:00:00', 'NaN', '294276-01-01 00:00:00', '[0:1]={1,2}', 'a')",
@@ -126,10 +135,10 @@ def _check_against_server(pg: PgServer, tables: dict[str, pa.Table], truncates: 
                           schema: str = "hist") -> None:
     changes = types.SimpleNamespace(tables=tables, truncates=truncates)
     # The primary key: under REPLICA IDENTITY FULL every column is flagged as key.
-    keys = {**{f"{schema}.h{i}": ["id"] for i in range(1, 7)}, f"{schema}.sv": ["id"]}
+    keys = {**{f"{schema}.h{i}": ["id"] for i in range(1, 8)}, f"{schema}.sv": ["id"]}
     states = replay(changes, keys)  # type: ignore[arg-type]
     with pg.connect() as conn:
-        for rel in ("h1", "h2", "h3", "h4", "h5", "h6"):
+        for rel in ("h1", "h2", "h3", "h4", "h5", "h6", "h7"):
             name = f"{schema}.{rel}"
             table = tables[name]
             with conn.cursor() as cur:
@@ -139,6 +148,17 @@ def _check_against_server(pg: PgServer, tables: dict[str, pa.Table], truncates: 
             missing = server_cols - set(data_columns(table))
             assert not missing, f"{name}: PostgreSQL has columns the output lacks: {missing}"
             compare_state(states[name], server_rows(conn, name, table), name)
+
+
+def _check_date_widened(table: pa.Table) -> None:
+    """h7's c: timestamp[] dropped, date[] added under its name. One column of the type
+    that holds both (a date is its midnight), each row's value in it."""
+    import datetime as dt
+    assert table.schema.field("c").type == pa.list_(pa.timestamp("us")), table.schema.field("c")
+    rows = [(r["id"], r["_op"], r["c"]) for r in table.to_pylist()]
+    assert rows == [(1, "insert", [dt.datetime(2001, 2, 3, 4, 5, 6)]),
+                    (2, "insert", [dt.datetime(2000, 2, 29), None]),
+                    (1, "update", [dt.datetime(2091, 8, 25)])], rows
 
 
 def _check_specials(pg: PgServer, table: pa.Table, schema: str = "hist") -> None:
@@ -179,6 +199,7 @@ def test_decode_with_defaults(captures: tuple[PgServer, dict[str, Any]]) -> None
         b = changes.tables["hist.h4"].schema.field("b")
         assert b.type == pa.string() and b.metadata[b"pg.unified"] == b"text"
         assert changes.tables["hist.h4"].column("b").to_pylist()[:3] == ["x", "5", "{7,8}"]
+        _check_date_widened(changes.tables["hist.h7"])
 
 
 def test_decoder_small_batches_unified_by_the_caller(captures: tuple[PgServer, dict[str, Any]]) -> None:
@@ -213,6 +234,7 @@ def test_decoder_small_batches_unified_by_the_caller(captures: tuple[PgServer, d
             if truncates else rest.truncates
         _check_against_server(pg, tables, all_truncates)
         _check_specials(pg, tables["hist.sv"])
+        _check_date_widened(tables["hist.h7"])
 
 
 def test_opt_in_policies_stay(captures: tuple[PgServer, dict[str, Any]]) -> None:
@@ -267,6 +289,7 @@ def test_live_stream_with_defaults(pg18: PgServer, binary: bool) -> None:
     _check_against_server(pg18, tables, empty, schema)
     _check_specials(pg18, tables[f"{schema}.sv"], schema)
     assert "a" not in tables[f"{schema}.h3"].column_names
+    _check_date_widened(tables[f"{schema}.h7"])
 
 
 def test_cli_with_defaults(captures: tuple[PgServer, dict[str, Any]], tmp_path: Any) -> None:
@@ -320,7 +343,7 @@ def test_cli_parquet_directories_read_back_whole(captures: tuple[PgServer, dict[
                                   capture_output=True, text=True, timeout=120)
             assert proc.returncode == 0, proc.stderr
             tables = {}
-            for rel in ("h1", "h2", "h3", "h4", "h5", "h6"):
+            for rel in ("h1", "h2", "h3", "h4", "h5", "h6", "h7"):
                 directory = out / f"hist.{rel}"
                 # (One file per transaction that touched the table: a file holds rows of
                 # any versions, all under the directory's schema.)

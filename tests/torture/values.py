@@ -233,6 +233,34 @@ def from_pg_text(text: str | None, pg_type: str) -> Any:
     return text
 
 
+#: The catalog's names (``pg.type_name``, ``typname``) of the types a unified column can be
+#: widened to, as ``format_type`` prints them.
+_FORMAT_TYPE = {"int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real",
+                "float8": "double precision", "timestamp": "timestamp without time zone",
+                "timestamptz": "timestamp with time zone", "varchar": "character varying", "bpchar": "character"}
+
+
+def format_type(typname: str) -> str:
+    """``_timestamp`` → ``timestamp without time zone[]``, ``int8`` → ``bigint``; other names
+    (``numeric``, ``date``, ``text``) as they are."""
+    if typname.startswith("_"):
+        return format_type(typname[1:]) + "[]"
+    return _FORMAT_TYPE.get(typname, typname)
+
+
+def widened(value: Any, was: str, now: str) -> Any:
+    """``value`` (as :func:`from_pg_text` reads it under ``was``) as a value of ``now``, the
+    wider type a stream unified the column to (README, schema evolution: a date column
+    dropped and added again as timestamp holds the date's midnight). Types whose comparable
+    forms agree (integers, numerics of any scale, text) need nothing."""
+    if isinstance(value, list) and was.endswith("[]") and now.endswith("[]"):
+        return [widened(v, was[:-2], now[:-2]) if not isinstance(v, list) else widened(v, was, now) for v in value]
+    if (base_type(was) == "date" and base_type(now) == "timestamp without time zone"
+            and isinstance(value, int)):
+        return value * 86_400 * 10**6
+    return value
+
+
 def from_output(value: Any, pg_type: str, arrow_type: pa.DataType | None = None) -> Any:
     """A path's value (a Python object from Arrow or JSON) of a column of ``pg_type`` in the
     form :func:`from_pg_text` gives. ``arrow_type`` tells the unit of temporal integers."""
