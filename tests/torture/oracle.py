@@ -473,15 +473,18 @@ def _column_of(col: str, got: Decoded, names: dict[str, str], before: bool = Fal
 
 
 def compare_messages(expected: Expected, got: list[tuple[bool, str, bytes, int | None]],
-                     label: str) -> tuple[int, list[str]]:
+                     label: str, ordered: bool = False) -> tuple[int, list[str]]:
     """(messages compared, mismatches) of a path's logical messages (transactional, prefix,
     content, xid or None) against test_decoding's, as multisets (a non-transactional
     message's place among transactions is when it was decoded, not a commit order); the
     xid of each transactional one where test_decoding printed it (PostgreSQL 15's
     test_decoding prints no BEGIN before a message that is its transaction's only change
-    under skip-empty-xacts)."""
+    under skip-empty-xacts). ``ordered``: a path whose messages table is in the decoding
+    order (a decoder's, in order or any order) has them in test_decoding's order too: a
+    transaction's at its commit, a non-transactional one where the server decoded it."""
     want = sorted((m.transactional, m.prefix, m.content) for m in expected.messages)
     have = sorted((t, p, c) for t, p, c, _ in got)
+    in_order = [(t, p, c) for t, p, c, _ in got]
     allowed = Counter((True, p, c) for p, c in expected.may_add)
     extra = Counter(have) - Counter(want)
     if extra and not extra - allowed:
@@ -495,6 +498,12 @@ def compare_messages(expected: Expected, got: list[tuple[bool, str, bytes, int |
         extra = [m for m in have if m not in want]
         problems.append(f"{label}: messages differ from test_decoding's: missing {missing[:3]}, "
                         f"extra {extra[:3]} ({len(have)} decoded, {len(want)} printed)")
+    elif ordered and len(in_order) == len(want):
+        printed = [(m.transactional, m.prefix, m.content) for m in expected.messages]
+        k = next((k for k, (a, b) in enumerate(zip(in_order, printed)) if a != b), None)
+        if k is not None:
+            problems.append(f"{label}: message #{k} is {in_order[k][:2]}, test_decoding printed "
+                            f"{printed[k][:2]} there (the same messages in another order)")
     with_xid = Counter((m.prefix, m.content, m.xid) for m in expected.messages if m.transactional and m.xid is not None)
     have_xid = Counter((p, c, x) for t, p, c, x in got if t)
     wrong = [k for k, n in with_xid.items() if have_xid[k] < n]

@@ -282,7 +282,7 @@ def _add(result: Result, path: str, n: int, problems: list[str]) -> None:
 def _check(result: Result, conn: Any, expected: Any, changes: Any, tables: dict[str, pa.Table],
            label: str, workload: Workload, origins: set[int]) -> None:
     n, problems = compare_changes(expected, decoded_changes(changes), label)
-    k, more = compare_messages(expected, _messages(changes.messages), label)
+    k, more = compare_messages(expected, _messages(changes.messages), label, ordered=True)
     o, most = compare_transactions(changes.transactions, expected, origins, label)
     m, rest = compare_final(conn, tables, changes.truncates, label, expected, skip=raw_text_columns(changes),
                             publication=workload.publication)
@@ -353,7 +353,7 @@ def _check_paths(result: Result, conn: Any, expected: Any, capture: pa.Table, la
         result.problems.append(f"{alabel}: {type(e).__name__}: {e}")
     else:
         n, problems = compare_changes(expected, decoded_changes(anyway), alabel)
-        k, more = compare_messages(expected, _messages(anyway.messages), alabel)
+        k, more = compare_messages(expected, _messages(anyway.messages), alabel, ordered=True)
         _add(result, "decode(any_order)", n + k, problems + more)
     batch_size, memory = 2 + seed % 6, 500 + (seed * 7919) % 20000
     dlabel = f"{label} Decoder(batch_size={batch_size}, memory_limit={memory})"
@@ -381,7 +381,7 @@ def _check_paths(result: Result, conn: Any, expected: Any, capture: pa.Table, la
     msgs = [o.batch for o in outputs if o.kind == "messages"]
     msg_table = pa.concat_tables([*(pa.Table.from_batches([b]) for b in msgs), rest.messages]) \
         if msgs else rest.messages
-    k, more = compare_messages(expected, _messages(msg_table), dlabel)
+    k, more = compare_messages(expected, _messages(msg_table), dlabel, ordered=True)
     tables = unify_outputs(outputs, rest)
     m, most = compare_final(conn, tables, all_trunc, dlabel, expected,
                             skip=raw_text_columns(changes), publication=workload.publication)

@@ -359,7 +359,10 @@ fn rebuild_whole<S: MessageSink + ?Sized>(
     }
     keyed.sort_unstable();
     let order: Vec<usize> = keyed.iter().map(|&(_, i)| i as usize).collect();
-    // Each transaction's rows, and where it ended (non-transactional messages first).
+    // Each transaction's rows, and where it ended. A non-transactional message is a group of
+    // its own, placed where the server decoded it: after every transaction whose commit
+    // record ends at or before its LSN (the next record starts where one ends), before the
+    // others, as a capture in order has it.
     let mut txns: Vec<(u64, u64, &[usize])> = Vec::new();
     let mut start = 0;
     while start < keyed.len() {
@@ -367,7 +370,13 @@ fn rebuild_whole<S: MessageSink + ?Sized>(
         let len = keyed[start..].partition_point(|&(k, _)| k == key);
         let group = &order[start..start + len];
         start += len;
-        let mut end = if key == 0 { 0 } else { u64::MAX };
+        if key == 0 {
+            for one in group.chunks(1) {
+                txns.push((rows[one[0]].lsn.saturating_add(1), 0, one));
+            }
+            continue;
+        }
+        let mut end = u64::MAX;
         for &i in group {
             let r = &rows[i];
             if r.data.first().is_some_and(|k| END_KINDS.contains(k)) {
@@ -810,6 +819,51 @@ mod tests {
         let mut got: Vec<&str> = prefixes.iter().map(|p| p.unwrap()).collect();
         got.sort_unstable();
         assert_eq!(got, ["inside", "torture"]);
+    }
+
+    /// A non-transactional message is rebuilt where the server decoded it among the
+    /// transactions (after those that committed before its LSN, before the others), not
+    /// before them all: the messages of a shuffled capture come out in the order of the
+    /// capture in order. Its xid column is the emitting transaction's (the SQL interface's).
+    #[test]
+    fn a_non_transactional_message_is_rebuilt_among_the_transactions_at_its_lsn() {
+        use crate::{Decoder, DecoderOptions};
+        use arrow_array::cast::AsArray;
+
+        let messages: Vec<(u64, u64, Vec<u8>)> = vec![
+            (10, 1, begin(1, 20)),
+            (12, 1, message(None, true, 12, "first")),
+            (20, 1, commit(20)),
+            // Right where the first commit record ends (its end LSN is 21).
+            (21, 2, message(None, false, 21, "between")),
+            (30, 2, begin(2, 60)),
+            (35, 2, message(None, true, 35, "second")),
+            (40, 3, message(None, false, 40, "during")),
+            (60, 2, commit(60)),
+            (70, 0, message(None, false, 70, "last")),
+        ];
+        let decode = |messages: &[(u64, u64, Vec<u8>)]| {
+            let rows = capture_rows(messages, 0);
+            let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+            let stream = canonical_stream(&rows, &catalog, false).unwrap();
+            let mut decoder = Decoder::new(DecoderOptions::default());
+            decoder.push_array(&stream.lsns, &stream.messages).unwrap();
+            let out = decoder.finish().unwrap();
+            let prefixes = out.messages.column_by_name("prefix").unwrap().as_string::<i32>();
+            prefixes.iter().map(|p| p.unwrap().to_string()).collect::<Vec<_>>()
+        };
+        let mut in_order = Decoder::new(DecoderOptions::default());
+        let lsns: Vec<u64> = messages.iter().map(|m| m.0).collect();
+        in_order.push_array(&lsns, &LargeBinaryArray::from_iter_values(messages.iter().map(|m| &m.2))).unwrap();
+        let out = in_order.finish().unwrap();
+        let want: Vec<String> =
+            out.messages.column_by_name("prefix").unwrap().as_string::<i32>().iter().map(|p| p.unwrap().to_string()).collect();
+        assert_eq!(want, ["first", "between", "during", "second", "last"]);
+        assert_eq!(decode(&messages), want);
+        let mut shuffled = messages.clone();
+        shuffled.reverse();
+        shuffled.swap(1, 6);
+        assert_eq!(decode(&shuffled), want);
     }
 
     /// A part of a capture tells the spans of its pieces of split transactions, and the
