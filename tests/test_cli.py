@@ -683,6 +683,29 @@ def test_a_capture_directory_and_rows_in_any_order(capture: Path, workload: Work
     assert proc.returncode == 2 and "--any-order" in proc.stderr
 
 
+def test_a_capture_directory_of_more_parts_than_open_files_allowed(capture: Path, workload: Workload,
+                                                                   tmp_path: Path) -> None:
+    """Spark writes hundreds of part files: they are read one open file at a time, so a
+    directory of more parts than the process may hold open (here 300 under a limit of 64)
+    reads as the one file does."""
+    import resource
+
+    table = workload.table()
+    n = table.num_rows
+    parts = 300
+    for i in range(parts):
+        lo, hi = i * n // parts, (i + 1) * n // parts
+        pq.write_table(table.slice(lo, hi - lo), tmp_path / f"part-{i:05d}-c000.snappy.parquet")
+
+    def few_open_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = subprocess.run([dump_command(), str(tmp_path), "--format", "jsonl"], capture_output=True, text=True,
+                          timeout=120, preexec_fn=few_open_files)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == dump(capture, "--format", "jsonl").stdout
+
+
 def test_usage_errors(capture: Path) -> None:
     proc = dump(capture, "--no-such-option", check=False)
     assert proc.returncode == 2 and "unrecognized arguments" in proc.stderr

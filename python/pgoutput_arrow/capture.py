@@ -127,27 +127,37 @@ def _open_parquet_directory(path: Path, names: tuple[str, ...]) -> Capture:
     files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
     if not files:
         raise CaptureError(f"{path}: a directory without capture files (Parquet files, as Spark writes a capture)")
-    opened = []
+    # Every file checked before the first row (a directory with a stray file fails at once)
+    # but opened one at a time: Spark writes hundreds of parts, more than a process may hold
+    # open.
+    total = 0
+    out_schema = None
     for f in files:
         if not f.is_file() or _sniff(f) != "parquet":
             raise CaptureError(f"{f}: not a Parquet file, in the capture directory {path} (a directory "
                                "is read as the Parquet files of one capture, as Spark writes them)")
-        opened.append(_parquet_file(f, names))
-    out_schema = opened[0][1]
+        pf, schema = _parquet_file(f, names)
+        total += pf.metadata.num_rows
+        out_schema = out_schema or schema
+        pf.close()
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for f, (pf, schema) in zip(files, opened):
-            for batch in pf.iter_batches(batch_size=CHUNK_ROWS, columns=list(names)):
-                if schema == out_schema:
-                    yield batch
-                    continue
-                try:
-                    yield batch.cast(out_schema)
-                except (pa.ArrowException, ValueError) as e:
-                    raise CaptureError(f"{f}: its columns ({schema}) are not those of {files[0].name} "
-                                       f"({out_schema}): {e}") from None
+        for f in files:
+            pf, schema = _parquet_file(f, names)
+            try:
+                for batch in pf.iter_batches(batch_size=CHUNK_ROWS, columns=list(names)):
+                    if schema == out_schema:
+                        yield batch
+                        continue
+                    try:
+                        yield batch.cast(out_schema)
+                    except (pa.ArrowException, ValueError) as e:
+                        raise CaptureError(f"{f}: its columns ({schema}) are not those of {files[0].name} "
+                                           f"({out_schema}): {e}") from None
+            finally:
+                pf.close()
 
-    total = sum(pf.metadata.num_rows for pf, _ in opened)
+    assert out_schema is not None
     return Capture(pa.RecordBatchReader.from_batches(out_schema, batches()), total, str(path))
 
 
