@@ -790,9 +790,6 @@ mod tests {
     /// prefixes whole, the non-transactional one outside the transaction.
     #[test]
     fn a_non_transactional_message_of_a_streamed_transaction_is_rebuilt_outside_it() {
-        use crate::{Decoder, DecoderOptions};
-        use arrow_array::cast::AsArray;
-
         let stream_commit = |xid: u32, end: u64| {
             [&[b'c'][..], &xid.to_be_bytes(), &[0], &end.to_be_bytes(), &(end + 1).to_be_bytes(), &0i64.to_be_bytes()]
                 .concat()
@@ -809,27 +806,37 @@ mod tests {
             (40, 7, stream_commit(7, 40)),
         ];
         messages.reverse();
-        let rows = capture_rows(&messages, 0);
-        let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
-        let stream = canonical_stream(&rows, &catalog, false).unwrap();
-        let mut decoder = Decoder::new(DecoderOptions::default());
-        decoder.push_array(&stream.lsns, &stream.messages).unwrap();
-        let out = decoder.finish().unwrap();
-        let prefixes = out.messages.column_by_name("prefix").unwrap().as_string::<i32>();
-        let mut got: Vec<&str> = prefixes.iter().map(|p| p.unwrap()).collect();
+        let mut got = message_prefixes(&messages, false);
         got.sort_unstable();
         assert_eq!(got, ["inside", "torture"]);
     }
 
+    /// The prefixes of the logical messages a decoder gives for the rebuild of `messages`
+    /// (or, `in_order`, for `messages` as they are).
+    fn message_prefixes(messages: &[(u64, u64, Vec<u8>)], in_order: bool) -> Vec<String> {
+        use crate::{Decoder, DecoderOptions};
+        use arrow_array::cast::AsArray;
+
+        let mut decoder = Decoder::new(DecoderOptions::default());
+        if in_order {
+            let lsns: Vec<u64> = messages.iter().map(|m| m.0).collect();
+            decoder.push_array(&lsns, &LargeBinaryArray::from_iter_values(messages.iter().map(|m| &m.2))).unwrap();
+        } else {
+            let rows = capture_rows(messages, 0);
+            let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
+            let stream = canonical_stream(&rows, &catalog, false).unwrap();
+            decoder.push_array(&stream.lsns, &stream.messages).unwrap();
+        }
+        let out = decoder.finish().unwrap();
+        let prefixes = out.messages.column_by_name("prefix").unwrap().as_string::<i32>();
+        prefixes.iter().map(|p| p.unwrap().to_string()).collect()
+    }
     /// A non-transactional message is rebuilt where the server decoded it among the
     /// transactions (after those that committed before its LSN, before the others), not
     /// before them all: the messages of a shuffled capture come out in the order of the
     /// capture in order. Its xid column is the emitting transaction's (the SQL interface's).
     #[test]
     fn a_non_transactional_message_is_rebuilt_among_the_transactions_at_its_lsn() {
-        use crate::{Decoder, DecoderOptions};
-        use arrow_array::cast::AsArray;
-
         let messages: Vec<(u64, u64, Vec<u8>)> = vec![
             (10, 1, begin(1, 20)),
             (12, 1, message(None, true, 12, "first")),
@@ -842,28 +849,13 @@ mod tests {
             (60, 2, commit(60)),
             (70, 0, message(None, false, 70, "last")),
         ];
-        let decode = |messages: &[(u64, u64, Vec<u8>)]| {
-            let rows = capture_rows(messages, 0);
-            let catalog = RelationCatalog::from_rows(rows.iter().copied()).unwrap();
-            let stream = canonical_stream(&rows, &catalog, false).unwrap();
-            let mut decoder = Decoder::new(DecoderOptions::default());
-            decoder.push_array(&stream.lsns, &stream.messages).unwrap();
-            let out = decoder.finish().unwrap();
-            let prefixes = out.messages.column_by_name("prefix").unwrap().as_string::<i32>();
-            prefixes.iter().map(|p| p.unwrap().to_string()).collect::<Vec<_>>()
-        };
-        let mut in_order = Decoder::new(DecoderOptions::default());
-        let lsns: Vec<u64> = messages.iter().map(|m| m.0).collect();
-        in_order.push_array(&lsns, &LargeBinaryArray::from_iter_values(messages.iter().map(|m| &m.2))).unwrap();
-        let out = in_order.finish().unwrap();
-        let want: Vec<String> =
-            out.messages.column_by_name("prefix").unwrap().as_string::<i32>().iter().map(|p| p.unwrap().to_string()).collect();
+        let want = message_prefixes(&messages, true);
         assert_eq!(want, ["first", "between", "during", "second", "last"]);
-        assert_eq!(decode(&messages), want);
+        assert_eq!(message_prefixes(&messages, false), want);
         let mut shuffled = messages.clone();
         shuffled.reverse();
         shuffled.swap(1, 6);
-        assert_eq!(decode(&shuffled), want);
+        assert_eq!(message_prefixes(&shuffled, false), want);
     }
 
     /// A part of a capture tells the spans of its pieces of split transactions, and the
