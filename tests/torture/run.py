@@ -455,7 +455,8 @@ def _check_live(result: Result, pg: PgServer, db: str, conn: Any, expected: Any,
     trunc = pa.concat_tables([pa.Table.from_batches(truncates), ]) if truncates else empty
     n, problems = compare_changes(expected, decoded_from(got, trunc), label)
     msg_table = pa.concat_tables([pa.Table.from_batches([b]) for b in messages]) if messages else None
-    k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label)
+    k, more = compare_messages(expected, _messages(msg_table) if msg_table is not None else [], label,
+                               ordered=True)
     m, most = compare_final(conn, tables, trunc, label, expected, publication=workload.publication,
                             skip=unified_raw_columns(tables) if binary else set())
     _add(result, "live" + (" restarted" if starts > 1 else ""), n + k + m, problems + more + most)
@@ -563,7 +564,7 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
             out = run_dump([str(src), "--format", "jsonl"]).stdout.decode()
             changes, msgs = jsonl_changes(out, binary="binary" in name)
             n, problems = compare_changes(expected, changes, f"{label} --format jsonl")
-            k, more = compare_messages(expected, msgs, f"{label} --format jsonl")
+            k, more = compare_messages(expected, msgs, f"{label} --format jsonl", ordered=True)
             _add(result, "cli jsonl", n + k, problems + more)
         except Exception as e:  # noqa: BLE001
             result.problems.append(f"{label} --format jsonl: {type(e).__name__}: {e} (capture kept: "
