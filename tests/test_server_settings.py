@@ -411,3 +411,98 @@ def test_unknown_timezone_or_date_order_is_refused(tmp_path: Path) -> None:
     proc = subprocess.run([str(exe), str(capture), "--timezone", "Mars/Olympus"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "Mars/Olympus" in proc.stderr.splitlines()[-1], proc.stderr
+
+
+#: (database encoding, text the encoding holds beyond ASCII): a single-byte one with the
+#: euro sign where LATIN1 has none, and a multi-byte one.
+ENCODINGS = {"WIN1252": "café ß € ±", "EUC_JP": "データ 東京"}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("encoding", list(ENCODINGS))
+def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_name: str,
+                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Text is sent in the session's client_encoding, converted from the database's: every
+    connection the package opens asks for UTF8, over PGCLIENTENCODING (SQL_ASCII here, under
+    which the server sends the database's bytes as stored). Names (table, column, enum label,
+    message prefix) and values equal PostgreSQL's in the live stream (text and binary), the
+    initial snapshot and ``pgoutput-dump --dsn``; a capture taken in a UTF8 session decodes,
+    one taken in the database's encoding fails with an error that says client_encoding."""
+    import psycopg2
+
+    word = ENCODINGS[encoding]
+    db = f"enc_{unique_name}"
+    pg18.execute(f"CREATE DATABASE {db} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    conn = psycopg2.connect(pg18.dsn_for(db))
+    conn.autocommit = True
+    conn.set_client_encoding("UTF8")
+    table = f"tablé_{word.split()[0]}"
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TYPE humeur AS ENUM ('gai', '{word.split()[1]}')")
+        cur.execute(f'CREATE TABLE "{table}" (id int PRIMARY KEY, "prénom" text, v varchar(20), c char(12), '
+                    f'a text[], j jsonb, h humeur)')
+        cur.execute(f'INSERT INTO "{table}" VALUES (1, %s, %s, %s, %s, %s, %s)',
+                    (word, word[:20], word[:12], [word, "x"], json.dumps({word: word}), word.split()[1]))
+        cur.execute("CREATE PUBLICATION p FOR ALL TABLES")
+        for slot in ("text", "binary", "cli", "capture", "wrong"):
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{db}_{slot}",))
+        cur.execute(f'UPDATE "{table}" SET "prénom" = "prénom" || \'!\', h = \'gai\'')
+        cur.execute("SELECT pg_logical_emit_message(true, %s, 'x')", (f"préfixe {word}",))
+        cur.execute(f'SELECT id, "prénom", v, c, a, j::text, h::text FROM "{table}"')
+        want = [list(r) for r in cur.fetchall()]
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        end = cur.fetchone()[0]
+    name = f"public.{table}"
+    columns = ["id", "prénom", "v", "c", "a", "j", "h"]
+
+    def value(v: Any, column: str) -> Any:
+        if column == "j":
+            return json.dumps(json.loads(v))
+        # An enum in binary mode is its send bytes (README's known limits): its label, in the
+        # client's encoding too.
+        return v.decode() if isinstance(v, bytes) else v
+
+    def final(t: pa.Table) -> list[list[Any]]:
+        return [[value(r[c], c) for c in columns] for r in t.to_pylist() if r["_op"] == "update"]
+
+    monkeypatch.setenv("PGCLIENTENCODING", "SQL_ASCII")
+    want[0][5] = json.dumps(json.loads(want[0][5]))
+    for kind, binary in (("text", False), ("binary", True)):
+        with pgoutput_arrow.stream(pg18.dsn_for(db), slot=f"{db}_{kind}", publication="p", binary=binary,
+                                   messages=True, stop_at_lsn=int(end.split("/")[0], 16) << 32
+                                   | int(end.split("/")[1], 16), stop_after=60) as s:
+            items = list(s)
+            s.ack()
+        got = pa.Table.from_batches([i.batch for i in items if i.kind == "table" and i.name == name])
+        assert final(got) == want, (kind, got.to_pylist())
+        prefixes = [p for i in items if i.kind == "messages" for p in i.batch.column("prefix").to_pylist()]
+        assert prefixes == [f"préfixe {word}"], prefixes
+
+    with pgoutput_arrow.stream(pg18.dsn_for(db), slot=f"{db}_snap", publication="p", create_slot=True,
+                               snapshot=True, stop_after=20) as s:
+        snap = [i for i in s if i.kind == "table" and i.name == name]
+        s.ack()
+    rows = pa.Table.from_batches([i.batch for i in snap]).to_pylist()
+    assert [[value(r[c], c) for c in columns] for r in rows] == want
+
+    out = dump("--dsn", pg18.dsn_for(db), "--slot", f"{db}_cli", "--publication", "p", "--to-lsn", end,
+               "--idle-timeout", "3", "--format", "jsonl")
+    updates = [json.loads(line) for line in out.splitlines() if json.loads(line).get("op") == "update"]
+    assert [u["table"] for u in updates] == [table] and updates[0]["new"]["prénom"] == want[0][1], updates
+
+    # Captures: the session's client_encoding decides the bytes.
+    for slot, client in (("capture", "UTF8"), ("wrong", encoding)):
+        with psycopg2.connect(pg18.dsn_for(db)) as c, c.cursor() as cur:
+            c.set_client_encoding(client)
+            cur.execute("SELECT lsn::text, xid::text::int8, data FROM pg_logical_slot_get_binary_changes(%s, NULL, "
+                        "NULL, 'proto_version', '1', 'publication_names', 'p')", (f"{db}_{slot}",))
+            rows = cur.fetchall()
+        capture = pa.table({"lsn": [r[0] for r in rows], "xid": [r[1] for r in rows],
+                            "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
+        if client == "UTF8":
+            assert final(pgoutput_arrow.decode(capture).tables[name]) == want
+        else:
+            with pytest.raises(pgoutput_arrow.PgoutputError, match="client_encoding"):
+                pgoutput_arrow.decode(capture)
+    conn.close()
+    pg18.execute(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '{db}%'")

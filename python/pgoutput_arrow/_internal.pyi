@@ -7,7 +7,7 @@ from typing import Any, final
 __all__ = [
     "__version__", "Decoder", "ArrowTable", "ArrowBatch", "Renderer", "WalReceiver", "TxnTracker", "SessionPositions", "CopyDecoder", "unify_schemas", "align_columns",
     "conform", "pg_text", "rows_json",
-    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "canonical_stream", "partition_summary", "relation_schemas",
+    "lsn_to_int", "lsn_to_str", "META_COLUMNS", "ARRIVED_COLUMNS", "OUTPUT_SETTINGS", "canonical_stream", "partition_summary", "relation_schemas",
     "relation_schema", "describe_messages", "CATALOG_KINDS", "FRAMING_KINDS", "CHANGE_KINDS", "END_KINDS",
 ]
 
@@ -190,6 +190,8 @@ def lsn_to_int(lsn: str) -> int: ...
 def lsn_to_str(lsn: int) -> str: ...
 
 META_COLUMNS: list[str]
+#: The settings every connection carries: (name, value) pairs (pgoutput_proto::OUTPUT_SETTINGS).
+OUTPUT_SETTINGS: list[tuple[str, str]]
 ARRIVED_COLUMNS: list[str]
 
 def canonical_stream(rows: Any, catalog: Any, history: bool = False, pieces: list[int] = ...) -> ArrowBatch: ...

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from . import _internal
 from .exceptions import (
     AuthenticationFailed,
     ConnectionFailed,
@@ -21,31 +22,10 @@ from .exceptions import (
 __all__ = ["quote_ident", "quote_literal", "one_line", "classify_connect_error", "SqlError", "check_slot",
            "OUTPUT_SETTINGS", "output_options", "with_output_settings", "close_quietly"]
 
-#: The settings under which PostgreSQL's output functions print every value the way the
-#: decoder reads it exactly, and as binary values are rendered to text. A walsender (live) and
-#: a session calling ``pg_logical_slot_*_changes`` print text-mode values under their own
-#: settings, which come from postgresql.conf, ``ALTER DATABASE/ROLE ... SET`` and PGOPTIONS;
-#: PostgreSQL's own subscriber pins the first three on its replication connection
-#: (libpqwalreceiver.c) for the same reason. Every connection the package opens carries them
-#: (:func:`with_output_settings`):
-#:
-#: * DateStyle, IntervalStyle: date, timestamp, timestamptz, interval and their arrays and
-#:   ranges in the one form the renderers print;
-#: * extra_float_digits 3: float4/float8 (and the geometric types) printed exactly; 0 or
-#:   less rounds them, and a rounded value cannot be told from an exact one;
-#: * TimeZone UTC: timestamptz keeps its instant under any zone, but tstzrange and
-#:   tstzmultirange stay text, printed with the zone's offsets;
-#: * bytea_output hex, lc_monetary C (money's symbol and separators), quote_all_identifiers
-#:   off (the text of regclass and the other reg* types).
-OUTPUT_SETTINGS: dict[str, str] = {
-    "datestyle": "ISO",
-    "intervalstyle": "postgres",
-    "extra_float_digits": "3",
-    "timezone": "UTC",
-    "bytea_output": "hex",
-    "lc_monetary": "C",
-    "quote_all_identifiers": "off",
-}
+#: The settings every connection the package opens carries (:func:`with_output_settings`), so
+#: that PostgreSQL prints every value the way the decoder reads it exactly, in UTF-8: one
+#: list, the crates' (``pgoutput_proto::OUTPUT_SETTINGS``, where each is explained).
+OUTPUT_SETTINGS: dict[str, str] = dict(_internal.OUTPUT_SETTINGS)
 
 
 def output_options(base: str | None = None) -> str:
@@ -58,14 +38,18 @@ def output_options(base: str | None = None) -> str:
 def with_output_settings(dsn: str) -> str:
     """``dsn`` (keywords or URI) with :data:`OUTPUT_SETTINGS` added to its ``options``: a
     DSN that already has options keeps them, and so does PGOPTIONS (which libpq reads only
-    when the DSN has no options). Raises psycopg2.ProgrammingError for a malformed DSN."""
+    when the DSN has no options). ``client_encoding`` is also set as the connection's own
+    parameter, which the server applies after ``options`` (a DSN's ``client_encoding`` or
+    PGCLIENTENCODING would otherwise win). Raises psycopg2.ProgrammingError for a malformed
+    DSN."""
     import psycopg2.extensions
 
     params = psycopg2.extensions.parse_dsn(dsn)
     base = params.get("options")
     if base is None:
         base = os.environ.get("PGOPTIONS")
-    return str(psycopg2.extensions.make_dsn(dsn, options=output_options(base)))
+    return str(psycopg2.extensions.make_dsn(dsn, options=output_options(base),
+                                            client_encoding=OUTPUT_SETTINGS["client_encoding"]))
 
 
 def close_quietly(conn: Any) -> None:

@@ -190,11 +190,12 @@ class Expected:
 _COMMIT = re.compile(r"^COMMIT (\d+)(?: \(at (.+)\))?$")
 
 
-def parse_test_decoding(lines: Iterable[str], publication: Any = None) -> Expected:
+def parse_test_decoding(lines: Iterable[str], publication: Any = None, codec: str = "utf-8") -> Expected:
     """Every change line of test_decoding's output that pgoutput publishes (``publication``:
     the workload's generator.Publication), in order, under the name pgoutput gives it; read
     with ``include-xids`` and ``include-timestamp`` on, the changes carry their
-    transaction's xid and commit time."""
+    transaction's xid and commit time. A logical message's content is printed as text; it
+    is bytes as stored, in the database's encoding (``codec``, Python's name of it)."""
     changes: list[Change] = []
     messages: list[Message] = []
     commits: dict[int, str] = {}
@@ -220,7 +221,7 @@ def parse_test_decoding(lines: Iterable[str], publication: Any = None) -> Expect
             head, _, content = line.partition(" content:")
             transactional = head.startswith("message: transactional: 1")
             prefix = head.split(" prefix: ", 1)[1].rsplit(", sz: ", 1)[0]
-            messages.append(Message(transactional, prefix, content.encode(), xid if transactional else None))
+            messages.append(Message(transactional, prefix, content.encode(codec), xid if transactional else None))
             if prefix == MARKER_PREFIX:
                 pub.marker(content)
             continue

@@ -39,7 +39,9 @@ from oracle import (  # noqa: E402
     parse_test_decoding, raw_text_columns, renames_of, server_columns, unified_raw_columns, unify_batches, unify_outputs)
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
-from settings import apply as apply_settings, capture_session, draw as draw_settings, pin, spark_settings  # noqa: E402
+from settings import (  # noqa: E402
+    CODECS, apply as apply_settings, capture_session, create_database, database_encoding, draw as draw_settings,
+    pin, spark_settings)
 
 #: (name, pgoutput options, slot made with two_phase, minimum server version)
 OPTION_SETS = [
@@ -132,7 +134,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
     # The server's output settings of this seed, until the workload is checked: then back to
     # what they were, for whatever runs on this server next (the test suite shares it).
     settings = apply_settings(pg, draw_settings(workload.seed))
-    pg.execute(f"CREATE DATABASE {db}")
+    pg.execute(create_database(db, database_encoding(workload.seed)))
     conns = [pg.connect(pg.dsn_for(db)) for _ in range(2)]
     oracle = pg.connect(pg.dsn_for(db))
     try:
@@ -185,9 +187,10 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             # as PostgreSQL computes it.
             may_add = []
             for content in workload.rolled_back_messages():
-                cur.execute(f"SELECT convert_to(({content})::text, 'UTF8')")
+                cur.execute(f"SELECT convert_to(({content})::text, current_setting('server_encoding'))")
                 may_add.append(("torture", bytes(cur.fetchone()[0])))
-            expected = dataclasses.replace(parse_test_decoding(lines, workload.publication), may_add=may_add)
+            codec = CODECS[database_encoding(workload.seed)]
+            expected = dataclasses.replace(parse_test_decoding(lines, workload.publication, codec), may_add=may_add)
             origins = {x for x in expected.commits if x not in local}
         captures = {}
         with conns[0].cursor() as cur:
@@ -214,7 +217,8 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                                      "xid": pa.array([r[1] for r in rows], pa.int64()),
                                      "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
                 _check_filtered(result, fcapture,
-                                filter_expected(dataclasses.replace(parse_test_decoding(lines), may_add=may_add), filtered),
+                                filter_expected(dataclasses.replace(parse_test_decoding(lines, codec=codec), may_add=may_add),
+                                                filtered),
                                 f"PG{pg.version} v2-filter", origins)
         for problem in shapes.check_kinds(workload, captures, pg.version):
             result.problems.append(f"PG{pg.version} {problem}")

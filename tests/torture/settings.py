@@ -61,6 +61,28 @@ def draw(seed: int) -> dict[str, str]:
     }
 
 
+#: Database encodings a seed's database may be made in: UTF8 most often; single-byte ones that
+#: hold every character the generator writes (é, ß, €), whose text the server converts to the
+#: client's encoding (the package's connections ask for UTF8).
+ENCODINGS = ["UTF8", "UTF8", "WIN1252", "LATIN9"]
+#: Python's codec of each: a logical message's content is bytes, sent as stored (in the
+#: database's encoding), where test_decoding prints it as text (converted to the client's).
+CODECS = {"UTF8": "utf-8", "WIN1252": "cp1252", "LATIN9": "iso8859_15"}
+
+
+def database_encoding(seed: int) -> str:
+    """The encoding ``seed``'s database is made in."""
+    return random.Random(f"encoding-{seed}").choice(ENCODINGS)
+
+
+def create_database(name: str, encoding: str) -> str:
+    """The SQL that makes database ``name`` in ``encoding`` (another than the cluster's from
+    template0, with the C locale, which goes with any encoding)."""
+    if encoding == "UTF8":
+        return f"CREATE DATABASE {name}"
+    return f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+
+
 def spark_settings(seed: int) -> dict[str, str]:
     """The Spark session's settings for ``seed``, as users set them: the time zone (a user's
     machine's, drawn apart from the server's), the rows of each Arrow batch handed to Python
@@ -83,7 +105,10 @@ def apply(server: Any, settings: dict[str, str]) -> dict[str, str]:
 def pin(cur: Any) -> None:
     """This session prints under the package's output settings (what its connections pin)."""
     for name, value in OUTPUT_SETTINGS.items():
-        cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+        if name == "client_encoding":
+            cur.connection.set_client_encoding(value)  # psycopg2 must know: it decodes the rows
+        else:
+            cur.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 def capture_session(cur: Any) -> None:

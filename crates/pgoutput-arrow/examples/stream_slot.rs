@@ -74,7 +74,9 @@ impl Connection {
         let user = get("user", &std::env::var("USER").unwrap_or_default());
         let password = conninfo.get("password").cloned().or_else(|| std::env::var("PGPASSWORD").ok());
         let dbname = get("dbname", &user);
-        let params = [("user", user.as_str()), ("database", dbname.as_str()), ("replication", "database")];
+        // The output settings: text values printed as the decoder reads them exactly, in UTF-8.
+        let mut params = vec![("user", user.as_str()), ("database", dbname.as_str()), ("replication", "database")];
+        params.extend_from_slice(pgoutput_proto::OUTPUT_SETTINGS);
         frontend::startup_message(params.iter().copied(), &mut conn.write)?;
         conn.send()?;
         let needs = || password.clone().ok_or("the server asks for a password: give password=... or PGPASSWORD");

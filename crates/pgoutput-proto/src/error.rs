@@ -13,7 +13,10 @@ pub enum ParseError {
     Truncated { offset: usize, expected: &'static str, needed: usize, available: usize },
     #[error("unterminated string at offset {offset}: expected {expected} ending in NUL")]
     UnterminatedString { offset: usize, expected: &'static str },
-    #[error("invalid UTF-8 at offset {offset} in {expected}")]
+    #[error(
+        "invalid UTF-8 at offset {offset} in {expected} (PostgreSQL sends names in the session's client_encoding: \
+         read a stream, or take a capture, with client_encoding UTF8)"
+    )]
     InvalidUtf8 { offset: usize, expected: &'static str },
     #[error("{count} trailing bytes at offset {offset} after a complete message")]
     TrailingBytes { offset: usize, count: usize },

@@ -17,6 +17,6 @@ mod walsender;
 pub use error::ParseError;
 pub use framing::{in_stream_block, Framed, FramingError, Outcome, StreamAborted, TxnFraming, TRANSACTION_END_KINDS};
 pub use parser::{parse_message, parse_row_change, Parser};
-pub use session::{AckBeyond, SessionPositions};
+pub use session::{AckBeyond, SessionPositions, OUTPUT_SETTINGS};
 pub use types::*;
 pub use walsender::{parse_copy_data, PrimaryKeepalive, ReplicationMessage, StandbyStatusUpdate, XLogData};

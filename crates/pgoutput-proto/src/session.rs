@@ -17,6 +17,36 @@
 //! - a session with nothing in flight, nothing waiting and everything acknowledged follows
 //!   the server's WAL end, so that an idle publication does not hold WAL.
 
+/// The settings every session that reads pgoutput's text carries (as startup parameters), so
+/// that PostgreSQL's output functions print each value the way the decoder reads it exactly.
+/// A walsender, and a session calling `pg_logical_slot_*_changes`, print text-mode values
+/// under their own settings, which come from postgresql.conf, `ALTER DATABASE/ROLE ... SET`,
+/// the client's environment (PGOPTIONS, PGCLIENTENCODING) and its DSN; PostgreSQL's own
+/// subscriber pins the date, interval and float ones on its replication connection
+/// (libpqwalreceiver.c) for the same reason.
+///
+/// - `DateStyle`, `IntervalStyle`: date, timestamp, timestamptz, interval and their arrays
+///   and ranges in the one form the renderers print;
+/// - `extra_float_digits` 3: float4/float8 (and the geometric types) printed exactly; 0 or
+///   less rounds them, and a rounded value cannot be told from an exact one;
+/// - `TimeZone` UTC: timestamptz keeps its instant under any zone, but tstzrange and
+///   tstzmultirange stay text, printed with the zone's offsets;
+/// - `bytea_output` hex, `lc_monetary` C (money's symbol and separators),
+///   `quote_all_identifiers` off (the text of regclass and the other reg* types);
+/// - `client_encoding` UTF8: text is sent in the client's encoding, converted from the
+///   database's (LATIN1, WIN1252, EUC_JP, ...), and Arrow's strings are UTF-8. A database in
+///   SQL_ASCII is not converted: its text arrives as stored.
+pub const OUTPUT_SETTINGS: &[(&str, &str)] = &[
+    ("datestyle", "ISO"),
+    ("intervalstyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("timezone", "UTC"),
+    ("bytea_output", "hex"),
+    ("lc_monetary", "C"),
+    ("quote_all_identifiers", "off"),
+    ("client_encoding", "UTF8"),
+];
+
 /// The positions of one replication session (LSNs as `u64`). See the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionPositions {

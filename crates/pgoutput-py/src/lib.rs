@@ -45,6 +45,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CATALOG_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::CATALOG_KINDS))?;
     m.add("FRAMING_KINDS", pyo3::types::PyBytes::new(m.py(), pgoutput_arrow::canonical::FRAMING_KINDS))?;
     m.add("META_COLUMNS", pgoutput_arrow::META_COLUMNS.to_vec())?;
+    m.add("OUTPUT_SETTINGS", pgoutput_proto::OUTPUT_SETTINGS.to_vec())?;
     m.add("ARRIVED_COLUMNS", pgoutput_arrow::ARRIVED_COLUMNS.to_vec())?;
     Ok(())
 }
