@@ -25,7 +25,7 @@ def stream_slot(*args: str) -> subprocess.CompletedProcess[str]:
 def rows_by_table(stdout: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for line in stdout.splitlines():
-        m = re.match(r"table (\S+): (\d+) rows", line)
+        m = re.match(r"table (.+): (\d+) rows", line)
         assert m, line
         counts[m[1]] = counts.get(m[1], 0) + int(m[2])
     return counts
@@ -62,3 +62,24 @@ def test_a_slot_streamed_from_rust_delivers_every_change_once_and_confirms_it(
     missing = stream_slot(pg.dsn, f"{slot}_absent", slot, "1")
     assert missing.returncode == 1 and "does not exist" in missing.stderr, missing.stderr
     pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def test_a_database_in_another_encoding_streams_from_rust(pg18: PgServer, unique_name: str) -> None:
+    """The example sends the output settings (pgoutput_proto::OUTPUT_SETTINGS) at startup:
+    a WIN1252 database's names and text arrive in UTF-8."""
+    db = f"{unique_name}_win"
+    pg18.execute(f"CREATE DATABASE {db} ENCODING 'WIN1252' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    conn = pg18.connect(pg18.dsn_for(db))
+    conn.set_client_encoding("UTF8")
+    with conn.cursor() as cur:
+        cur.execute('CREATE TABLE "tablé €" (id int PRIMARY KEY, note text)')
+        cur.execute('CREATE PUBLICATION p FOR TABLE "tablé €"')
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (db,))
+        cur.execute("""INSERT INTO "tablé €" VALUES (1, 'café ß €')""")
+    conn.close()
+    try:
+        run = stream_slot(pg18.dsn_for(db), db, "p", "1")
+        assert run.returncode == 0, run.stderr
+        assert rows_by_table(run.stdout) == {"public.tablé €": 1}, run.stdout
+    finally:
+        pg18.execute("SELECT pg_drop_replication_slot(%s)", (db,))
