@@ -506,3 +506,44 @@ def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_na
                 pgoutput_arrow.decode(capture)
     conn.close()
     pg18.execute(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '{db}%'")
+
+
+@pytest.mark.timeout(240)
+def test_a_sql_ascii_database_with_text_that_is_not_utf8(pg18: PgServer, unique_name: str) -> None:
+    """A SQL_ASCII database stores text as its writers sent it. Text that is not UTF-8 there
+    (Latin-1 bytes) cannot be sent in UTF-8: the server stops the stream, and stream() says
+    so in one line (a ReplicationError, not a connection failure to retry). A capture taken
+    in a SQL_ASCII session holds the bytes as stored: decode() names the column, the LSN and
+    client_encoding."""
+    import psycopg2
+
+    db = f"ascii_{unique_name}"
+    pg18.execute(f"CREATE DATABASE {db} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    conn = psycopg2.connect(pg18.dsn_for(db))
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id int PRIMARY KEY, s text)")
+        cur.execute("CREATE PUBLICATION p FOR TABLE t")
+        for slot in ("live", "capture"):
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{db}_{slot}",))
+        # E'\xe9': the byte 0xe9 itself (é in Latin-1), which SQL_ASCII stores unchecked.
+        cur.execute("INSERT INTO t VALUES (1, E'caf\\xe9')")
+    try:
+        with pytest.raises(pgoutput_arrow.ReplicationError, match="cannot send this text in UTF-8") as raised:
+            with pgoutput_arrow.stream(pg18.dsn_for(db), slot=f"{db}_live", publication="p", stop_after=30) as s:
+                list(s)
+        assert not isinstance(raised.value, pgoutput_arrow.ConnectionFailed)
+        assert "0xe9" in str(raised.value) and len(str(raised.value).splitlines()) == 1, raised.value
+        conn.set_client_encoding("SQL_ASCII")
+        with conn.cursor() as cur:
+            cur.execute("SELECT lsn::text, xid::text::int8, data FROM pg_logical_slot_get_binary_changes(%s, NULL, "
+                        "NULL, 'proto_version', '1', 'publication_names', 'p')", (f"{db}_capture",))
+            captured = cur.fetchall()
+        capture = pa.table({"lsn": [r[0] for r in captured], "xid": [r[1] for r in captured],
+                            "data": pa.array([bytes(r[2]) for r in captured], pa.binary())})
+        with pytest.raises(pgoutput_arrow.DecodeValueError, match=r'column "s" of public\.t .*client_encoding'):
+            pgoutput_arrow.decode(capture)
+    finally:
+        conn.close()
+        pg18.execute(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     f"WHERE slot_name LIKE '{db}%'")

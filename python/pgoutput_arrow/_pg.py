@@ -107,6 +107,11 @@ def classify_connect_error(exc: BaseException, where: str) -> ReplicationError:
                     "role \"", "fe_sendauth")
     if any(m in lower for m in auth_markers) or sqlstate in ("28P01", "28000"):
         return AuthenticationFailed(f"{where}: {text}", sqlstate=sqlstate)
+    if sqlstate == "22021":  # character_not_in_repertoire
+        return ReplicationError(
+            f"{where}: {text} (the server cannot send this text in UTF-8, which every connection asks "
+            f"for: a SQL_ASCII database holding text in another encoding, which PostgreSQL's own "
+            f"subscriber cannot take either; README, known limits)")
     if "timeout expired" in lower:
         return ConnectionFailed(f"{where}: timed out ({text})", sqlstate=sqlstate)
     return ConnectionFailed(f"{where}: {text}", sqlstate=sqlstate)

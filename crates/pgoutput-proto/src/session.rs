@@ -35,7 +35,8 @@
 ///   `quote_all_identifiers` off (the text of regclass and the other reg* types);
 /// - `client_encoding` UTF8: text is sent in the client's encoding, converted from the
 ///   database's (LATIN1, WIN1252, EUC_JP, ...), and Arrow's strings are UTF-8. A database in
-///   SQL_ASCII is not converted: its text arrives as stored.
+///   SQL_ASCII is not converted but checked: text stored there in another encoding is refused
+///   by the server.
 pub const OUTPUT_SETTINGS: &[(&str, &str)] = &[
     ("datestyle", "ISO"),
     ("intervalstyle", "postgres"),

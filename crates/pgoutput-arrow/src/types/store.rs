@@ -36,7 +36,7 @@ pub(crate) fn check_utf8(bytes: &[u8]) -> Result<&str> {
     std::str::from_utf8(bytes).map_err(|e| {
         ValueError::new(format!(
             "invalid UTF-8 in a text value at byte {} (PostgreSQL sends text in the session's client_encoding: \
-             read a stream, or take a capture, with client_encoding UTF8; a SQL_ASCII database's text arrives as stored)",
+             take a capture with client_encoding UTF8)",
             e.valid_up_to()
         ))
     })
