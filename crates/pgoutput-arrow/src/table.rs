@@ -225,6 +225,8 @@ pub(crate) struct TableBuilder {
     /// Rows without old values not yet appended to the `_before` children: a batch
     /// without any old values gets an all-null struct without per-row work.
     before_pending: usize,
+    /// Some `_before` list column may still learn its depth (see `settle_before_depths`).
+    before_lists_open: bool,
     ops: Vec<u8>,
     lsn: Vec<i64>,
     /// Plain vectors, so that the rows of a transaction decoded before its Commit
@@ -271,6 +273,7 @@ impl TableBuilder {
             before_fields: fields,
             before_valid: None,
             before_pending: 0,
+            before_lists_open: opts.learn_array_ndims,
             ops: Vec::new(),
             lsn: Vec::new(),
             commit_lsn: Vec::new(),
@@ -428,6 +431,9 @@ impl TableBuilder {
     fn append_rest(&mut self, op: Op, old: Option<&TupleData<'_>>, ctx: &MessageCtx<'_>, txn: &TxnMeta) -> Fallible<()> {
         match old {
             Some(old) => {
+                if self.before_lists_open {
+                    self.settle_before_depths();
+                }
                 for c in &mut self.before {
                     for _ in 0..self.before_pending {
                         c.append_null();
@@ -660,6 +666,23 @@ impl TableBuilder {
         }
         RecordBatch::try_new(self.schema.clone(), arrays)
             .map_err(|e| DecodeError::boxed_arrow(format!("a batch of {}", self.rel.table), e))
+    }
+
+    /// Before an old row's values: a list column whose depth is settled (it holds an array,
+    /// or a batch of it came out) gives that depth for good to its old values' column, which
+    /// has not seen an array yet, so that an old value of another depth is a special value
+    /// there as it is in the column (torture seeds 302 and 2043: a 2-D array first seen in an
+    /// old row made `_before`'s column 2-D beside a 1-D column). Cheap once none is open.
+    fn settle_before_depths(&mut self) {
+        let mut open = false;
+        for (col, before) in self.columns.iter().zip(self.before.iter_mut()) {
+            match (col.list_depth(), before.list_depth()) {
+                (Some((a, false)), Some((_, true))) => before.settle(a),
+                (Some(_), Some((_, true))) => open = true,
+                _ => {}
+            }
+        }
+        self.before_lists_open = open;
     }
 
     fn before_nulls_finish(&mut self, len: usize) -> Option<NullBuffer> {

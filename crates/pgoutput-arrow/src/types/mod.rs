@@ -373,6 +373,16 @@ impl ColumnBuilder {
         true
     }
 
+    /// Makes a list column `ndims` deep for good, if its depth may still change (an old
+    /// values' column whose column's depth came out in a batch before it saw an array).
+    pub fn settle(&mut self, ndims: usize) {
+        if self.renest(ndims) {
+            if let Col::List(l) = &mut self.col {
+                l.published = true;
+            }
+        }
+    }
+
     /// Whether the Arrow type changed since the last call (see [`ColumnBuilder::renest`]).
     pub fn take_retyped(&mut self) -> bool {
         std::mem::take(&mut self.retyped)
