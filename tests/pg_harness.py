@@ -705,6 +705,15 @@ class PgServer:
 
     # ------------------------------------------------------------------ logical decoding
 
+    def create_database(self, name: str, encoding: str = "UTF8") -> None:
+        """Makes database ``name`` in ``encoding``: another than the cluster's (UTF8) from
+        template0, with the C locale, which goes with any encoding."""
+        if encoding == "UTF8":
+            self.execute(f"CREATE DATABASE {name}")
+        else:
+            self.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' "
+                         "TEMPLATE template0")
+
     def create_slot(self, name: str, two_phase: bool = False, temporary: bool = False) -> int:
         """Create a pgoutput logical slot; returns its consistent-point LSN as an int."""
         row = self.query(

@@ -218,11 +218,17 @@ def _is_interval(t: pa.DataType) -> bool:
                                        == ["months", "days", "microseconds"])
 
 
+def _innermost(t: pa.DataType) -> pa.DataType:
+    """The element type below every list level of ``t``."""
+    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        t = _base_type(t.value_type)
+    return t
+
+
 def _text_list(t: pa.DataType) -> bool:
     """A list of dates, times, timestamps, intervals, uuids or text: compared as PostgreSQL's
     array text (Python's datetime holds neither ±infinity nor BC nor years past 9999)."""
-    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        t = _base_type(t.value_type)
+    t = _innermost(t)
     # Text elements too: a numeric[] without typmod holds PostgreSQL's text of each
     # element, which psycopg2 reads as Decimal.
     return (pa.types.is_date32(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t)
@@ -257,12 +263,6 @@ def column_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
             or pa.types.is_fixed_size_binary(t):
         return col.to_pylist()
     return col.to_pylist()
-
-
-def _innermost(t: pa.DataType) -> pa.DataType:
-    while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        t = t.value_type
-    return t
 
 
 def server_expression(column: str, arrow_type: pa.DataType, pg_type: str, send_fn: str) -> str:

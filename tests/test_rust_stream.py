@@ -68,7 +68,7 @@ def test_a_database_in_another_encoding_streams_from_rust(pg18: PgServer, unique
     """The example sends the output settings (pgoutput_proto::OUTPUT_SETTINGS) at startup:
     a WIN1252 database's names and text arrive in UTF-8."""
     db = f"{unique_name}_win"
-    pg18.execute(f"CREATE DATABASE {db} ENCODING 'WIN1252' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    pg18.create_database(db, "WIN1252")
     conn = pg18.connect(pg18.dsn_for(db))
     conn.set_client_encoding("UTF8")
     with conn.cursor() as cur:

@@ -432,7 +432,7 @@ def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_na
 
     word = ENCODINGS[encoding]
     db = f"enc_{unique_name}"
-    pg18.execute(f"CREATE DATABASE {db} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    pg18.create_database(db, encoding)
     conn = psycopg2.connect(pg18.dsn_for(db))
     conn.autocommit = True
     conn.set_client_encoding("UTF8")
@@ -522,7 +522,7 @@ def test_a_sql_ascii_database_with_text_that_is_not_utf8(pg18: PgServer, unique_
     import psycopg2
 
     db = f"ascii_{unique_name}"
-    pg18.execute(f"CREATE DATABASE {db} ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    pg18.create_database(db, "SQL_ASCII")
     conn = psycopg2.connect(pg18.dsn_for(db))
     conn.autocommit = True
     with conn.cursor() as cur:

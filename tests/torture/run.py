@@ -40,8 +40,8 @@ from oracle import (  # noqa: E402
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
 from settings import (  # noqa: E402
-    CODECS, apply as apply_settings, capture_session, create_database, database_encoding, draw as draw_settings,
-    pin, spark_settings)
+    CODECS, apply as apply_settings, capture_session, database_encoding, draw as draw_settings, pin,
+    spark_settings)
 
 #: (name, pgoutput options, slot made with two_phase, minimum server version)
 OPTION_SETS = [
@@ -134,7 +134,8 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
     # The server's output settings of this seed, until the workload is checked: then back to
     # what they were, for whatever runs on this server next (the test suite shares it).
     settings = apply_settings(pg, draw_settings(workload.seed))
-    pg.execute(create_database(db, database_encoding(workload.seed)))
+    encoding = database_encoding(workload.seed)
+    pg.create_database(db, encoding)
     conns = [pg.connect(pg.dsn_for(db)) for _ in range(2)]
     oracle = pg.connect(pg.dsn_for(db))
     try:
@@ -189,7 +190,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
             for content in workload.rolled_back_messages():
                 cur.execute(f"SELECT convert_to(({content})::text, current_setting('server_encoding'))")
                 may_add.append(("torture", bytes(cur.fetchone()[0])))
-            codec = CODECS[database_encoding(workload.seed)]
+            codec = CODECS[encoding]
             expected = dataclasses.replace(parse_test_decoding(lines, workload.publication, codec), may_add=may_add)
             origins = {x for x in expected.commits if x not in local}
         captures = {}

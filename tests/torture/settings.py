@@ -27,7 +27,7 @@ from typing import Any
 
 from pgoutput_arrow._pg import OUTPUT_SETTINGS
 
-__all__ = ["draw", "apply", "pin", "capture_session", "spark_settings"]
+__all__ = ["draw", "apply", "pin", "capture_session", "spark_settings", "database_encoding", "ENCODINGS", "CODECS"]
 
 DATE_STYLES = ["ISO", "SQL", "German", "Postgres"]
 DATE_ORDERS = ["MDY", "DMY", "YMD"]
@@ -73,14 +73,6 @@ CODECS = {"UTF8": "utf-8", "WIN1252": "cp1252", "LATIN9": "iso8859_15"}
 def database_encoding(seed: int) -> str:
     """The encoding ``seed``'s database is made in."""
     return random.Random(f"encoding-{seed}").choice(ENCODINGS)
-
-
-def create_database(name: str, encoding: str) -> str:
-    """The SQL that makes database ``name`` in ``encoding`` (another than the cluster's from
-    template0, with the C locale, which goes with any encoding)."""
-    if encoding == "UTF8":
-        return f"CREATE DATABASE {name}"
-    return f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
 
 
 def spark_settings(seed: int) -> dict[str, str]:
