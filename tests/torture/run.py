@@ -41,7 +41,7 @@ from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dum
 from pg_harness import PgServer  # noqa: E402
 from settings import (  # noqa: E402
     CODECS, apply as apply_settings, capture_session, database_encoding, draw as draw_settings, pin,
-    spark_settings)
+    spark_settings, streams_every_transaction)
 
 #: (name, pgoutput options, slot made with two_phase, minimum server version)
 OPTION_SETS = [
@@ -221,7 +221,7 @@ def run_workload(pg: PgServer, workload: Workload, *, live: bool = False, spark:
                                 filter_expected(dataclasses.replace(parse_test_decoding(lines, codec=codec), may_add=may_add),
                                                 filtered),
                                 f"PG{pg.version} v2-filter", origins)
-        for problem in shapes.check_kinds(workload, captures, pg.version):
+        for problem in shapes.check_kinds(workload, captures, pg.version, streams_every_transaction(settings)):
             result.problems.append(f"PG{pg.version} {problem}")
         for name, capture in captures.items():
             _check_paths(result, oracle, expected, capture, f"PG{pg.version} {name}", workload, origins)

@@ -1,8 +1,8 @@
 """Server output settings drawn per seed (issue 21): the environment a user's server has.
 
 :func:`draw` picks DateStyle (style and field order), IntervalStyle, TimeZone (half-hour,
-negative and local-mean-time zones), extra_float_digits (down to -15), bytea_output and
-lc_monetary for a seed; :func:`apply` writes them into the server's configuration and
+negative and local-mean-time zones), extra_float_digits (down to -15), bytea_output,
+lc_monetary and (PostgreSQL 16+) whether every transaction is streamed for a seed; :func:`apply` writes them into the server's configuration and
 reloads, so that every session, walsender and ``pg_logical_slot_*`` call prints under them.
 
 What the oracle reads must not depend on them:
@@ -27,7 +27,7 @@ from typing import Any
 
 from pgoutput_arrow._pg import OUTPUT_SETTINGS
 
-__all__ = ["draw", "apply", "pin", "capture_session", "spark_settings", "database_encoding", "ENCODINGS", "CODECS"]
+__all__ = ["draw", "apply", "streams_every_transaction", "pin", "capture_session", "spark_settings", "database_encoding", "ENCODINGS", "CODECS"]
 
 DATE_STYLES = ["ISO", "SQL", "German", "Postgres"]
 DATE_ORDERS = ["MDY", "DMY", "YMD"]
@@ -58,6 +58,9 @@ def draw(seed: int) -> dict[str, str]:
         "extra_float_digits": rng.choice(EXTRA_FLOAT_DIGITS),
         "bytea_output": rng.choice(BYTEA_OUTPUTS),
         "lc_monetary": f"'{rng.choice(_locales())}'",
+        # PostgreSQL 16+: every transaction streamed, change by change, under the option sets
+        # that stream ('buffered', the default, streams past logical_decoding_work_mem only).
+        "debug_logical_replication_streaming": rng.choice(["buffered", "buffered", "immediate"]),
     }
 
 
@@ -87,11 +90,21 @@ def spark_settings(seed: int) -> dict[str, str]:
     }
 
 
+#: Settings a server before PostgreSQL 16 does not have.
+SINCE_16 = ("debug_logical_replication_streaming",)
+
+
 def apply(server: Any, settings: dict[str, str]) -> dict[str, str]:
     """Writes ``settings`` into ``server``'s configuration (a tests/pg_harness.PgServer) and
-    reloads; returns them."""
+    reloads; returns those the server has (all but :data:`SINCE_16` before PostgreSQL 16)."""
+    settings = {k: v for k, v in settings.items() if server.version >= 16 or k not in SINCE_16}
     server.configure(settings)
     return settings
+
+
+def streams_every_transaction(settings: dict[str, str]) -> bool:
+    """Whether the server applied ``settings`` streams every transaction (a small one too)."""
+    return settings.get("debug_logical_replication_streaming") == "immediate"
 
 
 def pin(cur: Any) -> None:
