@@ -2,8 +2,9 @@
 
 :func:`draw` picks DateStyle (style and field order), IntervalStyle, TimeZone (half-hour,
 negative and local-mean-time zones), extra_float_digits (down to -15), bytea_output,
-lc_monetary and (PostgreSQL 16+) whether every transaction is streamed for a seed; :func:`apply` writes them into the server's configuration and
-reloads, so that every session, walsender and ``pg_logical_slot_*`` call prints under them.
+lc_monetary and (PostgreSQL 16+) whether every transaction is streamed for a seed;
+:func:`apply` writes them into the server's configuration and reloads, so that every
+session, walsender and ``pg_logical_slot_*`` call prints under them.
 
 What the oracle reads must not depend on them:
 
@@ -27,7 +28,8 @@ from typing import Any
 
 from pgoutput_arrow._pg import OUTPUT_SETTINGS
 
-__all__ = ["draw", "apply", "streams_every_transaction", "pin", "capture_session", "spark_settings", "database_encoding", "ENCODINGS", "CODECS"]
+__all__ = ["draw", "apply", "streams_every_transaction", "pin", "capture_session", "spark_settings",
+           "database_encoding", "ENCODINGS", "CODECS"]
 
 DATE_STYLES = ["ISO", "SQL", "German", "Postgres"]
 DATE_ORDERS = ["MDY", "DMY", "YMD"]
