@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -30,6 +31,7 @@ from pgoutput_arrow.live import with_output_settings
 __all__ = ["EmbeddedPostgres"]
 
 SYSTEM_USER = "pgoutput_demo"
+USERADD_LOCK = Path("/tmp/pgoutput-arrow-useradd.lock")
 BASE_TMP = Path("/tmp")
 
 SETTINGS = {
@@ -50,13 +52,21 @@ SETTINGS = {
 def _user() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
-    try:
-        return pwd.getpwnam(SYSTEM_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
-                        "/nonexistent", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
-                       capture_output=True, check=False)
-        return pwd.getpwnam(SYSTEM_USER)
+    # One process at a time looks up and creates a user (the test suite's harness takes the
+    # same lock): two useradd at once have given two users one uid.
+    with open(USERADD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(SYSTEM_USER)
+        except KeyError:
+            proc = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+                                   "/nonexistent", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+                                  capture_output=True, text=True, check=False)
+            try:
+                return pwd.getpwnam(SYSTEM_USER)
+            except KeyError:
+                raise RuntimeError(f"could not create the user {SYSTEM_USER} to run PostgreSQL as "
+                                   f"(it refuses root): useradd: {proc.stderr.strip()}") from None
 
 
 def _as(user: pwd.struct_passwd | None) -> dict[str, Any]:

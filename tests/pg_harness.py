@@ -140,21 +140,33 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+#: Held while a process looks up and creates a server user: the test processes and the demo
+#: (examples/throwaway_postgres.py, its own user, the same lock file). On a fresh machine two
+#: ``useradd`` run at once by our processes once gave two users the same uid (the first
+#: entry lost, and its server's initdb "could not look up effective user ID 999").
+USERADD_LOCK = Path("/tmp/pgoutput-arrow-useradd.lock")
+
+
 def _ensure_system_user(name: str = SYSTEM_USER) -> pwd.struct_passwd:
     """Create (once) the unprivileged user that runs servers when we are root."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    proc = subprocess.run(
-        ["useradd", "--system", "--user-group", "--no-create-home",
-         "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True, text=True,
-    )
-    # Exit status 9: created concurrently by another process, which is fine.
-    if proc.returncode not in (0, 9):
-        raise PgServerError(f"useradd {name} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return pwd.getpwnam(name)
+    with open(USERADD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            user = pwd.getpwnam(name)
+        except KeyError:
+            proc = subprocess.run(
+                ["useradd", "--system", "--user-group", "--no-create-home",
+                 "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
+                capture_output=True, text=True,
+            )
+            # Exit status 9: created concurrently by another process, which is fine.
+            if proc.returncode not in (0, 9):
+                raise PgServerError(f"useradd {name} failed ({proc.returncode}): {proc.stderr.strip()}")
+            user = pwd.getpwnam(name)
+    if pwd.getpwuid(user.pw_uid).pw_name != name:
+        raise PgServerError(f"the server user {name}'s uid {user.pw_uid} is also "
+                            f"{pwd.getpwuid(user.pw_uid).pw_name}'s in /etc/passwd: remove one of them")
+    return user
 
 
 def _runs_as(user: pwd.struct_passwd | None) -> dict[str, Any]:
