@@ -12,13 +12,14 @@ One standalone cluster (a master and two workers of 1 core, separate processes f
 pyspark's ``spark-class``) serves the session; the Spark Connect server runs on it only while
 its cell's driver runs (the cluster's two cores are then the server's). Each deployment's
 driver is a process of its own (tests/spark_deploy_job.py: a process holds one classic
-SparkContext), which runs every API and reports per API; each cell below checks one API's
-result against PostgreSQL's own SELECT.
+SparkContext), which runs every API and reports per API; one test runs the three drivers and
+checks each cell (an API on a deployment) against PostgreSQL's own SELECT, so that no pytest
+process waits for another's driver.
 """
 
 from __future__ import annotations
 
-import fcntl
+import functools
 import json
 import os
 import pickle
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -128,74 +129,43 @@ def _run_driver(where: list[str], spec: dict[str, Any], work: Path, env: dict[st
     return result
 
 
-class Deployments:
-    """Each deployment's driver run, once per test session on first use, whichever pytest
-    process asks first: the others wait for it and read its result (one cluster at work at a
-    time, not one per process). PostgreSQL's side of the comparison, every table's SELECT,
-    is read right after the driver ran (nothing writes to the tables after that), so any
-    process can check the result."""
-
-    def __init__(self, request: pytest.FixtureRequest, tmp: pytest.TempPathFactory,
-                 shared: Path) -> None:
-        self.request, self.tmp, self.shared = request, tmp, shared
-        self.results: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-    def get(self, deployment: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        if deployment not in self.results:
-            path = self.shared / f"deploy-{deployment}.pickle"
-            with open(self.shared / f"deploy-{deployment}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if not path.exists():
-                    ran = self._run(deployment)
-                    with open(path.with_suffix(".tmp"), "wb") as f:
-                        pickle.dump(ran, f)
-                    path.with_suffix(".tmp").rename(path)
-            with open(path, "rb") as f:
-                self.results[deployment] = pickle.load(f)
-        return self.results[deployment]
-
-    def _run(self, deployment: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        shipped: ShippedEnv = self.request.getfixturevalue("shipped")
-        pg: PgServer = self.request.getfixturevalue("pg18")
-        work = self.tmp.mktemp(f"deploy-{deployment}")
-        spec = _prepare(pg, f"deploy_{deployment}_{os.getpid()}", work)
-        conf = {**SESSION_CONF, **shipped.spark_conf()}
-        spec["conf"] = conf
-        # The driver's Python workers run ./environment/bin/python from its working
-        # directory: the driver runs where the environment is unpacked.
-        env = clean_env(shipped.driver_env())
-        t0 = time.monotonic()
-        if deployment == "local":
-            result = _run_driver(["--master", "local[2]"], spec, work, env, shipped.driver_dir)
-        elif deployment == "standalone":
-            cluster: StandaloneCluster = self.request.getfixturevalue("cluster")
-            result = _run_driver(["--master", cluster.master_url], spec, work, env,
-                                 shipped.driver_dir)
-        else:
-            cluster = self.request.getfixturevalue("cluster")
-            # Both ways (docs/spark.md): the server is deployed as a classic driver
-            # (spark.archives, PYSPARK_PYTHON, run where the environment is unpacked), for
-            # the streaming source, whose Python runs outside the session's directory on
-            # the driver and on the executors; and each session adds the archive as an
-            # artifact, for what runs in the session's directory (UDFs, batch source).
-            with ConnectServer(cluster.master_url, conf, log_dir=work / "connect",
-                               cwd=shipped.driver_dir, env=shipped.driver_env()) as server:
-                result = _run_driver(["--remote", server.url], spec, work, clean_env(), work)
-        result["total_s"] = time.monotonic() - t0
-        if deployment != "local":
-            # Its application has ended: the executors' copies of the environment go.
-            self.request.getfixturevalue("cluster").remove_executor_copies()
-        tables = {**spec["tables"], **{s["table"]: s["keys"] for s in (spec["stream"], spec["snapshot"])}}
-        spec["postgres"] = {table: _postgres_table(pg, table, keys) for table, keys in tables.items()}
-        return result, spec
-
-
-@pytest.fixture(scope="session")
-def deployments(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                worker_id: str) -> Deployments:
-    # pytest-xdist's processes share the parent of their own temporary directories.
-    base = tmp_path_factory.getbasetemp()
-    return Deployments(request, tmp_path_factory, base if worker_id == "master" else base.parent)
+def _run_deployment(request: pytest.FixtureRequest, tmp: pytest.TempPathFactory,
+                    deployment: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One deployment's driver run (every API), and its spec with PostgreSQL's side of the
+    comparison: every table's SELECT, read right after the driver ran (nothing writes to
+    the tables after that)."""
+    shipped: ShippedEnv = request.getfixturevalue("shipped")
+    pg: PgServer = request.getfixturevalue("pg18")
+    work = tmp.mktemp(f"deploy-{deployment}")
+    spec = _prepare(pg, f"deploy_{deployment}_{os.getpid()}", work)
+    conf = {**SESSION_CONF, **shipped.spark_conf()}
+    spec["conf"] = conf
+    # The driver's Python workers run ./environment/bin/python from its working
+    # directory: the driver runs where the environment is unpacked.
+    env = clean_env(shipped.driver_env())
+    t0 = time.monotonic()
+    if deployment == "local":
+        result = _run_driver(["--master", "local[2]"], spec, work, env, shipped.driver_dir)
+    elif deployment == "standalone":
+        cluster: StandaloneCluster = request.getfixturevalue("cluster")
+        result = _run_driver(["--master", cluster.master_url], spec, work, env, shipped.driver_dir)
+    else:
+        cluster = request.getfixturevalue("cluster")
+        # Both ways (docs/spark.md): the server is deployed as a classic driver
+        # (spark.archives, PYSPARK_PYTHON, run where the environment is unpacked), for the
+        # streaming source, whose Python runs outside the session's directory on the driver
+        # and on the executors; and each session adds the archive as an artifact, for what
+        # runs in the session's directory (UDFs, batch source).
+        with ConnectServer(cluster.master_url, conf, log_dir=work / "connect",
+                           cwd=shipped.driver_dir, env=shipped.driver_env()) as server:
+            result = _run_driver(["--remote", server.url], spec, work, clean_env(), work)
+    result["total_s"] = time.monotonic() - t0
+    if deployment != "local":
+        # Its application has ended: the executors' copies of the environment go.
+        request.getfixturevalue("cluster").remove_executor_copies()
+    tables = {**spec["tables"], **{s["table"]: s["keys"] for s in (spec["stream"], spec["snapshot"])}}
+    spec["postgres"] = {table: _postgres_table(pg, table, keys) for table, keys in tables.items()}
+    return result, spec
 
 
 def _ok(result: dict[str, Any], api: str) -> dict[str, Any]:
@@ -249,21 +219,10 @@ def _replay_generic(changes: list[tuple[Any, ...]], table: str,
     return state
 
 
-def test_matrix_drivers_run(deployments: Deployments) -> None:
-    """Each deployment's driver comes up (cluster, Connect server, shipped environment)."""
-    for deployment in DEPLOYMENTS:
-        result, _ = deployments.get(deployment)
-        print(f"{deployment}: driver {result['total_s']:.0f} s (session {result['session_s']:.0f} s); "
-              + ", ".join(f"{api} {'FAILED' if 'error' in result[api] else 'ok'} "
-                          f"{result[api]['seconds']:.1f} s" for api in ("probe", *APIS)))
-
-
-@pytest.mark.parametrize("deployment", DEPLOYMENTS)
-def test_executors_import_the_shipped_wheel(deployments: Deployments, shipped: ShippedEnv,
-                                            deployment: str) -> None:
+def check_shipped_wheel(result: dict[str, Any], spec: dict[str, Any], deployment: str,
+                        shipped: ShippedEnv) -> None:
     """The Python workers run the packed environment's interpreter and import the wheel's
     package from it, not the repository's sources or .venv's build."""
-    result, _ = deployments.get(deployment)
     workers = _ok(result, "probe")["workers"]
     assert len(workers) == 2
     for w in workers:
@@ -278,21 +237,17 @@ def test_executors_import_the_shipped_wheel(deployments: Deployments, shipped: S
             assert not Path(w["exe"]).resolve().is_relative_to(shipped.root), w
 
 
-@pytest.mark.parametrize("deployment", DEPLOYMENTS)
-def test_decode_then_apply_changes_equals_postgres(deployments: Deployments,
-                                                   deployment: str) -> None:
-    result, spec = deployments.get(deployment)
+def check_decode(result: dict[str, Any], spec: dict[str, Any], deployment: str) -> None:
+    """decode (the capture's files read by its tasks), then apply_changes per table."""
     got = _ok(result, "decode")
     assert got["_read_by_tasks"], deployment
     for table in spec["tables"]:
         _check_state(spec, table, got[table])
 
 
-@pytest.mark.parametrize("deployment", DEPLOYMENTS)
-def test_sql_udtf_replayed_equals_postgres(deployments: Deployments, deployment: str) -> None:
+def check_udtf(result: dict[str, Any], spec: dict[str, Any], deployment: str) -> None:
     """The UDTF's changes of the keyed tables, replayed on their text, equal PostgreSQL's
     text of every column."""
-    result, spec = deployments.get(deployment)
     changes = _ok(result, "udtf")["rows"]
     for table in spec["source_tables"]:
         keys = spec["tables"][table]
@@ -303,32 +258,53 @@ def test_sql_udtf_replayed_equals_postgres(deployments: Deployments, deployment:
         assert _replay_generic(changes, table, keys) == want, table
 
 
-@pytest.mark.parametrize("deployment", DEPLOYMENTS)
-def test_batch_source_then_apply_changes_equals_postgres(deployments: Deployments,
-                                                         deployment: str) -> None:
-    result, spec = deployments.get(deployment)
+def check_batch_source(result: dict[str, Any], spec: dict[str, Any], deployment: str) -> None:
     got = _ok(result, "batch_source")
     for table in spec["source_tables"]:
         _check_state(spec, table, got[table])
 
 
-@pytest.mark.parametrize("deployment", DEPLOYMENTS)
-def test_stream_source_available_now_equals_postgres(deployments: Deployments,
-                                                     deployment: str) -> None:
+def check_stream_source(result: dict[str, Any], spec: dict[str, Any], deployment: str) -> None:
     """readStream.format("pgoutput") in several micro-batches (maxChangesPerTrigger), then
     apply_changes: the table; the slot moved to the end."""
-    result, spec = deployments.get(deployment)
     got = _ok(result, "stream_source")
-    s = spec["stream"]
     assert got["batches"] >= 3, got["batches"]
-    _check_state(spec, s["table"], got)
+    _check_state(spec, spec["stream"]["table"], got)
 
 
-@pytest.mark.parametrize("deployment", DEPLOYMENTS)
-def test_snapshot_equals_postgres(deployments: Deployments, deployment: str) -> None:
-    result, spec = deployments.get(deployment)
+def check_snapshot(result: dict[str, Any], spec: dict[str, Any], deployment: str) -> None:
     got = _ok(result, "snapshot")
-    s = spec["snapshot"]
     assert got["chunks"] > 2
-    _check_state(spec, s["table"], got)
+    _check_state(spec, spec["snapshot"]["table"], got)
 
+
+CHECKS = {"decode": check_decode, "udtf": check_udtf, "batch_source": check_batch_source,
+          "stream_source": check_stream_source, "snapshot": check_snapshot}
+assert set(CHECKS) == set(APIS)
+
+
+def test_every_api_on_every_deployment(request: pytest.FixtureRequest,
+                                       tmp_path_factory: pytest.TempPathFactory,
+                                       shipped: ShippedEnv) -> None:
+    """The matrix, cell by cell: each deployment's driver runs every API (one after the
+    other, one cluster at work at a time), then each cell is checked against PostgreSQL and
+    the matrix printed; the test fails with every failing cell's reason. One test, so that
+    no pytest process waits for another's driver."""
+    cells: dict[tuple[str, str], str] = {}
+    for deployment in DEPLOYMENTS:
+        result, spec = _run_deployment(request, tmp_path_factory, deployment)
+        checks: list[tuple[str, Callable[[], None]]] = [
+            ("shipped wheel", functools.partial(check_shipped_wheel, result, spec, deployment, shipped)),
+            *((api, functools.partial(c, result, spec, deployment)) for api, c in CHECKS.items())]
+        for api, check in checks:
+            try:
+                check()
+                cells[(deployment, api)] = "ok"
+            except (AssertionError, pytest.fail.Exception) as e:
+                cells[(deployment, api)] = f"FAILED: {str(e)[:3000]}"
+        seconds = {api: result[api]["seconds"] for api in ("probe", *APIS)}
+        print(f"{deployment}: driver {result['total_s']:.0f} s (session {result['session_s']:.0f} s); "
+              + ", ".join(f"{api} {cells.get((deployment, api), 'ok')[:6]} {s:.1f} s"
+                          for api, s in seconds.items()))
+    failed = {k: v for k, v in cells.items() if v != "ok"}
+    assert not failed, "\n\n".join(f"{d} × {api}: {why}" for (d, api), why in failed.items())
