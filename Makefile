@@ -21,10 +21,10 @@ FUZZ_DIR     ?= fuzz
 FUZZ_SECONDS ?= 60
 PYTEST_ARGS  ?=
 # pytest runs the tests in this many processes (pytest-xdist; each has its own servers and
-# Spark session): most tests wait on servers, JVMs and subprocesses. On two cores, three
-# processes kept the CPUs 94% busy and ran pytest in 22 min, where two took 33 min (idle
-# between waits).
-PYTEST_WORKERS ?= 3
+# Spark session): most tests wait on servers, JVMs and subprocesses. On two cores, two
+# processes ran pytest in 33 min (idle between waits), three in 20 min (CPUs idle 5-20%),
+# four in 19 min (idle 0-5%, sampled from /proc/stat).
+PYTEST_WORKERS ?= 4
 CARGO_TEST   ?= cargo test --workspace
 # make wheel: where the wheel goes, and the oldest glibc it must run on (manylinux_2_17 is
 # glibc 2.17, what CentOS 7 and every current cluster image have or exceed).
