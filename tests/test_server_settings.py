@@ -421,13 +421,14 @@ ENCODINGS = {"WIN1252": "café ß € ±", "EUC_JP": "データ 東京"}
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("encoding", list(ENCODINGS))
 def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_name: str,
-                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+                                        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spark: Any) -> None:
     """Text is sent in the session's client_encoding, converted from the database's: every
     connection the package opens asks for UTF8, over PGCLIENTENCODING (SQL_ASCII here, under
     which the server sends the database's bytes as stored). Names (table, column, enum label,
     message prefix) and values equal PostgreSQL's in the live stream (text and binary), the
-    initial snapshot and ``pgoutput-dump --dsn``; a capture taken in a UTF8 session decodes,
-    one taken in the database's encoding fails with an error that says client_encoding."""
+    initial snapshot, ``pgoutput-dump --dsn`` and Spark's streaming source; a capture taken in
+    a UTF8 session decodes, one taken in the database's encoding fails with an error that says
+    client_encoding."""
     import psycopg2
 
     word = ENCODINGS[encoding]
@@ -444,7 +445,7 @@ def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_na
         cur.execute(f'INSERT INTO "{table}" VALUES (1, %s, %s, %s, %s, %s, %s)',
                     (word, word[:20], word[:12], [word, "x"], json.dumps({word: word}), word.split()[1]))
         cur.execute("CREATE PUBLICATION p FOR ALL TABLES")
-        for slot in ("text", "binary", "cli", "capture", "wrong"):
+        for slot in ("text", "binary", "cli", "spark", "capture", "wrong"):
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{db}_{slot}",))
         cur.execute(f'UPDATE "{table}" SET "prénom" = "prénom" || \'!\', h = \'gai\'')
         cur.execute("SELECT pg_logical_emit_message(true, %s, 'x')", (f"préfixe {word}",))
@@ -493,6 +494,17 @@ def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_na
                "--idle-timeout", "3", "--format", "jsonl")
     updates = [json.loads(line) for line in out.splitlines() if json.loads(line).get("op") == "update"]
     assert [u["table"] for u in updates] == [table] and updates[0]["new"]["prénom"] == want[0][1], updates
+
+    # Spark's streaming source: its driver's connection, and the executors' if they read.
+    from pgoutput_arrow import spark as pgspark
+
+    pgspark.register(spark)
+    query = (spark.readStream.format("pgoutput").option("dsn", pg18.dsn_for(db)).option("slot", f"{db}_spark")
+             .option("publication", "p").option("table", name).load()
+             .writeStream.format("memory").queryName(f"enc_{unique_name}")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert final(spark.table(f"enc_{unique_name}").toArrow()) == want
 
     # Captures: the session's client_encoding decides the bytes.
     for slot, client in (("capture", "UTF8"), ("wrong", encoding)):
