@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -63,8 +64,12 @@ def main() -> None:
     tables = Path(args.data).parent / "spark-output" / args.capture
     spark = st.session("local[2]", args.driver_memory)
     if not tables.is_dir():
+        # Written aside and renamed: an interrupted run leaves no half-written tables behind.
+        partial = tables.with_name(tables.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
         for name, df in sp.decode(spark.read.parquet(str(capture))).items():
-            df.write.parquet(str(tables / name))
+            df.write.parquet(str(partial / name))
+        partial.rename(tables)
         st.clear(spark)
     names = sorted(p.name for p in tables.iterdir())
     sizes = {n: sum(f.stat().st_size for f in (tables / n).rglob("*.parquet")) for n in names}
