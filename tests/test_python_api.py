@@ -360,3 +360,59 @@ def test_stubs_match_the_extension() -> None:
     proc = subprocess.run([sys.executable, "-m", "mypy.stubtest", "pgoutput_arrow._internal"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_replication_origin_is_reported_as_the_stream_carries_it(pg: PgServer, unique_name: str) -> None:
+    """Transactions replayed under a replication origin (``pg_replication_origin_session_setup``)
+    have its name in ``transactions.origin``, and its LSN in ``origin_lsn`` when sent whole
+    (protocol 1; a streamed transaction's Origin message carries none). PostgreSQL sends no
+    Origin message for a transaction streamed before its commit whose first change is a
+    transactional logical message: none is reported then. The randomized tester's oracle
+    expects an origin only where the stream holds one (tests/torture/run.py, ``origins_sent``)."""
+    import psycopg2
+
+    t, origin, slot = f"t_{unique_name}", f"o_{unique_name}"[:60], f"s_{unique_name}"[:60]
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, s text); CREATE PUBLICATION {t} FOR TABLE {t}")
+    pg.execute(f"SELECT pg_replication_origin_create('{origin}')")
+    pg.execute(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
+    conn = psycopg2.connect(pg.dsn)
+    conn.autocommit = True
+    xids = []
+    try:
+        with conn.cursor() as cur:
+            # Small and large (streamed: the servers' logical_decoding_work_mem is 64 kB)
+            # transactions of inserts, then of one logical message.
+            for body in (f"INSERT INTO {t} SELECT g, 'x' FROM generate_series(1, 10) g",
+                         f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(11, 5000) g",
+                         "SELECT pg_logical_emit_message(true, 'p', repeat('m', 100))",
+                         "SELECT pg_logical_emit_message(true, 'p', repeat('m', 200000))"):
+                cur.execute(f"SELECT pg_replication_origin_session_setup('{origin}')")
+                cur.execute("BEGIN")
+                cur.execute("SELECT pg_replication_origin_xact_setup('0/1234', now())")
+                cur.execute(body)
+                cur.execute("SELECT txid_current() & 4294967295")  # the xid, without its epoch
+                xids.append(cur.fetchone()[0])
+                cur.execute("COMMIT")
+                cur.execute("SELECT pg_replication_origin_session_reset()")
+            got = {}
+            for proto, streaming in (("1", ""), ("2", ", 'streaming', 'on'")):
+                cur.execute("SELECT lsn::text, xid::text::int8, data FROM pg_logical_slot_peek_binary_changes("
+                            f"'{slot}', NULL, NULL, 'proto_version', '{proto}', 'publication_names', '{t}', "
+                            f"'messages', 'true'{streaming})")
+                rows = cur.fetchall()
+                kinds = {x: "".join(chr(bytes(d)[0]) for _, rx, d in rows if rx == x) for x in xids}
+                capture = pa.table({"lsn": [r[0] for r in rows], "xid": [r[1] for r in rows],
+                                    "data": pa.array([bytes(r[2]) for r in rows], pa.binary())})
+                tx = pgoutput_arrow.decode(capture).transactions.to_pylist()
+                got[proto] = ([(r["origin"], r["origin_lsn"]) for r in sorted(tx, key=lambda r: xids.index(r["xid"]))],
+                              kinds)
+    finally:
+        conn.close()
+        pg.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+        pg.execute(f"SELECT pg_replication_origin_drop('{origin}')")
+    whole, kinds = got["1"]
+    assert whole == [(origin, 0x1234)] * 4 and all(k.startswith("BO") for k in kinds.values()), got
+    streamed, kinds = got["2"]
+    assert kinds[xids[1]].startswith("SOR") and kinds[xids[3]].startswith("SM"), kinds  # streamed
+    assert "O" not in kinds[xids[3]], kinds
+    assert streamed == [(origin, 0x1234), (origin, None), (origin, 0x1234), (None, None)], got

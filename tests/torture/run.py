@@ -317,6 +317,19 @@ def _messages(table: pa.Table) -> list[tuple[bool, str, bytes, int | None]]:
     return [(r["transactional"], r["prefix"], bytes(r["content"]), r["_xid"]) for r in rows]
 
 
+def origins_sent(capture: pa.Table, origins: set[int]) -> set[int]:
+    """The transactions of ``origins`` (replayed under an origin, by test_decoding) whose origin
+    the server's pgoutput stream carries: an Origin message (kind ``O``) among the capture's
+    rows of the transaction. PostgreSQL 15 and 18 send none for a transaction streamed before
+    its commit whose first streamed change is a transactional logical message (its stream
+    reads ``S M ... E c``; one of inserts reads ``S O R I ...``): the decoder cannot report
+    an origin the stream does not hold."""
+    if not origins or not capture.num_rows:
+        return set()
+    is_origin = pc.equal(pc.binary_slice(capture.column("data"), 0, 1), b"O")
+    return origins & set(capture.column("xid").filter(is_origin).to_pylist())
+
+
 def compare_transactions(transactions: pa.Table, expected: Any, origins: set[int],
                          label: str) -> tuple[int, list[str]]:
     """Each committed transaction's origin as pgoutput sent it (``transactions.origin``)
@@ -342,6 +355,7 @@ def compare_transactions(transactions: pa.Table, expected: Any, origins: set[int
 def _check_paths(result: Result, conn: Any, expected: Any, capture: pa.Table, label: str,
                  workload: Workload, origins: set[int]) -> None:
     seed = workload.seed
+    origins = origins_sent(capture, origins)
     try:
         changes = pgoutput_arrow.decode(capture)
     except Exception as e:  # noqa: BLE001  (any failure of a path is a finding)
