@@ -35,8 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spark_throughput as st  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def write_each(spark: Any, tables: Path, names: list[str], through_python: bool) -> float:
     frames = [spark.read.parquet(str(tables / n)) for n in names]
@@ -51,7 +49,7 @@ def write_each(spark: Any, tables: Path, names: list[str], through_python: bool)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=os.path.join(os.environ.get(
-        "PGOUTPUT_BENCH_DATA", str(ROOT / "bench-data")), "spark"))
+        "PGOUTPUT_BENCH_DATA", str(st.ROOT / "bench-data")), "spark"))
     ap.add_argument("--capture", default="tables")
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
