@@ -37,6 +37,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spark_throughput import conf_setting  # noqa: E402
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -212,6 +215,9 @@ def main() -> None:
     ap.add_argument("--floor-batches", type=int, default=3,
                     help="micro-batches of the floor query (Spark's own floor: the same rows from "
                          "an Arrow file through a Python source that does nothing else)")
+    ap.add_argument("--conf", type=conf_setting, action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting for the session (repeatable), e.g. "
+                         "spark.python.unix.domain.socket.enabled=true")
     ap.add_argument("--warm-rows", type=int, default=200_000,
                     help="rows of the warm-up query (default 200000: the JVM compiles Spark's Arrow "
                          "and row paths while it runs, as a long-running query has)")
@@ -227,10 +233,12 @@ def main() -> None:
     # What the Spark source decodes with: stream() decodes the same way.
     from pgoutput_arrow.spark.stream import DECODER_OPTIONS as SOURCE_DECODING
 
-    spark = (SparkSession.builder.master(args.master).appName("pgoutput-stream-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    builder = (SparkSession.builder.master(args.master).appName("pgoutput-stream-bench")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in args.conf:
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sp.register(spark)
     with PgServer(version=18) as pg:
@@ -366,7 +374,7 @@ def main() -> None:
                                   "cpu_s": {k: statistics.median(x["cpu_s"].get(k, 0.0) for x in mine)  # type: ignore[attr-defined]
                                             for k in kinds}}
             args.out.write_text(json.dumps({
-                "rows": args.rows, "txns": args.txns, "master": args.master, "runs": args.runs,
+                "rows": args.rows, "txns": args.txns, "master": args.master, "runs": args.runs, "conf": dict(args.conf),
                 "warm_rows": args.warm_rows, "floor_batches": args.floor_batches,
                 "per_trigger": args.per_trigger, "wal_mb": float(wal_mb),
                 "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -2,7 +2,7 @@
 
     .venv/bin/python benches/spark_throughput.py [--data bench-data/spark]
         [--captures pgbench,streamed,toast,tables] [--masters local[2],local[1]]
-        [--runs 3] [--warmup 1] [--out bench-data/spark.json]
+        [--runs 3] [--warmup 1] [--out bench-data/spark.json] [--conf KEY=VALUE]
     .venv/bin/python benches/spark_throughput.py --profile pgbench   # where decode's time goes
 
 The captures are the directories ``benches/gen_captures.py --spark`` makes. For each master,
@@ -89,14 +89,29 @@ def single_process(path: Path, runs: int) -> dict[str, Any]:
     return {"times": times, "loads": loads, "change_rows": rows}
 
 
+#: Settings given with ``--conf KEY=VALUE``, added to every session this module makes.
+EXTRA_CONF: dict[str, str] = {}
+
+
+def conf_setting(text: str) -> tuple[str, str]:
+    """``--conf``'s ``KEY=VALUE``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--conf wants KEY=VALUE, not {text!r}")
+    return key, value
+
+
 def session(master: str, driver_memory: str, ui: bool = False) -> Any:
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master(master).appName(f"pgoutput-arrow-bench {master}")
-             .config("spark.ui.enabled", "true" if ui else "false")
-             .config("spark.driver.memory", driver_memory)
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    builder = (SparkSession.builder.master(master).appName(f"pgoutput-arrow-bench {master}")
+               .config("spark.ui.enabled", "true" if ui else "false")
+               .config("spark.driver.memory", driver_memory)
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in EXTRA_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -332,7 +347,11 @@ def main() -> None:
                     help="keep --out's earlier rows of the captures and masters not run now")
     ap.add_argument("--profile", default=None, metavar="CAPTURE",
                     help="profile decode on this capture instead of measuring")
+    ap.add_argument("--conf", type=conf_setting, action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting for the sessions (repeatable), e.g. "
+                         "spark.python.unix.domain.socket.enabled=true")
     args = ap.parse_args()
+    EXTRA_CONF.update(args.conf)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     data = Path(args.data)
     if args.profile:
@@ -363,7 +382,7 @@ def main() -> None:
 
     def save(complete: bool) -> dict[str, Any]:
         """Written after every capture, so that an interrupted run keeps what it measured."""
-        out = {"runs": args.runs, "warmup": args.warmup, "masters": masters, "run_timeout_s": args.run_timeout,
+        out = {"runs": args.runs, "conf": dict(EXTRA_CONF), "warmup": args.warmup, "masters": masters, "run_timeout_s": args.run_timeout,
                "captures": {c: {k: infos[c][k] for k in ("messages", "payload_bytes", "kinds",
                                                          "files", "params")} for c in captures},
                "single_process": {c: {**v, **summary(v["times"], infos[c]["messages"],
