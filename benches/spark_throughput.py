@@ -52,7 +52,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow.dataset as ds
 
@@ -89,10 +89,6 @@ def single_process(path: Path, runs: int) -> dict[str, Any]:
     return {"times": times, "loads": loads, "change_rows": rows}
 
 
-#: Settings given with ``--conf KEY=VALUE``, added to every session this module makes.
-EXTRA_CONF: dict[str, str] = {}
-
-
 def conf_setting(text: str) -> tuple[str, str]:
     """``--conf``'s ``KEY=VALUE``."""
     key, sep, value = text.partition("=")
@@ -101,7 +97,8 @@ def conf_setting(text: str) -> tuple[str, str]:
     return key, value
 
 
-def session(master: str, driver_memory: str, ui: bool = False) -> Any:
+def session(master: str, driver_memory: str, ui: bool = False, conf: Sequence[tuple[str, str]] = ()) -> Any:
+    """A session for the benchmark; ``conf``: more settings (``--conf KEY=VALUE``)."""
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(f"pgoutput-arrow-bench {master}")
@@ -109,7 +106,7 @@ def session(master: str, driver_memory: str, ui: bool = False) -> Any:
                .config("spark.driver.memory", driver_memory)
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in EXTRA_CONF.items():
+    for key, value in conf:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -274,7 +271,7 @@ def profile(args: argparse.Namespace, data: Path) -> None:
     tagged with a job group and their stages read from the REST API."""
     path = data / args.profile
     master = args.masters.split(",")[0]
-    spark = session(master, args.driver_memory, ui=True)
+    spark = session(master, args.driver_memory, ui=True, conf=args.conf)
     sc = spark.sparkContext
     run_decode(spark, path)
     clear(spark)
@@ -351,7 +348,6 @@ def main() -> None:
                     help="a Spark setting for the sessions (repeatable), e.g. "
                          "spark.python.unix.domain.socket.enabled=true")
     args = ap.parse_args()
-    EXTRA_CONF.update(args.conf)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     data = Path(args.data)
     if args.profile:
@@ -382,7 +378,7 @@ def main() -> None:
 
     def save(complete: bool) -> dict[str, Any]:
         """Written after every capture, so that an interrupted run keeps what it measured."""
-        out = {"runs": args.runs, "conf": dict(EXTRA_CONF), "warmup": args.warmup, "masters": masters, "run_timeout_s": args.run_timeout,
+        out = {"runs": args.runs, "conf": dict(args.conf), "warmup": args.warmup, "masters": masters, "run_timeout_s": args.run_timeout,
                "captures": {c: {k: infos[c][k] for k in ("messages", "payload_bytes", "kinds",
                                                          "files", "params")} for c in captures},
                "single_process": {c: {**v, **summary(v["times"], infos[c]["messages"],
@@ -395,7 +391,7 @@ def main() -> None:
         return out
 
     for master in args.masters.split(","):
-        spark = session(master, args.driver_memory)
+        spark = session(master, args.driver_memory, conf=args.conf)
         for c in to_measure:
             results.append(measure(spark, master, data / c, infos[c], args.runs, args.warmup,
                                    args.run_timeout, args.retries))
