@@ -742,6 +742,12 @@ class PgServer:
             time.sleep(0.05)
         self.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
+    def drop_slots_named_like(self, prefix: str, wait: float = 10.0) -> None:
+        """:meth:`drop_slot` for every slot whose name starts with ``prefix``."""
+        for (name,) in self.query("SELECT slot_name FROM pg_replication_slots WHERE starts_with(slot_name, %s)",
+                                  (prefix,)):
+            self.drop_slot(name, wait)
+
     def get_binary_changes(
         self,
         slot: str,

@@ -902,3 +902,64 @@ def test_a_live_output_directory_loses_only_its_own_leftovers(tmp_path: Path) ->
         assert [f.name for f in ours if f.exists()] == []
     finally:
         sink.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_message_just_before_a_streamed_commit_keeps_its_place(pg: PgServer, unique_name: str,
+                                                                 tmp_path: Path) -> None:
+    """One session emits a non-transactional message while another's transaction, streamed
+    in progress (protocol 2, over logical_decoding_work_mem), is about to commit. The
+    message's LSN (the end of its record) is the commit's LSN, and the streamed changes came
+    earlier in the stream: pgoutput-dump still writes the messages and rows in the order
+    test_decoding prints them, whole and cut by --limit, and so does decode()."""
+    t, slot = f"{unique_name}_t", unique_name
+    pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, pad text); CREATE PUBLICATION {slot} FOR TABLE {t}")
+    pg.create_slot(slot)
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (f"{slot}_td",))
+    rows = 1500
+    big, other = pg.connect(), pg.connect()
+    big.autocommit = other.autocommit = True
+    with big.cursor() as cur, other.cursor() as cur2:
+        cur.execute("BEGIN")
+        cur.execute(f"INSERT INTO {t} SELECT g, repeat('x', 100) FROM generate_series(1, {rows}) g")
+        cur.execute("SELECT pg_logical_emit_message(true, 'inside', 'in the transaction')")
+        cur2.execute("SELECT pg_logical_emit_message(false, 'before', 'just before the commit')")
+        cur.execute("COMMIT")
+        cur2.execute("SELECT pg_logical_emit_message(false, 'after', 'after the commit')")
+    big.close()
+    other.close()
+    pg.flush_wal()
+    options = {"proto_version": "2", "publication_names": slot, "streaming": "on", "messages": "true"}
+    captured = pg.get_binary_changes(slot, options)
+    assert any(data[:1] == b"S" for _, _, data in captured), "the transaction was not streamed"
+    printed = [r[0] for r in pg.query("SELECT data FROM pg_logical_slot_get_changes(%s, NULL, NULL)",
+                                      (f"{slot}_td",))]
+    pg.drop_slot(slot)
+    pg.drop_slot(f"{slot}_td")
+
+    # test_decoding's order: a message line names its prefix, a row line its table.
+    def kind(line: str) -> str | None:
+        if line.startswith("message:"):
+            return line.split("prefix: ")[1].split(",")[0]
+        return "row" if line.startswith("table ") else None
+
+    want = [k for k in map(kind, printed) if k]
+    assert want.count("row") == rows and want[0] == "before", want[:3]
+
+    def order(lines: str) -> list[str]:
+        objs = [json.loads(line) for line in lines.splitlines()]
+        return [o["prefix"] if o["op"] == "message" else "row" for o in objs]
+
+    one_batch = tmp_path / "one-batch.arrow"
+    schema = pa.schema([("lsn", pa.int64()), ("data", pa.binary())])
+    with pa.OSFile(str(one_batch), "wb") as f, pa.ipc.new_file(f, schema) as w:
+        w.write_batch(pa.record_batch([pa.array([lsn for lsn, _, _ in captured], pa.int64()),
+                                       pa.array([data for _, _, data in captured])], schema=schema))
+    for path in (one_batch, _capture_file(captured, tmp_path / "per-message.arrow")):
+        assert order(dump(path, "--format", "jsonl").stdout) == want, path.name
+        for limit in (1, 2, rows + 1, rows + 2):
+            got = order(dump(path, "--format", "jsonl", "--limit", str(limit)).stdout)
+            assert got == want[:limit], (path.name, limit, got[:3], got[-3:])
+
+    changes = pgoutput_arrow.decode([(lsn, data) for lsn, _, data in captured])
+    assert changes.messages.column("prefix").to_pylist() == [k for k in want if k != "row"]

@@ -1116,7 +1116,7 @@ def test_close_while_the_server_sends_keeps_the_last_acknowledgement(pg18: PgSer
     confirmed = pg18.query("SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::int8 FROM pg_replication_slots "
                            "WHERE slot_name = %s", (slot,))[0][0]
     assert confirmed >= acked, (lsn_to_str(confirmed), lsn_to_str(acked))
-    pg18.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    pg18.drop_slot(slot)
 
 
 @pytest.mark.timeout(60)

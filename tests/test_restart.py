@@ -515,7 +515,7 @@ def test_a_slot_gone_under_an_output_is_not_created_again(pg18: PgServer, unique
     end = pg.current_wal_lsn()
     wait_until(lambda: (slot_state(pg, p)[0] or 0) >= end, 60, "the changes to be written")
     runs.signal(STOP)
-    pg.execute("SELECT pg_drop_replication_slot(%s)", (p,))
+    pg.drop_slot(p)
     workload_round(pg, p, 1, random.Random(1), ROUNDS)  # changes no slot keeps
     runs.start()
     assert runs.proc is not None

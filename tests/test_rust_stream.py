@@ -61,7 +61,7 @@ def test_a_slot_streamed_from_rust_delivers_every_change_once_and_confirms_it(
     assert "password authentication failed" in wrong.stderr, wrong.stderr
     missing = stream_slot(pg.dsn, f"{slot}_absent", slot, "1")
     assert missing.returncode == 1 and "does not exist" in missing.stderr, missing.stderr
-    pg.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    pg.drop_slot(slot)
 
 
 def test_a_database_in_another_encoding_streams_from_rust(pg18: PgServer, unique_name: str) -> None:
@@ -82,4 +82,4 @@ def test_a_database_in_another_encoding_streams_from_rust(pg18: PgServer, unique
         assert run.returncode == 0, run.stderr
         assert rows_by_table(run.stdout) == {"public.tablé €": 1}, run.stdout
     finally:
-        pg18.execute("SELECT pg_drop_replication_slot(%s)", (db,))
+        pg18.drop_slot(db)

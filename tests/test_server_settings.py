@@ -521,7 +521,7 @@ def test_a_database_in_another_encoding(pg18: PgServer, encoding: str, unique_na
             with pytest.raises(pgoutput_arrow.PgoutputError, match="client_encoding"):
                 pgoutput_arrow.decode(capture)
     conn.close()
-    pg18.execute(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '{db}%'")
+    pg18.drop_slots_named_like(db)
 
 
 @pytest.mark.timeout(240)
@@ -561,5 +561,4 @@ def test_a_sql_ascii_database_with_text_that_is_not_utf8(pg18: PgServer, unique_
             pgoutput_arrow.decode(capture)
     finally:
         conn.close()
-        pg18.execute(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                     f"WHERE slot_name LIKE '{db}%'")
+        pg18.drop_slots_named_like(db)

@@ -112,3 +112,34 @@ fn pretty_frames_each_transaction() {
         assert_eq!(lines, changes, "{name}: one line per change");
     }
 }
+
+/// A non-transactional message written just before a streamed transaction's commit: its
+/// LSN (the end of its record) is the commit's LSN, and the transaction's changes came
+/// earlier in the stream. It was decoded first, so it is written first, as test_decoding
+/// prints it; a message just after the commit record ends is written after the changes.
+#[test]
+fn a_message_at_a_streamed_commits_lsn_goes_before_that_transaction() {
+    use common::{t, Stream, INT4};
+    let mut s = Stream::new();
+    s.relation(1, "public", "a", b'd', &[("id", INT4, -1, true)]);
+    s.stream_start(100, true);
+    s.insert(1, &[t("1")]);
+    s.message(true, 0x8000, "inside", b"x");
+    s.stream_stop();
+    s.message(false, 0x9000, "before", b"x");
+    s.stream_commit(100, 0x9000, 0x9010, 0);
+    s.message(false, 0x9018, "after", b"x");
+    for format in [Format::Jsonl, Format::Pretty] {
+        let (text, changes) = render(&groups(&s.messages), format);
+        assert_eq!(changes, 4);
+        let order: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("BEGIN") && !l.starts_with("COMMIT"))
+            .map(|l| {
+                let l = l.to_lowercase();
+                ["before", "inside", "after", "insert"].into_iter().find(|w| l.contains(w)).unwrap_or("?")
+            })
+            .collect();
+        assert_eq!(order, ["before", "insert", "inside", "after"], "{format:?}:\n{text}");
+    }
+}

@@ -112,29 +112,22 @@ def _truncates_for(batch: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
 
 def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
     """The first ``remaining`` changes of the chunk in commit order; returns how many."""
-    keys: list[tuple[int, int]] = []
+    keys: list[tuple[int, int, int]] = []
     for out in chunk.tables:
-        keys += zip(_ints(out.batch, "_commit_lsn"), _ints(out.batch, "_seq"))
+        keys += _order_keys(out.batch, "tables")
     for b in chunk.batches("truncates"):
-        keys += ((c, s) for c, s, r in zip(_ints(b, "_commit_lsn"), _ints(b, "_seq"),
-                                           b.column("relations").to_pylist()) for _ in r)
+        keys += (k for k, r in zip(_order_keys(b, "truncates"), b.column("relations").to_pylist()) for _ in r)
     for b in chunk.batches("messages"):
-        keys += zip(_message_keys(b), _ints(b, "_seq"))
+        keys += _order_keys(b, "messages")
     if len(keys) <= remaining:
         return chunk, len(keys)
     keys.sort()
     cut = keys[remaining - 1]
 
-    def upto(b: pa.RecordBatch, commit: list[int]) -> pa.RecordBatch:
-        seq = _ints(b, "_seq")
-        return _select(b, [(c, s) <= cut for c, s in zip(commit, seq)])
-
     def limited(out: Output) -> list[Output]:
         if out.kind == "transactions":
             return [out]
-        b = out.batch
-        commit = _message_keys(b) if out.kind == "messages" else _ints(b, "_commit_lsn")
-        return [replace(out, batch=p) for p in upto(b, commit)]
+        return [replace(out, batch=p) for p in _select(out.batch, [k <= cut for k in _order_keys(out.batch, out.kind)])]
 
     return Chunk([o for out in chunk.outputs for o in limited(out)], chunk.max_commit_lsn), remaining
 
@@ -143,9 +136,12 @@ def _ints(batch: pa.RecordBatch, name: str) -> list[int]:
     return [0 if v is None else int(v) for v in batch.column(name).to_pylist()]
 
 
-def _message_keys(batch: pa.RecordBatch) -> list[int]:
-    """Where a message sorts: its transaction's commit LSN, or its own LSN when it is not
-    transactional."""
+def _order_keys(batch: pa.RecordBatch, kind: str) -> list[tuple[int, int, int]]:
+    """Where each change of a ``kind`` batch sorts, as pgoutput-dump's renderer sorts them: a
+    transaction's changes at its commit LSN, a non-transactional message at its own LSN, the
+    end of its record. That end is where the next record starts, so a message at a commit's
+    LSN was decoded before that commit and goes first; then the order of the stream (``_seq``)."""
     commit = batch.column("_commit_lsn").to_pylist()
-    own = batch.column("_lsn").to_pylist()
-    return [int(c) if c is not None else int(o or 0) for c, o in zip(commit, own)]
+    own = batch.column("_lsn").to_pylist() if kind == "messages" else [None] * len(commit)
+    return [(int(c or 0), 1, s) if c is not None or o is None else (int(o), 0, s)
+            for c, o, s in zip(commit, own, _ints(batch, "_seq"))]

@@ -74,13 +74,13 @@ impl Renderer {
         let mut events = Vec::new();
         for (s, t) in tables.iter().enumerate() {
             for row in 0..t.rows {
-                let key = (t.meta.commit.get(row).unwrap_or(0), t.meta.seq.get(row).unwrap_or(0));
+                let key = (t.meta.commit.get(row).unwrap_or(0), IN_TRANSACTION, t.meta.seq.get(row).unwrap_or(0));
                 events.push(Event { key, source: Source::Table(s as u32), row: row as u32, sub: 0 });
             }
         }
         for (s, t) in truncates.iter().enumerate() {
             for row in 0..t.rows {
-                let key = (t.meta.commit.get(row).unwrap_or(0), t.meta.seq.get(row).unwrap_or(0));
+                let key = (t.meta.commit.get(row).unwrap_or(0), IN_TRANSACTION, t.meta.seq.get(row).unwrap_or(0));
                 for sub in t.relations.range(row) {
                     events.push(Event { key, source: Source::Truncate(s as u32), row: row as u32, sub: sub as u32 });
                 }
@@ -88,9 +88,15 @@ impl Renderer {
         }
         for (s, m) in messages.iter().enumerate() {
             for row in 0..m.rows {
-                // A non-transactional message sorts by its own LSN.
-                let at = m.meta.commit.get(row).or_else(|| m.meta.lsn.get(row)).unwrap_or(0);
-                events.push(Event { key: (at, m.meta.seq.get(row).unwrap_or(0)), source: Source::Message(s as u32), row: row as u32, sub: 0 });
+                // A non-transactional message sorts by its own LSN, the end of its record:
+                // where the next record starts, so at a commit's LSN it was decoded before
+                // that commit (a streamed transaction's changes came earlier in `_seq`).
+                let (at, class) = match (m.meta.commit.get(row), m.meta.lsn.get(row)) {
+                    (None, Some(own)) => (own, OUTSIDE_TRANSACTIONS),
+                    (commit, _) => (commit.unwrap_or(0), IN_TRANSACTION),
+                };
+                let key = (at, class, m.meta.seq.get(row).unwrap_or(0));
+                events.push(Event { key, source: Source::Message(s as u32), row: row as u32, sub: 0 });
             }
         }
         // Stable: changes with the same key keep the order above, as they came.
@@ -387,8 +393,14 @@ enum Source {
     Message(u32),
 }
 
+/// The middle of an [`Event`]'s key: at one LSN, a non-transactional message goes before
+/// the changes of the transaction that commits there.
+const OUTSIDE_TRANSACTIONS: u8 = 0;
+const IN_TRANSACTION: u8 = 1;
+
 struct Event {
-    key: (i64, i64),
+    /// (commit LSN or a non-transactional message's own LSN, which of the two, `_seq`).
+    key: (i64, u8, i64),
     source: Source,
     row: u32,
     /// A truncate's relation (each is a change of its own).
