@@ -58,6 +58,8 @@ class Message:
     prefix: str
     content: bytes
     xid: int | None
+    #: How many of the published changes test_decoding printed before it.
+    after: int | None = None
 
 
 UNCHANGED = "\x00unchanged-toast-datum"
@@ -221,7 +223,8 @@ def parse_test_decoding(lines: Iterable[str], publication: Any = None, codec: st
             head, _, content = line.partition(" content:")
             transactional = head.startswith("message: transactional: 1")
             prefix = head.split(" prefix: ", 1)[1].rsplit(", sz: ", 1)[0]
-            messages.append(Message(transactional, prefix, content.encode(codec), xid if transactional else None))
+            messages.append(Message(transactional, prefix, content.encode(codec), xid if transactional else None,
+                                    len(changes)))
             if prefix == MARKER_PREFIX:
                 pub.marker(content)
             continue
@@ -513,6 +516,22 @@ def compare_messages(expected: Expected, got: list[tuple[bool, str, bytes, int |
     return len(want), problems
 
 
+def compare_message_places(expected: Expected, places: list[tuple[bool, str, bytes, int]],
+                           label: str) -> tuple[int, list[str]]:
+    """(messages compared, mismatches) of where an output that interleaves messages with
+    changes (pgoutput-dump's jsonl) puts each message: after as many changes as test_decoding
+    printed before it. ``places``: (transactional, prefix, content, changes before it), in
+    the output's order. Checked when the output has exactly test_decoding's messages."""
+    printed = [(m.transactional, m.prefix, m.content, m.after) for m in expected.messages]
+    if any(m[3] is None for m in printed) or [p[:3] for p in places] != [m[:3] for m in printed]:
+        return 0, []  # compare_messages says what differs
+    k = next((k for k, (a, b) in enumerate(zip(places, printed)) if a[3] != b[3]), None)
+    if k is None:
+        return len(places), []
+    return len(places), [f"{label}: message #{k} {places[k][:2]} comes after {places[k][3]} changes, "
+                         f"test_decoding printed it after {printed[k][3]}"]
+
+
 def published_columns(expected: list[Change]) -> dict[str, set[str]]:
     """Per table, the columns of its last published insert or update: a column added or
     renamed after it was never announced by the stream (pgoutput sends a Relation message
@@ -704,4 +723,6 @@ def filter_expected(everything: Expected, filtered: Any) -> Expected:
             c, new={k: v for k, v in c.new.items() if k in keep},
             old=None if c.old is None else {k: v for k, v in c.old.items() if k in keep},
             types={k: v for k, v in c.types.items() if k in keep}))
-    return Expected(out, everything.messages, everything.commits, everything.may_add)
+    # Fewer changes: a message's place among them is not test_decoding's count.
+    messages = [dataclasses.replace(m, after=None) for m in everything.messages]
+    return Expected(out, messages, everything.commits, everything.may_add)

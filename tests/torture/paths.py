@@ -38,10 +38,12 @@ def _lsn(text: str) -> int:
     return (int(hi, 16) << 32) | int(lo, 16)
 
 
-def jsonl_changes(text: str, binary: bool = False) -> tuple[list[Decoded], list[tuple[bool, str, bytes, int | None]]]:
+def jsonl_changes(text: str, binary: bool = False, places: list[tuple[bool, str, bytes, int]] | None = None,
+                  ) -> tuple[list[Decoded], list[tuple[bool, str, bytes, int | None]]]:
     """The changes and messages of ``--format jsonl`` output, in its order (the commit
     order); the truncate objects of one TRUNCATE statement (one per table) become one
-    change, as test_decoding prints it."""
+    change, as test_decoding prints it. ``places``: gets each message with the number of
+    changes before it."""
     out: list[Decoded] = []
     messages: list[tuple[bool, str, bytes, int | None]] = []
     seq = 0
@@ -55,6 +57,8 @@ def jsonl_changes(text: str, binary: bool = False) -> tuple[list[Decoded], list[
         if op == "message":
             messages.append((bool(o["transactional"]), o["prefix"], bytes.fromhex(o["content"]),
                              o.get("xid") if o["transactional"] else None))
+            if places is not None:
+                places.append((*messages[-1][:3], len(out)))
             continue
         name = f"{o['schema']}.{o['table']}"
         commit = _lsn(o["commit_lsn"])

@@ -35,7 +35,7 @@ import consumers_adapter  # noqa: E402
 import shapes  # noqa: E402
 import types_adapter  # noqa: E402
 from oracle import (  # noqa: E402
-    compare_changes, compare_final, compare_messages, decoded_changes, decoded_from, filter_expected,
+    compare_changes, compare_final, compare_message_places, compare_messages, decoded_changes, decoded_from, filter_expected,
     parse_test_decoding, raw_text_columns, renames_of, server_columns, unified_raw_columns, unify_batches, unify_outputs)
 from paths import DUMP, delta_change_log, jsonl_changes, parquet_output, run_dump, typed_changes  # noqa: E402
 from pg_harness import PgServer  # noqa: E402
@@ -581,10 +581,12 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
         pq.write_table(capture, src)
         try:
             out = run_dump([str(src), "--format", "jsonl"]).stdout.decode()
-            changes, msgs = jsonl_changes(out, binary="binary" in name)
+            places: list[tuple[bool, str, bytes, int]] = []
+            changes, msgs = jsonl_changes(out, binary="binary" in name, places=places)
             n, problems = compare_changes(expected, changes, f"{label} --format jsonl")
             k, more = compare_messages(expected, msgs, f"{label} --format jsonl", ordered=True)
-            _add(result, "cli jsonl", n + k, problems + more)
+            p, placed = compare_message_places(expected, places, f"{label} --format jsonl")
+            _add(result, "cli jsonl", n + k + p, problems + more + placed)
         except Exception as e:  # noqa: BLE001
             result.problems.append(f"{label} --format jsonl: {type(e).__name__}: {e} (capture kept: "
                                    f"{_keep(src, workload, version)})")

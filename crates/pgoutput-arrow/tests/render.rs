@@ -8,7 +8,7 @@ mod common;
 use arrow_array::cast::AsArray;
 use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
-use pgoutput_arrow::render::{Format, Renderer};
+use pgoutput_arrow::render::{first_changes, Format, Renderer};
 use pgoutput_arrow::{Decoder, DecoderOptions, Output};
 use common::Messages;
 use serde_json::Value;
@@ -142,4 +142,21 @@ fn a_message_at_a_streamed_commits_lsn_goes_before_that_transaction() {
             .collect();
         assert_eq!(order, ["before", "insert", "inside", "after"], "{format:?}:\n{text}");
     }
+    // --limit's cut: the same order.
+    let outputs: Vec<Output> = groups(&s.messages).concat();
+    let tables: Vec<&RecordBatch> =
+        outputs.iter().filter_map(|o| if let Output::Table { batch, .. } = o { Some(batch) } else { None }).collect();
+    let messages: Vec<&RecordBatch> =
+        outputs.iter().filter_map(|o| if let Output::Messages(b) = o { Some(b) } else { None }).collect();
+    assert_eq!((tables.len(), messages.len()), (1, 1));
+    let prefixes = messages[0].column_by_name("prefix").unwrap().as_string::<i32>();
+    let kept_prefixes = |kept: &[bool]| -> Vec<&str> {
+        kept.iter().zip(prefixes.iter()).filter(|(k, _)| **k).map(|(_, p)| p.unwrap()).collect()
+    };
+    for (n, rows, kept) in [(1, false, vec!["before"]), (2, true, vec!["before"]), (3, true, vec!["before", "inside"])] {
+        let (count, cut) = first_changes(&tables, &[], &messages, n).unwrap();
+        let [t, _, m] = cut.unwrap();
+        assert_eq!((count, t[0][0], kept_prefixes(&m[0])), (4, rows, kept), "first {n}");
+    }
+    assert_eq!(first_changes(&tables, &[], &messages, 4).unwrap(), (4, None));
 }

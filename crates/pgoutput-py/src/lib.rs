@@ -33,6 +33,7 @@ fn _internal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(schema::align_columns, m)?)?;
     m.add_function(wrap_pyfunction!(schema::pg_text, m)?)?;
     m.add_function(wrap_pyfunction!(render::rows_json, m)?)?;
+    m.add_function(wrap_pyfunction!(render::first_changes, m)?)?;
     m.add_function(wrap_pyfunction!(lsn::lsn_to_int, m)?)?;
     m.add_function(wrap_pyfunction!(lsn::lsn_to_str, m)?)?;
     m.add_function(wrap_pyfunction!(canonical::canonical_stream, m)?)?;

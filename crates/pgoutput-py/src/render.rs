@@ -4,7 +4,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_array::RecordBatch;
-use pgoutput_arrow::render::{rows_json as render_rows, Format, Renderer};
+use pgoutput_arrow::render::{first_changes as first, rows_json as render_rows, Format, Renderer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -96,4 +96,27 @@ pub fn rows_json<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bou
         render_rows(&batch, &mut out).map_err(arrow_error)?;
     }
     Ok(PyBytes::new(py, &out))
+}
+
+/// pgoutput-dump's `--limit`: which rows of a group's batches are among its first `n`
+/// changes in the order `Renderer` writes them, as (number of changes, None when they are
+/// no more than `n`, else a list of kept-row flags per batch for `tables`, `truncates`
+/// and `messages`).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn first_changes<'py>(
+    py: Python<'py>,
+    tables: Vec<Bound<'py, PyAny>>,
+    truncates: Vec<Bound<'py, PyAny>>,
+    messages: Vec<Bound<'py, PyAny>>,
+    n: usize,
+) -> PyResult<(usize, Option<[Vec<Vec<bool>>; 3]>)> {
+    let import = |bs: &[Bound<'py, PyAny>]| bs.iter().map(arrow_ffi::import_batch).collect::<PyResult<Vec<RecordBatch>>>();
+    let (tables, truncates, messages) = (import(&tables)?, import(&truncates)?, import(&messages)?);
+    fn refs(batches: &[RecordBatch]) -> Vec<&RecordBatch> {
+        batches.iter().collect()
+    }
+    catch_unwind(AssertUnwindSafe(|| first(&refs(&tables), &refs(&truncates), &refs(&messages), n)))
+        .map_err(|payload| panic_error(py, payload))?
+        .map_err(arrow_error)
 }

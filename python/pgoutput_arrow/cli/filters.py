@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._internal import first_changes
 from ..decoding import Output, OutputKind
 
 __all__ = ["Chunk", "Filters", "filter_chunk", "limit_chunk"]
@@ -111,37 +112,20 @@ def _truncates_for(batch: pa.RecordBatch, filters: Filters) -> pa.RecordBatch:
 
 
 def limit_chunk(chunk: Chunk, remaining: int) -> tuple[Chunk, int]:
-    """The first ``remaining`` changes of the chunk in commit order; returns how many."""
-    keys: list[tuple[int, int, int]] = []
-    for out in chunk.tables:
-        keys += _order_keys(out.batch, "tables")
-    for b in chunk.batches("truncates"):
-        keys += (k for k, r in zip(_order_keys(b, "truncates"), b.column("relations").to_pylist()) for _ in r)
-    for b in chunk.batches("messages"):
-        keys += _order_keys(b, "messages")
-    if len(keys) <= remaining:
-        return chunk, len(keys)
-    keys.sort()
-    cut = keys[remaining - 1]
-
-    def limited(out: Output) -> list[Output]:
+    """The first ``remaining`` changes of the chunk in the order they are written (the
+    crates' renderer's); returns how many."""
+    kinds: tuple[OutputKind, ...] = ("table", "truncates", "messages")
+    count, cut = first_changes(chunk.batches("table"), chunk.batches("truncates"), chunk.batches("messages"),
+                               remaining)
+    if cut is None:
+        return chunk, count
+    masks = {kind: iter(masks) for kind, masks in zip(kinds, cut)}
+    outputs: list[Output] = []
+    for out in chunk.outputs:
         if out.kind == "transactions":
-            return [out]
-        return [replace(out, batch=p) for p in _select(out.batch, [k <= cut for k in _order_keys(out.batch, out.kind)])]
-
-    return Chunk([o for out in chunk.outputs for o in limited(out)], chunk.max_commit_lsn), remaining
-
-
-def _ints(batch: pa.RecordBatch, name: str) -> list[int]:
-    return [0 if v is None else int(v) for v in batch.column(name).to_pylist()]
+            outputs.append(out)
+        else:
+            outputs += (replace(out, batch=part) for part in _select(out.batch, next(masks[out.kind])))
+    return Chunk(outputs, chunk.max_commit_lsn), remaining
 
 
-def _order_keys(batch: pa.RecordBatch, kind: str) -> list[tuple[int, int, int]]:
-    """Where each change of a ``kind`` batch sorts, as pgoutput-dump's renderer sorts them: a
-    transaction's changes at its commit LSN, a non-transactional message at its own LSN, the
-    end of its record. That end is where the next record starts, so a message at a commit's
-    LSN was decoded before that commit and goes first; then the order of the stream (``_seq``)."""
-    commit = batch.column("_commit_lsn").to_pylist()
-    own = batch.column("_lsn").to_pylist() if kind == "messages" else [None] * len(commit)
-    return [(int(c or 0), 1, s) if c is not None or o is None else (int(o), 0, s)
-            for c, o, s in zip(commit, own, _ints(batch, "_seq"))]

@@ -74,13 +74,12 @@ impl Renderer {
         let mut events = Vec::new();
         for (s, t) in tables.iter().enumerate() {
             for row in 0..t.rows {
-                let key = (t.meta.commit.get(row).unwrap_or(0), IN_TRANSACTION, t.meta.seq.get(row).unwrap_or(0));
-                events.push(Event { key, source: Source::Table(s as u32), row: row as u32, sub: 0 });
+                events.push(Event { key: order_key(&t.meta, row, false), source: Source::Table(s as u32), row: row as u32, sub: 0 });
             }
         }
         for (s, t) in truncates.iter().enumerate() {
             for row in 0..t.rows {
-                let key = (t.meta.commit.get(row).unwrap_or(0), IN_TRANSACTION, t.meta.seq.get(row).unwrap_or(0));
+                let key = order_key(&t.meta, row, false);
                 for sub in t.relations.range(row) {
                     events.push(Event { key, source: Source::Truncate(s as u32), row: row as u32, sub: sub as u32 });
                 }
@@ -88,15 +87,7 @@ impl Renderer {
         }
         for (s, m) in messages.iter().enumerate() {
             for row in 0..m.rows {
-                // A non-transactional message sorts by its own LSN, the end of its record:
-                // where the next record starts, so at a commit's LSN it was decoded before
-                // that commit (a streamed transaction's changes came earlier in `_seq`).
-                let (at, class) = match (m.meta.commit.get(row), m.meta.lsn.get(row)) {
-                    (None, Some(own)) => (own, OUTSIDE_TRANSACTIONS),
-                    (commit, _) => (commit.unwrap_or(0), IN_TRANSACTION),
-                };
-                let key = (at, class, m.meta.seq.get(row).unwrap_or(0));
-                events.push(Event { key, source: Source::Message(s as u32), row: row as u32, sub: 0 });
+                events.push(Event { key: order_key(&m.meta, row, true), source: Source::Message(s as u32), row: row as u32, sub: 0 });
             }
         }
         // Stable: changes with the same key keep the order above, as they came.
@@ -393,14 +384,68 @@ enum Source {
     Message(u32),
 }
 
-/// The middle of an [`Event`]'s key: at one LSN, a non-transactional message goes before
-/// the changes of the transaction that commits there.
+/// Where a change goes among a group's: (LSN, which kind of LSN, `_seq`). A transaction's
+/// changes go at its commit LSN. A non-transactional message goes at its own LSN, the end of
+/// its record: that is where the next record starts, so at a commit's LSN the message was
+/// decoded before that commit, and it goes first (a streamed transaction's changes came
+/// earlier in the stream, with smaller `_seq`). Then the stream's order.
+type Key = (i64, u8, i64);
 const OUTSIDE_TRANSACTIONS: u8 = 0;
 const IN_TRANSACTION: u8 = 1;
 
+/// The [`Key`] of a row; `messages`: the batch is of logical decoding messages.
+fn order_key(meta: &Meta, row: usize, messages: bool) -> Key {
+    let seq = meta.seq.get(row).unwrap_or(0);
+    match (meta.commit.get(row), meta.lsn.get(row)) {
+        (None, Some(own)) if messages => (own, OUTSIDE_TRANSACTIONS, seq),
+        (commit, _) => (commit.unwrap_or(0), IN_TRANSACTION, seq),
+    }
+}
+
+/// Which rows of a group's batches are among its first `n` changes in the order the
+/// [`Renderer`] writes them (a truncate counts once for each table it names, and is kept
+/// or cut whole). `None` when the group has no more than `n` changes; the number of its
+/// changes either way.
+#[allow(clippy::type_complexity)]
+pub fn first_changes(
+    tables: &[&RecordBatch],
+    truncates: &[&RecordBatch],
+    messages: &[&RecordBatch],
+    n: usize,
+) -> Result<(usize, Option<[Vec<Vec<bool>>; 3]>), ArrowError> {
+    let keys_of = |batches: &[&RecordBatch], messages: bool| -> Result<Vec<Vec<Key>>, ArrowError> {
+        batches
+            .iter()
+            .map(|b| {
+                let meta = Meta::new(b)?;
+                Ok((0..b.num_rows()).map(|row| order_key(&meta, row, messages)).collect())
+            })
+            .collect()
+    };
+    let (table_keys, truncate_keys, message_keys) =
+        (keys_of(tables, false)?, keys_of(truncates, false)?, keys_of(messages, true)?);
+    let mut all: Vec<Key> = table_keys.iter().chain(&message_keys).flatten().copied().collect();
+    for (b, keys) in truncates.iter().zip(&truncate_keys) {
+        let relations = TruncateSource::new(b)?.relations;
+        for (row, key) in keys.iter().enumerate() {
+            all.extend(relations.range(row).map(|_| *key));
+        }
+    }
+    if all.len() <= n {
+        return Ok((all.len(), None));
+    }
+    let cut = match n {
+        0 => None,
+        _ => Some(*all.select_nth_unstable(n - 1).1),
+    };
+    let kept = |keys: Vec<Vec<Key>>| -> Vec<Vec<bool>> {
+        keys.into_iter().map(|k| k.into_iter().map(|k| cut.is_some_and(|c| k <= c)).collect()).collect()
+    };
+    Ok((all.len(), Some([kept(table_keys), kept(truncate_keys), kept(message_keys)])))
+}
+
 struct Event {
-    /// (commit LSN or a non-transactional message's own LSN, which of the two, `_seq`).
-    key: (i64, u8, i64),
+    key: Key,
     source: Source,
     row: u32,
     /// A truncate's relation (each is a change of its own).

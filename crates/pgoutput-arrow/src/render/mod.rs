@@ -21,4 +21,4 @@ mod sources;
 mod text;
 mod value;
 
-pub use changes::{rows_json, Format, Group, Renderer};
+pub use changes::{first_changes, rows_json, Format, Group, Renderer};
