@@ -587,6 +587,7 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
             k, more = compare_messages(expected, msgs, f"{label} --format jsonl", ordered=True)
             p, placed = compare_message_places(expected, places, f"{label} --format jsonl")
             _add(result, "cli jsonl", n + k + p, problems + more + placed)
+            _check_cli_limit(result, src, out.splitlines(), random.Random(workload.seed), label)
         except Exception as e:  # noqa: BLE001
             result.problems.append(f"{label} --format jsonl: {type(e).__name__}: {e} (capture kept: "
                                    f"{_keep(src, workload, version)})")
@@ -611,6 +612,33 @@ def _check_cli(result: Result, conn: Any, expected: Any, captures: dict[str, pa.
         except Exception as e:  # noqa: BLE001
             result.problems.append(f"{label} --format delta --change-log-only: {type(e).__name__}: {e} (capture "
                                    f"kept: {_keep(src, workload, version)})")
+
+
+def _check_cli_limit(result: Result, src: Path, full: list[str], rnd: random.Random, label: str) -> None:
+    """``--format jsonl --limit N`` at a random N: the first N lines of the whole output,
+    which the checks before compared with test_decoding (and a TRUNCATE of several tables,
+    one line each, kept whole when the cut falls inside it)."""
+    import json
+
+    if not full:
+        return
+    n = rnd.randint(1, len(full))
+    label = f"{label} --format jsonl --limit {n}"
+    try:
+        got = run_dump([str(src), "--format", "jsonl", "--limit", str(n)]).stdout.decode().splitlines()
+    except Exception as e:  # noqa: BLE001
+        result.problems.append(f"{label}: {type(e).__name__}: {e}")
+        return
+    beyond = [json.loads(line) for line in got[n:]]
+    last = json.loads(got[n - 1]) if len(got) >= n else None
+    whole_truncate = last is not None and all(
+        o["op"] == last["op"] == "truncate" and o["lsn"] == last["lsn"] for o in beyond)
+    problems = []
+    if got != full[:len(got)] or len(got) < n or not (len(got) == n or whole_truncate):
+        k = next((k for k, (a, b) in enumerate(zip(got, full)) if a != b), min(len(got), n))
+        problems.append(f"{label}: {len(got)} lines, the first differing from the whole output's at "
+                        f"#{k}: {got[k][:200] if k < len(got) else None!r}")
+    _add(result, "cli jsonl --limit", len(got), problems)
 
 
 def _keep(capture: Path, workload: Workload, version: int) -> Path:
