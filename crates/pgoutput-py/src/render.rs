@@ -111,11 +111,11 @@ pub fn first_changes<'py>(
     messages: Vec<Bound<'py, PyAny>>,
     n: usize,
 ) -> PyResult<(usize, Option<[Vec<Vec<bool>>; 3]>)> {
-    let import = |bs: &[Bound<'py, PyAny>]| bs.iter().map(arrow_ffi::import_batch).collect::<PyResult<Vec<RecordBatch>>>();
-    let (tables, truncates, messages) = (import(&tables)?, import(&truncates)?, import(&messages)?);
     fn refs(batches: &[RecordBatch]) -> Vec<&RecordBatch> {
         batches.iter().collect()
     }
+    let import = |bs: &[Bound<'py, PyAny>]| bs.iter().map(arrow_ffi::import_batch).collect::<PyResult<Vec<RecordBatch>>>();
+    let (tables, truncates, messages) = (import(&tables)?, import(&truncates)?, import(&messages)?);
     catch_unwind(AssertUnwindSafe(|| first(&refs(&tables), &refs(&truncates), &refs(&messages), n)))
         .map_err(|payload| panic_error(py, payload))?
         .map_err(arrow_error)
