@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_throughput import conf_setting  # noqa: E402
+from spark_throughput import conf_setting, session  # noqa: E402
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -226,20 +226,13 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
     from pg_harness import PgServer
-    from pyspark.sql import SparkSession
 
     import pgoutput_arrow
     from pgoutput_arrow import spark as sp
     # What the Spark source decodes with: stream() decodes the same way.
     from pgoutput_arrow.spark.stream import DECODER_OPTIONS as SOURCE_DECODING
 
-    builder = (SparkSession.builder.master(args.master).appName("pgoutput-stream-bench")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in args.conf:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = session(args.master, "1g", conf=args.conf)  # 1g: Spark's default driver memory
     sp.register(spark)
     with PgServer(version=18) as pg:
         pg.execute("CREATE TABLE orders (id bigint PRIMARY KEY, customer int, amount numeric(10,2), "
