@@ -940,8 +940,9 @@ def test_a_message_just_before_a_streamed_commit_keeps_its_place(pg: PgServer, u
     # test_decoding's order: a message line names its prefix, a row line its table.
     def kind(line: str) -> str | None:
         if line.startswith("message:"):
-            return line.split("prefix: ")[1].split(",")[0]
-        return "row" if line.startswith("table ") else None
+            prefix = line.split("prefix: ")[1].split(",")[0]
+            return prefix if prefix in ("before", "inside", "after") else None
+        return "row" if line.startswith(f"table public.{t}:") else None
 
     want = [k for k in map(kind, printed) if k]
     assert want.count("row") == rows and want[0] == "before", want[:3]
