@@ -117,8 +117,9 @@ def test_slot_status_drop_slot_and_an_invalidated_slot_is_never_streamed(version
 def test_an_unfinished_snapshots_slot_is_dropped_only_if_nothing_consumed_from_it(
         pg18: PgServer, unique_name: str) -> None:
     """drop_unfinished_slot (a restart after a snapshot cut short): a slot still at the
-    consistent point it was created at is dropped; one confirmed past it (something consumed
-    from it) or of another plugin is refused, and stays; an absent one is no error."""
+    consistent point it was created at is dropped, once the walsender of the run that was cut
+    short lets it go; one confirmed past it (something consumed from it) or of another plugin
+    is refused, and stays; an absent one is no error."""
     from pgoutput_arrow.live.slot_guard import drop_unfinished_slot
 
     pg, slot = pg18, unique_name
@@ -133,7 +134,26 @@ def test_an_unfinished_snapshots_slot_is_dropped_only_if_nothing_consumed_from_i
     assert slot_state(pg, slot) != (None, None)
     moved = lsn_to_int(pg.scalar("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
                                  "WHERE slot_name = %s", (slot,)))
+    # Still held by the interrupted run's walsender, going away: waited for, then dropped
+    # (--drop-slot, for a person, refuses at once).
+    import threading
+
+    import psycopg2.extras
+
+    holder = psycopg2.connect(pg.dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    holder.cursor().start_replication(slot_name=slot, decode=False, options={
+        "proto_version": "1", "publication_names": slot})  # never confirms anything
+    assert pg.scalar("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+    r = dump("--dsn", pg.dsn, "--slot", slot, "--drop-slot")
+    assert r.returncode == 1 and "is active for PID" in r.stderr, r.stderr
+    with pytest.raises(exc.SlotInUse, match="is active for PID"):
+        drop_unfinished_slot(pg.dsn, slot, moved, wait=0.5)
+    release = threading.Timer(1.0, holder.close)
+    release.start()
+    t0 = time.monotonic()
     assert drop_unfinished_slot(pg.dsn, slot, moved) is True
+    assert time.monotonic() - t0 >= 0.5
+    release.join()
     assert slot_state(pg, slot) == (None, None)
     assert drop_unfinished_slot(pg.dsn, slot, moved) is False
     pg.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot,))

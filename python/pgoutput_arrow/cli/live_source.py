@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import time
 from collections.abc import Generator
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -30,9 +29,9 @@ from typing import Any, Protocol
 from ..decoding import Output
 from .._internal import lsn_to_str
 from ..live import LiveStream, stream
-from ..exceptions import SlotInUse, SlotInvalidated, SlotNotFound
+from ..exceptions import SlotInvalidated, SlotNotFound
 from ..live.options import flagged
-from ..live.slot_guard import drop_slot, drop_unfinished_slot, invalidation_message, slot_status
+from ..live.slot_guard import RELEASE_WAIT_S, drop_slot, drop_unfinished_slot, invalidation_message, slot_status
 from .arguments import publications
 from .capture_source import decoder_options
 from .progress import Progress, nbytes, si
@@ -185,20 +184,12 @@ class LiveSource:
         # again by the next run (with a new slot).
         if self.acked or (self.files is not None and self.files.written() and not self.snapshot):
             return
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                drop_slot(self.args.dsn, self.args.slot, self.args.connect_timeout)
-            except SlotNotFound:
-                return
-            except SlotInUse:  # our walsender is still going away
-                if time.monotonic() < deadline:
-                    time.sleep(0.2)
-                    continue
-                raise
-            sys.stderr.write(f'pgoutput-dump: dropped replication slot "{self.args.slot}", '
-                             "created by this run, which failed before its output depended on it\n")
+        try:  # our walsender may still be going away
+            drop_slot(self.args.dsn, self.args.slot, self.args.connect_timeout, wait=RELEASE_WAIT_S)
+        except SlotNotFound:
             return
+        sys.stderr.write(f'pgoutput-dump: dropped replication slot "{self.args.slot}", '
+                         "created by this run, which failed before its output depended on it\n")
 
     def groups(self) -> Generator[tuple[list[Output], int | None], None, None]:
         """(batches of whole committed transactions, the LSN to acknowledge once they are

@@ -11,6 +11,7 @@ are gone). :func:`slot_status` reads every column the server's ``pg_replication_
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from .._internal import lsn_to_int, lsn_to_str
@@ -20,7 +21,7 @@ from .connection import connect
 from .options import DEFAULT_CONNECT_TIMEOUT_S
 
 __all__ = ["SlotStatus", "slot_status", "query_slot_status", "drop_slot", "drop_unfinished_slot",
-           "drop_unused_slot", "invalidation_message"]
+           "drop_unused_slot", "invalidation_message", "RELEASE_WAIT_S"]
 
 # The server's WAL position (a standby's replay position, where pg_current_wal_lsn fails),
 # then every logical slot as JSON: the columns differ between versions.
@@ -119,25 +120,34 @@ def slot_status(dsn: str, slot: str | None = None,
         conn.close()
 
 
-def drop_slot(dsn: str, slot: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+def drop_slot(dsn: str, slot: str, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+              wait: float = 0.0) -> None:
     """Drops the logical slot ``slot`` (the WAL it holds is released). Refuses a slot that
-    a consumer is streaming from (:class:`SlotInUse`) or that does not exist."""
+    a consumer is streaming from (:class:`SlotInUse`; after ``wait`` seconds of waiting for
+    it to stop) or that does not exist."""
     conn = connect(dsn, connect_timeout, replication=False)
     try:
-        drop_unused_slot(conn.cursor(), slot)
+        drop_unused_slot(conn.cursor(), slot, wait=wait)
     finally:
         conn.close()
 
 
+#: How long a slot left by a run of ours that just ended is waited for: its walsender notices
+#: the closed connection (a killed process's included) a moment later.
+RELEASE_WAIT_S = 10.0
+
+
 def drop_unfinished_slot(dsn: str, slot: str, lsn: int | None,
-                         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S) -> bool:
+                         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+                         wait: float = RELEASE_WAIT_S) -> bool:
     """Drops ``slot`` left by a snapshot that never finished, so that it can start over (see
     :func:`drop_unused_slot`; ``lsn`` None: the slot's creation was under way, so its
-    consistent point was never heard of). Returns whether a slot was dropped (False: there
-    is none)."""
+    consistent point was never heard of). A walsender still holding it (the interrupted
+    run's, going away) is waited for up to ``wait`` seconds. Returns whether a slot was
+    dropped (False: there is none)."""
     conn = connect(dsn, connect_timeout, replication=False)
     try:
-        drop_unused_slot(conn.cursor(), slot, created_at=lsn, ours=True)
+        drop_unused_slot(conn.cursor(), slot, created_at=lsn, ours=True, wait=wait)
         return True
     except SlotNotFound:
         return False
@@ -146,25 +156,30 @@ def drop_unfinished_slot(dsn: str, slot: str, lsn: int | None,
 
 
 def drop_unused_slot(cur: Any, slot: str, created_at: int | None = None,
-                     ours: bool = False) -> None:
+                     ours: bool = False, wait: float = 0.0) -> None:
     """Drops ``slot`` through ``cur`` (an ordinary connection) unless it is used: the one
     place slots are dropped (``pgoutput-dump --drop-slot``, a failed run's new slot, an
     unfinished snapshot's slot, the Spark source's). :class:`SlotNotFound` if it does not
     exist; :class:`SlotInUse` if a consumer streams it, or (``created_at``: its consistent
     point) it was confirmed past where it was created, so something consumed from it; with
     ``ours`` a :class:`ReplicationError` if it is not a logical pgoutput slot of this
-    database."""
+    database; ``wait``: seconds to wait for a consumer streaming it to stop."""
     import psycopg2
 
-    cur.execute("SELECT plugin, slot_type, database, current_database(), active_pid, "
-                "confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                (slot,))
-    row = cur.fetchone()
-    if row is None:
-        raise SlotNotFound(f'replication slot "{slot}" does not exist')
-    plugin, slot_type, database, dbname, active_pid, confirmed = row
-    if ours:
-        check_slot(slot, plugin, slot_type, database, dbname)
+    deadline = time.monotonic() + wait
+    while True:
+        cur.execute("SELECT plugin, slot_type, database, current_database(), active_pid, "
+                    "confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                    (slot,))
+        row = cur.fetchone()
+        if row is None:
+            raise SlotNotFound(f'replication slot "{slot}" does not exist')
+        plugin, slot_type, database, dbname, active_pid, confirmed = row
+        if ours:
+            check_slot(slot, plugin, slot_type, database, dbname)
+        if active_pid is None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
     if active_pid is not None:
         raise SlotInUse(f'replication slot "{slot}" is active for PID {active_pid} '
                         f"(stop its consumer first)")
