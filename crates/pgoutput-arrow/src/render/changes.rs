@@ -426,7 +426,7 @@ pub fn first_changes(
         (keys_of(tables, false)?, keys_of(truncates, false)?, keys_of(messages, true)?);
     let mut all: Vec<Key> = table_keys.iter().chain(&message_keys).flatten().copied().collect();
     for (b, keys) in truncates.iter().zip(&truncate_keys) {
-        let relations = TruncateSource::new(b)?.relations;
+        let relations = StrList::new(b.column_by_name("relations"))?;
         for (row, key) in keys.iter().enumerate() {
             all.extend(relations.range(row).map(|_| *key));
         }
